@@ -1,0 +1,122 @@
+//! The backend trait every memory store implements.
+//!
+//! Required: `recall` and `capture`. Everything else is optional; the
+//! default bodies answer [`MemoryError::Unsupported`] (HTTP 501), never a
+//! look-alike empty result. [`Capabilities`] lets surfaces hide what a
+//! backend cannot do (an MCP tool that is not listed, a 501 route).
+
+use crate::capture::{CaptureReport, CaptureRequest};
+use crate::facts::{Fact, FactPatch, ImportReport, MemoryExport, SearchHit, SearchQuery};
+use crate::identity::Caller;
+use crate::recall::{Recall, RecallRequest};
+use crate::remember::{RememberOutcome, RememberRequest};
+use crate::{MemoryError, Result};
+use async_trait::async_trait;
+use serde::Serialize;
+use std::time::Duration;
+
+/// What a backend can do, for surfaces that list operations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    /// Recall returns stored memory.
+    pub recall: bool,
+    /// Passive capture stores turns (false for PowerContext: an explicit no-op).
+    pub capture: bool,
+    pub remember: bool,
+    pub search: bool,
+    /// List, get, revise and retire explicit memories.
+    pub facts: bool,
+    pub import_export: bool,
+}
+
+/// The result of a start-up health check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum WarmStatus {
+    /// The backend is reachable and ready.
+    Ready,
+    /// The check failed and the start-up policy is `warn`: running degraded.
+    Degraded { reason: String },
+    /// Nothing to check (embedded or no-op backends).
+    NothingToWarm,
+}
+
+#[async_trait]
+pub trait MemoryBackend: Send + Sync + 'static {
+    /// The backend's `manager_class` name (`local`, `openviking`, …).
+    fn name(&self) -> &str;
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// A bounded, ready-to-inject block for the caller; empty when there is
+    /// nothing, when the caller may not read, or (fail-open) on failure.
+    async fn recall(&self, request: &RecallRequest) -> Result<Recall>;
+
+    /// Takes a transcript snapshot or a compaction head; idempotent.
+    async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport>;
+
+    /// Stores one explicit memory and reports the exact outcome.
+    async fn remember(
+        &self,
+        caller: &Caller,
+        request: &RememberRequest,
+    ) -> Result<RememberOutcome> {
+        let _ = (caller, request);
+        Err(self.unsupported("remember"))
+    }
+
+    async fn search(&self, caller: &Caller, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        let _ = (caller, query);
+        Err(self.unsupported("search"))
+    }
+
+    async fn list_facts(&self, caller: &Caller, include_retired: bool) -> Result<Vec<Fact>> {
+        let _ = (caller, include_retired);
+        Err(self.unsupported("list_facts"))
+    }
+
+    async fn get_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        let _ = (caller, id);
+        Err(self.unsupported("get_fact"))
+    }
+
+    /// Revises a fact, keeping its history; returns the new version.
+    async fn revise_fact(&self, caller: &Caller, id: &str, patch: &FactPatch) -> Result<Fact> {
+        let _ = (caller, id, patch);
+        Err(self.unsupported("revise_fact"))
+    }
+
+    /// Retires a fact: no longer recalled, but not erased.
+    async fn retire_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        let _ = (caller, id);
+        Err(self.unsupported("retire_fact"))
+    }
+
+    async fn export(&self, caller: &Caller) -> Result<MemoryExport> {
+        let _ = caller;
+        Err(self.unsupported("export"))
+    }
+
+    /// Merges an export into the caller's scope; never duplicates.
+    async fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {
+        let _ = (caller, data);
+        Err(self.unsupported("import"))
+    }
+
+    /// Start-up health check, under the backend's start-up policy.
+    async fn warm(&self) -> Result<WarmStatus> {
+        Ok(WarmStatus::NothingToWarm)
+    }
+
+    /// Stops accepting new work, waits for in-flight work up to `timeout`,
+    /// then releases resources. True when everything drained in time.
+    async fn shutdown(&self, timeout: Duration) -> bool {
+        let _ = timeout;
+        true
+    }
+
+    /// The error for an operation this backend does not implement.
+    fn unsupported(&self, operation: &str) -> MemoryError {
+        MemoryError::unsupported(operation, self.name())
+    }
+}

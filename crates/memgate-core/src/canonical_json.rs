@@ -1,0 +1,155 @@
+//! Canonical JSON, byte-compatible with Python's
+//! `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.
+//!
+//! Message signatures hash this encoding. It must stay stable forever:
+//! changing it makes every message look unseen to an existing cursor. Keys
+//! are sorted by code point (UTF-8 byte order is the same order), non-ASCII
+//! is kept, control characters are escaped as Python does, and floats use
+//! Python's `repr` (`1e+16`, `1e-05`, `0.1`, `100.0`).
+
+use serde_json::Value;
+use std::fmt::Write;
+
+/// Serializes `value` the way Python's `json.dumps` does with sorted keys,
+/// compact separators and `ensure_ascii=False`.
+pub fn to_python_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_value(&mut out, value);
+    out
+}
+
+fn write_value(out: &mut String, value: &Value) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => {
+            if n.is_i64() || n.is_u64() {
+                out.push_str(&n.to_string());
+            } else {
+                out.push_str(&python_float_repr(n.as_f64().unwrap_or(f64::NAN)));
+            }
+        }
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, k);
+                out.push(':');
+                write_value(out, v);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Python's `repr(float)`: the shortest round-tripping digits, positional
+/// when the decimal exponent is in [-4, 16), scientific otherwise.
+pub fn python_float_repr(x: f64) -> String {
+    if x.is_nan() {
+        return "NaN".to_owned();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "Infinity" } else { "-Infinity" }.to_owned();
+    }
+    let sign = if x.is_sign_negative() { "-" } else { "" };
+    // `{:e}` yields the shortest round-trip digits, e.g. "1.5e-5".
+    let sci = format!("{:e}", x.abs());
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");
+    let exp: i32 = exp.parse().expect("integer exponent");
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let decpt = exp + 1; // position of the decimal point relative to `digits`
+    let body = if digits == "0" {
+        "0.0".to_owned()
+    } else if decpt <= -4 || decpt > 16 {
+        let (first, rest) = digits.split_at(1);
+        let frac = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let esign = if exp < 0 { '-' } else { '+' };
+        format!("{first}{frac}e{esign}{:02}", exp.abs())
+    } else if decpt <= 0 {
+        format!("0.{}{digits}", "0".repeat((-decpt) as usize))
+    } else if decpt as usize >= digits.len() {
+        format!("{digits}{}.0", "0".repeat(decpt as usize - digits.len()))
+    } else {
+        let (int, frac) = digits.split_at(decpt as usize);
+        format!("{int}.{frac}")
+    };
+    format!("{sign}{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn floats_match_python_repr() {
+        let cases = [
+            (1e16, "1e+16"),
+            (1e15, "1000000000000000.0"),
+            (0.1, "0.1"),
+            (100.0, "100.0"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (1.5e-5, "1.5e-05"),
+            (123.456, "123.456"),
+            (-2.5, "-2.5"),
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+            (5e-324, "5e-324"),
+            (12345678901234567.0, "1.2345678901234568e+16"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(python_float_repr(x), want, "{x}");
+        }
+    }
+
+    #[test]
+    fn objects_are_sorted_and_compact() {
+        let v = json!({"b": 1, "a": [true, null, "é\n\u{1}"], "ä": {"z": 0.5, "y": 2}});
+        assert_eq!(
+            to_python_json(&v),
+            r#"{"a":[true,null,"é\n\u0001"],"b":1,"ä":{"y":2,"z":0.5}}"#
+        );
+    }
+}

@@ -1,0 +1,155 @@
+//! Capture: handing finished conversation turns to memory.
+//!
+//! Hosts capture twice: after a completed turn (the full transcript
+//! snapshot) and before compaction (only the head about to be removed).
+//! Captures are idempotent: a backend remembers what it has already taken
+//! (by message signature), so replaying the same or a longer snapshot adds
+//! only what is new.
+//!
+//! Hidden messages (the date reminder, the injected `X__memory` message,
+//! other framework messages) are never captured unless the host's
+//! keep-hook says so, so memory never feeds on itself.
+
+use crate::identity::Caller;
+use crate::message::Message;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// Why the host is capturing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureKind {
+    /// The full transcript snapshot at the end of a completed turn.
+    #[default]
+    AfterTurn,
+    /// The head of the transcript that compaction is about to remove.
+    BeforeCompaction,
+}
+
+/// A capture request: whose conversation, which thread, which messages.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CaptureRequest {
+    pub caller: Caller,
+    pub messages: Vec<Message>,
+    #[serde(default)]
+    pub kind: CaptureKind,
+    /// The host's trace id, for logs only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+}
+
+/// What a capture did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureReport {
+    /// Messages newly stored (or sent to the server).
+    pub stored: usize,
+    /// Messages skipped because they were captured before.
+    pub already_known: usize,
+    /// Messages the capture filter left out (hidden, injected, system…).
+    pub filtered: usize,
+}
+
+/// The host's hook deciding whether a hidden message should be captured
+/// anyway; it receives the message's `additional_kwargs`.
+pub type KeepHiddenHook = Arc<dyn Fn(&Map<String, Value>) -> bool + Send + Sync>;
+
+/// The host's default keep-hook: keep a hidden message only when it carries a
+/// valid clarification answer (`additional_kwargs.human_input_response` with
+/// `version == 1`, `kind == "human_input_response"`, non-blank `source`,
+/// `request_id` and `value`, and `response_kind` `text`, or `option` with a
+/// non-blank `option_id`).
+pub fn host_default_keep_hidden(kwargs: &Map<String, Value>) -> bool {
+    let Some(Value::Object(r)) = kwargs.get("human_input_response") else {
+        return false;
+    };
+    let non_blank = |k: &str| {
+        r.get(k)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.trim().is_empty())
+    };
+    let version_ok = r.get("version").and_then(Value::as_i64) == Some(1)
+        && !matches!(r.get("version"), Some(Value::Bool(_)));
+    let kind_ok = r.get("kind").and_then(Value::as_str) == Some("human_input_response");
+    let response_ok = match r.get("response_kind").and_then(Value::as_str) {
+        Some("text") => true,
+        Some("option") => non_blank("option_id"),
+        _ => false,
+    };
+    version_ok
+        && kind_ok
+        && non_blank("source")
+        && non_blank("request_id")
+        && non_blank("value")
+        && response_ok
+}
+
+/// The host contract's capture filter: every message is kept in order except
+/// hidden ones (`hide_from_ui`), which are kept only when `keep` says so.
+pub fn captureable<'a>(messages: &'a [Message], keep: Option<&KeepHiddenHook>) -> Vec<&'a Message> {
+    messages
+        .iter()
+        .filter(|m| !m.is_hidden() || keep.is_some_and(|hook| hook(&m.additional_kwargs)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn answer() -> Value {
+        json!({"version": 1, "kind": "human_input_response", "source": "ui",
+               "request_id": "r1", "value": "yes", "response_kind": "text"})
+    }
+
+    #[test]
+    fn default_hook_accepts_only_valid_clarification_answers() {
+        let mut kw = Map::new();
+        kw.insert("human_input_response".into(), answer());
+        assert!(host_default_keep_hidden(&kw));
+
+        let mut option = answer();
+        option["response_kind"] = json!("option");
+        kw.insert("human_input_response".into(), option.clone());
+        assert!(!host_default_keep_hidden(&kw), "option needs option_id");
+        option["option_id"] = json!("o1");
+        kw.insert("human_input_response".into(), option);
+        assert!(host_default_keep_hidden(&kw));
+
+        for (key, bad) in [
+            ("version", json!(2)),
+            ("kind", json!("x")),
+            ("value", json!("  ")),
+        ] {
+            let mut a = answer();
+            a[key] = bad;
+            kw.insert("human_input_response".into(), a);
+            assert!(!host_default_keep_hidden(&kw), "{key}");
+        }
+        assert!(!host_default_keep_hidden(&Map::new()));
+    }
+
+    #[test]
+    fn hidden_messages_are_dropped_unless_kept() {
+        let msgs = vec![
+            Message::system("<system-reminder>").with_flag("hide_from_ui", true),
+            Message::human("<memory>")
+                .with_id("x__memory")
+                .with_flag("hide_from_ui", true),
+            Message::human("hi").with_id("x__user"),
+            Message::human("yes")
+                .with_flag("hide_from_ui", true)
+                .with_flag("human_input_response", answer()),
+            Message::ai("hello"),
+        ];
+        let plain: Vec<_> = captureable(&msgs, None).iter().map(|m| m.text()).collect();
+        assert_eq!(plain, ["hi", "hello"]);
+        let hook: KeepHiddenHook = Arc::new(host_default_keep_hidden);
+        let kept: Vec<_> = captureable(&msgs, Some(&hook))
+            .iter()
+            .map(|m| m.text())
+            .collect();
+        assert_eq!(kept, ["hi", "yes", "hello"]);
+    }
+}

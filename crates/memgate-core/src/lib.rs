@@ -1,0 +1,49 @@
+//! # memgate-core — the memory contract
+//!
+//! Every memgate backend (the embedded `local` store, OpenViking, PowerContext,
+//! `noop`) implements one trait, [`MemoryBackend`], over the types defined here.
+//! Surfaces (CLI, HTTP, MCP, host middleware) only ever talk to that trait.
+//!
+//! The crate is deliberately light: no HTTP, no SQLite, no async runtime. It
+//! holds what every backend and surface must agree on:
+//!
+//! - [`identity`]: the caller (user, agent, thread) as the host resolved it,
+//!   with the host's `default` fallback kept observable;
+//! - [`message`]: the transcript messages hosts send, faithful to LangChain's
+//!   shape and tolerant of unknown fields;
+//! - [`signature`]: stable content hashes of messages (shared with the
+//!   OpenViking cursor and the local store's de-duplication);
+//! - [`capture`], [`recall`], [`remember`], [`facts`]: request and result
+//!   types of each operation;
+//! - [`backend`]: the trait itself and its capability flags;
+//! - [`error`]: the error family that mirrors the host contract;
+//! - [`policy`]: read, write and start-up failure policies;
+//! - [`budget`]: character and UTF-8 byte budgets that never cut a character;
+//! - [`setup`]: what the host hands a backend at construction;
+//! - [`noop`]: the backend that stores nothing.
+
+pub mod backend;
+pub mod budget;
+pub mod canonical_json;
+pub mod capture;
+pub mod error;
+pub mod facts;
+pub mod identity;
+pub mod message;
+pub mod noop;
+pub mod policy;
+pub mod recall;
+pub mod remember;
+pub mod setup;
+pub mod signature;
+
+pub use backend::{Capabilities, MemoryBackend, WarmStatus};
+pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook};
+pub use error::{MemoryError, Result};
+pub use facts::{Fact, FactPatch, FactState, ImportReport, MemoryExport, SearchHit, SearchQuery};
+pub use identity::{Caller, UserId, DEFAULT_USER_ID};
+pub use message::{Content, Message, Role, RoleKind, ToolCall};
+pub use policy::{ReadPolicy, StartupPolicy, WritePolicy};
+pub use recall::{Recall, RecallRequest, RecalledItem};
+pub use remember::{Citation, RememberOutcome, RememberRequest};
+pub use setup::{BackendContext, MemoryMode};

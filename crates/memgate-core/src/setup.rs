@@ -1,0 +1,87 @@
+//! What the host hands a backend at construction, besides its private
+//! `backend_config` map: the memory mode, the storage root, the keep-hook for
+//! hidden messages and a view of the process environment (so tests can
+//! supply variables without touching the real environment).
+
+use crate::capture::KeepHiddenHook;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// `memory.mode`: automatic memory (`middleware`) or model-driven tools.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryMode {
+    #[default]
+    Middleware,
+    Tool,
+}
+
+impl MemoryMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Middleware => "middleware",
+            Self::Tool => "tool",
+        }
+    }
+}
+
+/// Reads one environment variable by name.
+pub type EnvSource = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// The process environment.
+pub fn process_env() -> EnvSource {
+    Arc::new(|name| std::env::var(name).ok())
+}
+
+/// Everything a backend receives from the host at construction.
+#[derive(Clone)]
+pub struct BackendContext {
+    pub mode: MemoryMode,
+    /// Absolute storage root (`storage_path`): `$MEMGATE_HOME`, else `./.memgate`,
+    /// unless `backend_config.storage_path` says otherwise.
+    pub storage_path: PathBuf,
+    /// The host's keep-hook for hidden messages, if it has one.
+    pub keep_hidden: Option<KeepHiddenHook>,
+    pub env: EnvSource,
+}
+
+impl BackendContext {
+    pub fn new(storage_path: impl Into<PathBuf>) -> Self {
+        Self {
+            mode: MemoryMode::Middleware,
+            storage_path: storage_path.into(),
+            keep_hidden: None,
+            env: process_env(),
+        }
+    }
+
+    pub fn with_mode(mut self, mode: MemoryMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    pub fn with_env(mut self, env: EnvSource) -> Self {
+        self.env = env;
+        self
+    }
+
+    pub fn with_keep_hidden(mut self, hook: KeepHiddenHook) -> Self {
+        self.keep_hidden = Some(hook);
+        self
+    }
+
+    pub fn var(&self, name: &str) -> Option<String> {
+        (self.env)(name)
+    }
+}
+
+impl std::fmt::Debug for BackendContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendContext")
+            .field("mode", &self.mode)
+            .field("storage_path", &self.storage_path)
+            .field("keep_hidden", &self.keep_hidden.is_some())
+            .finish_non_exhaustive()
+    }
+}

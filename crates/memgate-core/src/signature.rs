@@ -1,0 +1,171 @@
+//! Stable content hashes of messages.
+//!
+//! A message signature is the SHA-256 of a canonical JSON object built from
+//! the message's id, role, content, tool calls, tool call id, tool name and
+//! tool status (DeerFlow's `_message_signature`, byte for byte). Editing the
+//! text, the id or a tool result yields a new signature; message text itself
+//! is never stored, only this hash. The sequence digest hashes an ordered
+//! list of signatures (the transcript prefix a cursor has handled).
+
+use crate::canonical_json::to_python_json;
+use crate::message::{truthy, Message};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+/// Lowercase hex of a byte string.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 0xf) as usize] as char);
+    }
+    out
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn non_empty(v: Option<&str>) -> Value {
+    match v {
+        Some(s) if !s.is_empty() => Value::String(s.to_owned()),
+        _ => Value::Null,
+    }
+}
+
+/// The canonical JSON a signature hashes (exposed for tests and tooling).
+pub fn signature_payload(message: &Message) -> String {
+    let tool_calls = if !message.tool_calls.is_empty() {
+        serde_json::to_value(&message.tool_calls).unwrap_or(Value::Array(Vec::new()))
+    } else {
+        match message.additional_kwargs.get("tool_calls") {
+            Some(v) if truthy(v) => v.clone(),
+            _ => Value::Array(Vec::new()),
+        }
+    };
+    let mut payload = Map::new();
+    payload.insert("id".into(), non_empty(message.id.as_deref()));
+    payload.insert("role".into(), json!(message.role.as_str()));
+    payload.insert("content".into(), message.content.to_value());
+    payload.insert("tool_calls".into(), tool_calls);
+    payload.insert(
+        "tool_call_id".into(),
+        non_empty(message.tool_call_id.as_deref()),
+    );
+    payload.insert("tool_name".into(), non_empty(message.name.as_deref()));
+    payload.insert("tool_status".into(), non_empty(message.status.as_deref()));
+    to_python_json(&Value::Object(payload))
+}
+
+/// The message's signature: lowercase hex SHA-256 of its canonical payload.
+pub fn message_signature(message: &Message) -> String {
+    sha256_hex(signature_payload(message).as_bytes())
+}
+
+/// SHA-256 over each signature's UTF-8 length (8-byte big-endian) followed
+/// by its bytes, in order; lowercase hex.
+pub fn sequence_digest<S: AsRef<str>>(signatures: &[S]) -> String {
+    let mut hasher = Sha256::new();
+    for sig in signatures {
+        let bytes = sig.as_ref().as_bytes();
+        hasher.update((bytes.len() as u64).to_be_bytes());
+        hasher.update(bytes);
+    }
+    hex(&hasher.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::ToolCall;
+
+    fn h1() -> Message {
+        Message::human("Remember Vim.").with_id("h1")
+    }
+    fn a1() -> Message {
+        Message::ai("I will remember.").with_id("a1")
+    }
+
+    // Test vectors from the behavioural spec (deerflow-memory-contract §5.7).
+    #[test]
+    fn reference_serialization_and_signatures() {
+        assert_eq!(
+            signature_payload(&h1()),
+            r#"{"content":"Remember Vim.","id":"h1","role":"human","tool_call_id":null,"tool_calls":[],"tool_name":null,"tool_status":null}"#
+        );
+        assert_eq!(
+            message_signature(&h1()),
+            "9bc605b3f5585428ef012494676db93783edbc3e060cf551458c4b0cdc1faf04"
+        );
+        assert_eq!(
+            message_signature(&a1()),
+            "67f8fb34a81615a2765f9a18e8c91cff8007a86f1d150533e4019f561f1eb6be"
+        );
+        let tool = Message::tool("result", "call-1")
+            .with_id("t1")
+            .with_name("search");
+        assert_eq!(
+            message_signature(&tool),
+            "f0188a450edff1b5624535df9e0fc3c3650d12e22dad59fb5762e056f80711ef"
+        );
+        let call = Message::ai("")
+            .with_id("a-tool")
+            .with_tool_calls(vec![ToolCall::new(
+                "search",
+                serde_json::json!({"query": "OpenViking"}),
+                Some("call-1".into()),
+            )]);
+        assert_eq!(
+            message_signature(&call),
+            "86c3960889a0b750d98e4c1e633f5a676fcde8711bb901d2687ea074743c0bdb"
+        );
+    }
+
+    #[test]
+    fn reference_sequence_digests() {
+        let none: [&str; 0] = [];
+        assert_eq!(
+            sequence_digest(&none),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        let s1 = message_signature(&h1());
+        let s2 = message_signature(&a1());
+        assert_eq!(
+            sequence_digest(std::slice::from_ref(&s1)),
+            "36b2b06bad8da12b0f003d91c42a80b11631865cb1d81ac70e1e6e58ba7e9b17"
+        );
+        assert_eq!(
+            sequence_digest(&[s1, s2]),
+            "17ebe6291916c89416d50310d03ea3cf673e1dee68e9e78bed53cbe834d04b4b"
+        );
+    }
+
+    #[test]
+    fn edits_change_the_signature() {
+        let base = message_signature(&h1());
+        assert_ne!(
+            base,
+            message_signature(&Message::human("Remember Vi.").with_id("h1"))
+        );
+        assert_ne!(
+            base,
+            message_signature(&Message::human("Remember Vim.").with_id("h2"))
+        );
+        let mut failed = Message::tool("result", "call-1").with_id("t1");
+        let ok = message_signature(&failed);
+        failed.status = Some("error".into());
+        assert_ne!(ok, message_signature(&failed));
+    }
+
+    #[test]
+    fn legacy_tool_calls_in_additional_kwargs_count() {
+        let legacy = Message::ai("").with_id("x").with_flag(
+            "tool_calls",
+            serde_json::json!([{"id": "c", "function": {"name": "f"}}]),
+        );
+        assert!(signature_payload(&legacy)
+            .contains(r#""tool_calls":[{"function":{"name":"f"},"id":"c"}]"#));
+    }
+}

@@ -1,0 +1,1 @@
+//! memgate-openviking (under construction)

@@ -1,0 +1,1 @@
+//! memgate-powercontext (under construction)

@@ -1,0 +1,1 @@
+//! memgate-server (under construction)

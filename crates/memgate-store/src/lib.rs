@@ -1,0 +1,1 @@
+//! memgate-store (under construction)

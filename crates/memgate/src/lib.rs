@@ -1,0 +1,1 @@
+//! memgate (under construction)
