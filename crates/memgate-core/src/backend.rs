@@ -17,6 +17,7 @@ use std::time::Duration;
 
 /// What a backend can do, for surfaces that list operations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Capabilities {
     /// Recall returns stored memory.
     pub recall: bool,
@@ -31,6 +32,7 @@ pub struct Capabilities {
 
 /// The result of a start-up health check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum WarmStatus {
     /// The backend is reachable and ready.

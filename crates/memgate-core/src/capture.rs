@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 /// Why the host is capturing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CaptureKind {
     /// The full transcript snapshot at the end of a completed turn.
@@ -29,6 +30,8 @@ pub enum CaptureKind {
 
 /// A capture request: whose conversation, which thread, which messages.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct CaptureRequest {
     pub caller: Caller,
     pub messages: Vec<Message>,
@@ -41,6 +44,7 @@ pub struct CaptureRequest {
 
 /// What a capture did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CaptureReport {
     /// Messages newly stored (or sent to the server).
     pub stored: usize,

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// A search over the caller's memory. `kind` filters before the `top_k` cut.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SearchQuery {
     pub query: String,
@@ -31,6 +32,7 @@ impl SearchQuery {
 /// One search result, in the host contract's shape (`id`, `content`,
 /// `category`, `confidence`/`score`, `source`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SearchHit {
     pub id: String,
     pub content: String,
@@ -44,6 +46,7 @@ pub struct SearchHit {
 /// Lifecycle of an explicit memory: retired entries are not recalled but
 /// are kept with their history.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FactState {
     Active,
@@ -52,6 +55,7 @@ pub enum FactState {
 
 /// An explicit memory ("fact") as stored. `id` is its stable citation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Fact {
     pub id: String,
     pub kind: String,
@@ -66,6 +70,7 @@ pub struct Fact {
 
 /// A revision of a fact; omitted fields are left unchanged.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FactPatch {
     #[serde(default)]
@@ -76,6 +81,7 @@ pub struct FactPatch {
 
 /// A captured turn in an export.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ExportedTurn {
     pub thread: String,
     pub role: String,
@@ -88,6 +94,7 @@ pub struct ExportedTurn {
 
 /// The portable form of one scope's memory (`format: memgate.export.v1`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct MemoryExport {
     pub format: String,
@@ -112,6 +119,7 @@ impl MemoryExport {
 
 /// What an import merged in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ImportReport {
     pub facts_imported: usize,
     pub facts_already_present: usize,

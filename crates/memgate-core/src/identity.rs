@@ -18,9 +18,18 @@ pub const DEFAULT_USER_ID: &str = "default";
 /// contract; [`UserId::is_default_fallback`] tells the two apart from a real
 /// user only by value, which is the point: `default` is never proof of
 /// authentication.
-#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct UserId(String);
+
+/// `null` and `""` read as the `default` fallback, like an absent id.
+impl<'de> Deserialize<'de> for UserId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Option::<String>::deserialize(d)?;
+        Ok(UserId::from_host(raw.as_deref()))
+    }
+}
 
 impl UserId {
     /// The user id the host passed, with `None` and `""` mapped to `default`.
@@ -103,7 +112,11 @@ impl From<String> for UserId {
 /// Who is asking: the host-resolved user, the agent (`None` = the host's
 /// default agent) and the conversation thread, when there is one.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Caller {
+    /// Absent, `null` or `""` means the host's `default` fallback.
+    #[serde(default)]
     pub user: UserId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
@@ -173,6 +186,16 @@ mod tests {
             UserId::from_host(None).owner_defect(),
             owner_id_defect("default")
         );
+    }
+
+    #[test]
+    fn caller_json_applies_the_fallback_and_rejects_unknown_fields() {
+        let c: Caller = serde_json::from_str(r#"{"user":null,"thread":"t"}"#).unwrap();
+        assert!(c.user.is_default_fallback());
+        let c: Caller = serde_json::from_str(r#"{}"#).unwrap();
+        assert!(c.user.is_default_fallback());
+        let e = serde_json::from_str::<Caller>(r#"{"user":"a","scope":"x"}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `scope`"), "{e}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::fmt;
 /// The role of a message, spelled as the host spelled it (`human`, `user`,
 /// `ai`, `assistant`, `AIMessageChunk`, `tool`, `system`, …).
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct Role(String);
 
@@ -70,6 +71,7 @@ impl fmt::Debug for Role {
 /// Message content: a plain string or a list of content blocks (strings or
 /// objects such as `{"type":"text","text":…}` or image blocks), kept verbatim.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum Content {
     Text(String),
@@ -128,6 +130,7 @@ impl Content {
 
 /// A tool call on an AI message, in LangChain's `{name, args, id, type}` form.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ToolCall {
     pub name: String,
     #[serde(default = "empty_object")]
@@ -159,6 +162,7 @@ impl ToolCall {
 
 /// One transcript message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(try_from = "RawMessage")]
 pub struct Message {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -181,6 +185,7 @@ pub struct Message {
 /// The lenient wire form: either `type` or `role`, `tool_id`/`tool_name`/
 /// `tool_status` aliases, and `null` anywhere an optional value may be.
 #[derive(Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 struct RawMessage {
     #[serde(default)]
     id: Option<Value>,

@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 /// backends that recall with a fixed query (OpenViking's `injection_query`,
 /// the local store without a query) use their configured query instead.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct RecallRequest {
     pub caller: Caller,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -17,6 +19,7 @@ pub struct RecallRequest {
 
 /// One recalled item, as it appears in the block.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RecalledItem {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub citation: Option<Citation>,
@@ -32,6 +35,7 @@ pub struct RecalledItem {
 /// what the block contains, for display and diagnostics. An empty recall has
 /// empty text.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Recall {
     pub text: String,
     #[serde(default)]

@@ -33,6 +33,7 @@ pub fn normalize_text(raw: &str) -> String {
 
 /// A validated, normalized request to remember one thing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RememberRequest {
     pub kind: String,
     pub text: String,
@@ -75,6 +76,7 @@ impl RememberRequest {
 impl<'de> Deserialize<'de> for RememberRequest {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         #[derive(Deserialize)]
+        #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
         #[serde(deny_unknown_fields)]
         struct Raw {
             #[serde(default = "default_kind")]
@@ -93,6 +95,7 @@ fn default_kind() -> String {
 /// A stable reference to a stored memory, in the backend's own notation
 /// (`mem_…` for the local store, the server's citation for PowerContext).
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct Citation(pub String);
 
@@ -119,6 +122,7 @@ impl fmt::Display for Citation {
 
 /// What happened to a remember request, exactly as the backend knows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum RememberOutcome {
     /// A new entry was stored; the citation comes from the store.

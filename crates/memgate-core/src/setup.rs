@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 /// `memory.mode`: automatic memory (`middleware`) or model-driven tools.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryMode {
     #[default]
