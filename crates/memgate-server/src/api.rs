@@ -1,0 +1,182 @@
+//! Request and response bodies of the HTTP API. Requests reject unknown
+//! fields (a misspelled key is an error, not silently ignored); the memory
+//! types themselves come from `memgate-core`.
+
+use memgate_core::facts::MemoryExport;
+use memgate_core::{Caller, Capabilities, FactPatch, SearchHit};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/remember`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RememberBody {
+    #[serde(default)]
+    pub caller: Caller,
+    /// Memory kind, 1–128 characters (default `fact`).
+    #[serde(default = "default_kind")]
+    pub kind: String,
+    /// 1–8192 UTF-8 bytes after NFC normalization and trimming.
+    pub text: String,
+}
+
+fn default_kind() -> String {
+    "fact".to_owned()
+}
+
+/// `POST /v1/search`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBody {
+    #[serde(default)]
+    pub caller: Caller,
+    pub query: String,
+    /// 1–100 (default 5).
+    #[serde(default = "default_top_k")]
+    pub top_k: usize,
+    /// Only entries of this kind/category; applied before the `top_k` cut.
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+fn default_top_k() -> usize {
+    5
+}
+
+/// Upper bound of `top_k`.
+pub const MAX_TOP_K: usize = 100;
+
+/// `POST /v1/search` result.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SearchResults {
+    pub results: Vec<SearchHit>,
+    pub count: usize,
+}
+
+/// `POST /v1/facts/list`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListFactsBody {
+    #[serde(default)]
+    pub caller: Caller,
+    /// Include retired entries (kept with their history).
+    #[serde(default)]
+    pub include_retired: bool,
+}
+
+/// `POST /v1/facts/list` result.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct FactList {
+    pub facts: Vec<memgate_core::Fact>,
+}
+
+/// `POST /v1/facts/get` and `POST /v1/facts/retire`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FactIdBody {
+    #[serde(default)]
+    pub caller: Caller,
+    pub id: String,
+}
+
+/// `POST /v1/facts/revise`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviseBody {
+    #[serde(default)]
+    pub caller: Caller,
+    pub id: String,
+    /// New kind; omitted = unchanged.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// New text; omitted = unchanged.
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+impl ReviseBody {
+    pub fn patch(&self) -> FactPatch {
+        FactPatch {
+            kind: self.kind.clone(),
+            text: self.text.clone(),
+        }
+    }
+}
+
+/// `POST /v1/export`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExportBody {
+    #[serde(default)]
+    pub caller: Caller,
+}
+
+/// `POST /v1/import`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportBody {
+    #[serde(default)]
+    pub caller: Caller,
+    pub data: MemoryExport,
+}
+
+/// `GET /health`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+    pub backend: String,
+    pub capabilities: CapabilitiesView,
+    pub memory_enabled: bool,
+    pub injection_enabled: bool,
+}
+
+/// Mirror of [`Capabilities`] for the wire (and its schema).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CapabilitiesView {
+    pub recall: bool,
+    pub capture: bool,
+    pub remember: bool,
+    pub search: bool,
+    pub facts: bool,
+    pub import_export: bool,
+}
+
+impl From<Capabilities> for CapabilitiesView {
+    fn from(c: Capabilities) -> Self {
+        Self {
+            recall: c.recall,
+            capture: c.capture,
+            remember: c.remember,
+            search: c.search,
+            facts: c.facts,
+            import_export: c.import_export,
+        }
+    }
+}
+
+impl From<CapabilitiesView> for Capabilities {
+    fn from(c: CapabilitiesView) -> Self {
+        Self {
+            recall: c.recall,
+            capture: c.capture,
+            remember: c.remember,
+            search: c.search,
+            facts: c.facts,
+            import_export: c.import_export,
+        }
+    }
+}
+
+/// Every error body: `{"error":{"code","message"}}`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code (`invalid_input`, `unsupported`, …).
+    pub code: String,
+    pub message: String,
+}

@@ -1,0 +1,107 @@
+//! Who may talk to the server: a bearer token when one is configured, and
+//! no public bind without one.
+
+use crate::error::ApiError;
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The server's bearer token. Its `Debug` never shows the value.
+#[derive(Clone)]
+pub struct BearerToken(Arc<str>);
+
+impl BearerToken {
+    /// `None` for an absent or blank token.
+    pub fn new(raw: Option<String>) -> Option<Self> {
+        raw.map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+            .map(|t| Self(t.into()))
+    }
+
+    /// Constant-time comparison, so timing does not reveal a prefix.
+    fn matches(&self, presented: &str) -> bool {
+        let a = self.0.as_bytes();
+        let b = presented.as_bytes();
+        let mut diff = a.len() ^ b.len();
+        for i in 0..a.len().max(b.len()) {
+            let x = a.get(i).copied().unwrap_or(0);
+            let y = b.get(i).copied().unwrap_or(0);
+            diff |= usize::from(x ^ y);
+        }
+        diff == 0
+    }
+}
+
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BearerToken(<redacted>)")
+    }
+}
+
+/// Refuses to expose an unauthenticated memory service beyond loopback.
+pub fn check_bind(addr: SocketAddr, token: Option<&BearerToken>) -> Result<(), String> {
+    if addr.ip().is_loopback() || token.is_some() {
+        Ok(())
+    } else {
+        Err(format!(
+            "refusing to bind {addr}: a non-loopback address needs a bearer token \
+             (set the variable named by server.bearer_token_env, MEMGATE_TOKEN by default)"
+        ))
+    }
+}
+
+/// Middleware: requires `Authorization: Bearer <token>` when a token is set.
+pub async fn require_bearer(
+    State(token): State<Option<BearerToken>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if let Some(token) = &token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !presented.is_some_and(|p| token.matches(p)) {
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing or wrong bearer token",
+            ));
+        }
+    }
+    Ok(next.run(request).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_bind_needs_a_token() {
+        let public: SocketAddr = "0.0.0.0:8765".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:8765".parse().unwrap();
+        let v6: SocketAddr = "[::1]:8765".parse().unwrap();
+        assert!(check_bind(public, None)
+            .unwrap_err()
+            .contains("bearer token"));
+        assert!(check_bind(local, None).is_ok());
+        assert!(check_bind(v6, None).is_ok());
+        let t = BearerToken::new(Some("s3cret".into())).unwrap();
+        assert!(check_bind(public, Some(&t)).is_ok());
+    }
+
+    #[test]
+    fn token_comparison_and_redaction() {
+        let t = BearerToken::new(Some(" s3cret ".into())).unwrap();
+        assert!(t.matches("s3cret"));
+        assert!(!t.matches("s3cre"));
+        assert!(!t.matches("s3cret!"));
+        assert!(!format!("{t:?}").contains("s3cret"));
+        assert!(BearerToken::new(Some("  ".into())).is_none());
+    }
+}
