@@ -8,7 +8,6 @@
 //! Python's `repr` (`1e+16`, `1e-05`, `0.1`, `100.0`).
 
 use serde_json::Value;
-use std::fmt::Write;
 
 /// Serializes `value` the way Python's `json.dumps` does with sorted keys,
 /// compact separators and `ensure_ascii=False`.
@@ -30,7 +29,7 @@ fn write_value(out: &mut String, value: &Value) {
                 out.push_str(&python_float_repr(n.as_f64().unwrap_or(f64::NAN)));
             }
         }
-        Value::String(s) => write_string(out, s),
+        Value::String(s) => write_json_string(out, s),
         Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
@@ -49,7 +48,7 @@ fn write_value(out: &mut String, value: &Value) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_string(out, k);
+                write_json_string(out, k);
                 out.push(':');
                 write_value(out, v);
             }
@@ -58,23 +57,37 @@ fn write_value(out: &mut String, value: &Value) {
     }
 }
 
-fn write_string(out: &mut String, s: &str) {
+/// Appends `s` as a JSON string the way Python's
+/// `json.dumps(ensure_ascii=False)` writes it: `"` and `\\` escaped,
+/// `\n \r \t \b \f` by name, other control characters as `\u00XX`, everything
+/// else verbatim. Runs of plain bytes are copied at once.
+pub fn write_json_string(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    let mut run = 0;
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[run..i]);
+        if escape.is_empty() {
+            out.push_str("\\u00");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        } else {
+            out.push_str(escape);
         }
+        run = i + 1;
     }
+    out.push_str(&s[run..]);
     out.push('"');
 }
 

@@ -20,12 +20,14 @@
 //! - [`policy`]: read, write and start-up failure policies;
 //! - [`budget`]: character and UTF-8 byte budgets that never cut a character;
 //! - [`setup`]: what the host hands a backend at construction;
+//! - [`tool`]: the explicit-save `remember` model tool for any backend;
 //! - [`noop`]: the backend that stores nothing.
 
 pub mod backend;
 pub mod budget;
 pub mod canonical_json;
 pub mod capture;
+pub mod cursor;
 pub mod error;
 pub mod facts;
 pub mod identity;
@@ -36,6 +38,7 @@ pub mod recall;
 pub mod remember;
 pub mod setup;
 pub mod signature;
+pub mod tool;
 
 pub use backend::{Capabilities, MemoryBackend, WarmStatus};
 pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook};

@@ -7,10 +7,10 @@
 //! is never stored, only this hash. The sequence digest hashes an ordered
 //! list of signatures (the transcript prefix a cursor has handled).
 
-use crate::canonical_json::to_python_json;
-use crate::message::{truthy, Message};
-use serde_json::{json, Map, Value};
+use crate::canonical_json::{to_python_json, write_json_string};
+use crate::message::{truthy, Content, Message};
 use sha2::{Digest, Sha256};
+use std::cell::RefCell;
 
 /// Lowercase hex of a byte string.
 pub fn hex(bytes: &[u8]) -> String {
@@ -28,40 +28,92 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-fn non_empty(v: Option<&str>) -> Value {
-    match v {
-        Some(s) if !s.is_empty() => Value::String(s.to_owned()),
-        _ => Value::Null,
-    }
+/// The canonical JSON a signature hashes (exposed for tests and tooling):
+/// `{"content","id","role","tool_call_id","tool_calls","tool_name","tool_status"}`
+/// with sorted keys, compact separators and non-ASCII kept; empty strings
+/// read as `null`; tool calls fall back to `additional_kwargs.tool_calls`.
+pub fn signature_payload(message: &Message) -> String {
+    let mut out = String::new();
+    write_payload(&mut out, message);
+    out
 }
 
-/// The canonical JSON a signature hashes (exposed for tests and tooling).
-pub fn signature_payload(message: &Message) -> String {
-    let tool_calls = if !message.tool_calls.is_empty() {
-        serde_json::to_value(&message.tool_calls).unwrap_or(Value::Array(Vec::new()))
-    } else {
-        match message.additional_kwargs.get("tool_calls") {
-            Some(v) if truthy(v) => v.clone(),
-            _ => Value::Array(Vec::new()),
-        }
-    };
-    let mut payload = Map::new();
-    payload.insert("id".into(), non_empty(message.id.as_deref()));
-    payload.insert("role".into(), json!(message.role.as_str()));
-    payload.insert("content".into(), message.content.to_value());
-    payload.insert("tool_calls".into(), tool_calls);
-    payload.insert(
-        "tool_call_id".into(),
-        non_empty(message.tool_call_id.as_deref()),
-    );
-    payload.insert("tool_name".into(), non_empty(message.name.as_deref()));
-    payload.insert("tool_status".into(), non_empty(message.status.as_deref()));
-    to_python_json(&Value::Object(payload))
+thread_local! {
+    /// Captures sign whole transcripts; one reused buffer per thread keeps
+    /// that free of per-message allocations.
+    static BUFFER: RefCell<String> = RefCell::new(String::with_capacity(1024));
 }
 
 /// The message's signature: lowercase hex SHA-256 of its canonical payload.
 pub fn message_signature(message: &Message) -> String {
-    sha256_hex(signature_payload(message).as_bytes())
+    BUFFER.with(|buffer| {
+        let mut out = buffer.borrow_mut();
+        out.clear();
+        write_payload(&mut out, message);
+        let digest = sha256_hex(out.as_bytes());
+        if out.capacity() > 64 * 1024 {
+            *out = String::with_capacity(1024);
+        }
+        digest
+    })
+}
+
+/// Writes the payload straight into `out`, keys in sorted order; only
+/// nested values (content blocks, tool call arguments, legacy tool calls)
+/// go through the general canonical encoder.
+fn write_payload(out: &mut String, m: &Message) {
+    out.push_str("{\"content\":");
+    match &m.content {
+        Content::Text(s) => write_json_string(out, s),
+        Content::Blocks(_) => out.push_str(&to_python_json(&m.content.to_value())),
+    }
+    out.push_str(",\"id\":");
+    write_optional(out, m.id.as_deref());
+    out.push_str(",\"role\":");
+    write_json_string(out, m.role.as_str());
+    out.push_str(",\"tool_call_id\":");
+    write_optional(out, m.tool_call_id.as_deref());
+    out.push_str(",\"tool_calls\":");
+    if !m.tool_calls.is_empty() {
+        out.push('[');
+        for (i, call) in m.tool_calls.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            // A tool call is {name, args, id, type}; sorted: args, id, name, type.
+            out.push_str("{\"args\":");
+            out.push_str(&to_python_json(&call.args));
+            out.push_str(",\"id\":");
+            match &call.id {
+                Some(id) => write_json_string(out, id),
+                None => out.push_str("null"),
+            }
+            out.push_str(",\"name\":");
+            write_json_string(out, &call.name);
+            out.push_str(",\"type\":");
+            write_json_string(out, &call.call_type);
+            out.push('}');
+        }
+        out.push(']');
+    } else {
+        match m.additional_kwargs.get("tool_calls") {
+            Some(v) if truthy(v) => out.push_str(&to_python_json(v)),
+            _ => out.push_str("[]"),
+        }
+    }
+    out.push_str(",\"tool_name\":");
+    write_optional(out, m.name.as_deref());
+    out.push_str(",\"tool_status\":");
+    write_optional(out, m.status.as_deref());
+    out.push('}');
+}
+
+/// A non-empty string, or `null` (absent and empty read the same).
+fn write_optional(out: &mut String, v: Option<&str>) {
+    match v {
+        Some(s) if !s.is_empty() => write_json_string(out, s),
+        _ => out.push_str("null"),
+    }
 }
 
 /// SHA-256 over each signature's UTF-8 length (8-byte big-endian) followed
@@ -157,6 +209,92 @@ mod tests {
         let ok = message_signature(&failed);
         failed.status = Some("error".into());
         assert_ne!(ok, message_signature(&failed));
+    }
+
+    /// The payload built the slow, obvious way: a JSON object through the
+    /// general canonical encoder.
+    fn reference_payload(message: &Message) -> String {
+        use serde_json::{json, Map, Value};
+        let non_empty = |v: Option<&str>| match v {
+            Some(s) if !s.is_empty() => Value::String(s.to_owned()),
+            _ => Value::Null,
+        };
+        let tool_calls = if !message.tool_calls.is_empty() {
+            serde_json::to_value(&message.tool_calls).unwrap()
+        } else {
+            match message.additional_kwargs.get("tool_calls") {
+                Some(v) if truthy(v) => v.clone(),
+                _ => json!([]),
+            }
+        };
+        let mut payload = Map::new();
+        payload.insert("id".into(), non_empty(message.id.as_deref()));
+        payload.insert("role".into(), json!(message.role.as_str()));
+        payload.insert("content".into(), message.content.to_value());
+        payload.insert("tool_calls".into(), tool_calls);
+        payload.insert(
+            "tool_call_id".into(),
+            non_empty(message.tool_call_id.as_deref()),
+        );
+        payload.insert("tool_name".into(), non_empty(message.name.as_deref()));
+        payload.insert("tool_status".into(), non_empty(message.status.as_deref()));
+        to_python_json(&Value::Object(payload))
+    }
+
+    #[test]
+    fn streamed_payload_matches_the_reference_for_every_shape() {
+        use crate::message::Role;
+        use serde_json::json;
+        let mut tricky = Message::tool(
+            "a\"b\\c\nd\re\tf\u{8}g\u{c}h\u{1}i\u{1f}j\u{7f}é日😀\u{2028}",
+            "c\u{0}1",
+        );
+        tricky.status = Some("error".into());
+        let messages = vec![
+            Message::human("").with_id(""),
+            Message::human("plain"),
+            Message::ai("x").with_id("a").with_name(""),
+            tricky,
+            Message::new(Role::new("AIMessageChunk"), "chunk").with_id("c"),
+            Message::human(Content::Blocks(vec![
+                json!({"type": "text", "text": "t"}),
+                json!("s"),
+                json!({"type": "image_url", "image_url": {"url": "u", "detail": "auto"}}),
+            ])),
+            Message::ai("").with_tool_calls(vec![
+                ToolCall::new(
+                    "f",
+                    json!({"b": [1, 2.5, 1e16, null], "a": {"z": true}}),
+                    None,
+                ),
+                ToolCall::new("g\"", json!("scalar"), Some("id\n".into())),
+            ]),
+            Message::ai("").with_flag(
+                "tool_calls",
+                json!([{"id": "c", "function": {"name": "f"}}]),
+            ),
+            Message::ai("").with_flag("tool_calls", json!([])),
+            Message::system("s").with_flag("hide_from_ui", true),
+            h1(),
+            a1(),
+        ];
+        for m in &messages {
+            assert_eq!(signature_payload(m), reference_payload(m), "{m:?}");
+            assert_eq!(
+                message_signature(m),
+                sha256_hex(reference_payload(m).as_bytes())
+            );
+        }
+        // The reused buffer does not leak between messages.
+        let long = Message::human("x".repeat(100_000));
+        assert_eq!(
+            message_signature(&long),
+            sha256_hex(reference_payload(&long).as_bytes())
+        );
+        assert_eq!(
+            message_signature(&h1()),
+            sha256_hex(reference_payload(&h1()).as_bytes())
+        );
     }
 
     #[test]

@@ -1,0 +1,381 @@
+//! `OpenVikingBackend`: the memory contract over one OpenViking USER key.
+
+use crate::capture::{capture_session, CaptureTarget};
+use crate::client::OpenVikingClient;
+use crate::config::OpenVikingConfig;
+use crate::injection::format_injection;
+use crate::lifecycle::Lifecycle;
+use crate::locks::SessionLocks;
+use crate::pystr;
+use crate::retrieval::{retrieve, RetrievalRequest, RetrievedMemory};
+use crate::scope::{canonical_peer_id, check_owner, session_id, UriStyle};
+use async_trait::async_trait;
+use memgate_core::capture::captureable;
+use memgate_core::{
+    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, KeepHiddenHook,
+    MemoryBackend, MemoryError, MemoryMode, Recall, RecallRequest, RecalledItem, Result, SearchHit,
+    SearchQuery, StartupPolicy, WarmStatus,
+};
+use serde_json::{Map, Value};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Why `mode: tool` is refused: model-driven memory belongs to OpenViking's
+/// own MCP server.
+pub const MIDDLEWARE_ONLY: &str = "The OpenViking automatic-memory backend supports memory.mode='middleware' only; use OpenViking MCP for explicit model tools";
+
+/// What the health check reports.
+const UNHEALTHY: &str = "OpenViking health check returned an unhealthy response";
+
+/// The OpenViking backend (`manager_class: openviking`).
+///
+/// One instance serves one host user (`owner_user_id`) with one OpenViking
+/// USER API key; each agent is a peer inside that user and each thread a
+/// session. Recall, capture and search are supported; fact management,
+/// import/export and `remember` answer `Unsupported`.
+#[derive(Clone)]
+pub struct OpenVikingBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Arc<OpenVikingConfig>,
+    lifecycle: Arc<Lifecycle>,
+    locks: Arc<SessionLocks>,
+    keep_hidden: Option<KeepHiddenHook>,
+    uri_style: Mutex<UriStyle>,
+    server_version: Mutex<Option<String>>,
+}
+
+impl fmt::Debug for OpenVikingBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenVikingBackend")
+            .field("config", &self.inner.config)
+            .field("uri_style", &self.uri_style())
+            .field("closed", &self.inner.lifecycle.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenVikingBackend {
+    /// Builds the backend from `memory.backend_config`. Refuses any mode but
+    /// `middleware` before reading the configuration. Makes no network call
+    /// (`warm` does the health check).
+    pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
+        if ctx.mode != MemoryMode::Middleware {
+            return Err(MemoryError::Config(MIDDLEWARE_ONLY.to_owned()));
+        }
+        let config = OpenVikingConfig::from_backend_config(config, ctx)?;
+        Self::new(config, ctx.keep_hidden.clone())
+    }
+
+    /// Builds the backend from a validated configuration.
+    pub fn new(config: OpenVikingConfig, keep_hidden: Option<KeepHiddenHook>) -> Result<Self> {
+        let client = OpenVikingClient::new(&config.base_url, &config.api_key, config.timeout)
+            .map_err(|why| MemoryError::Config(format!("{why} (set {})", config.api_key_env)))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config: Arc::new(config),
+                lifecycle: Lifecycle::new(client),
+                locks: Arc::new(SessionLocks::default()),
+                keep_hidden,
+                uri_style: Mutex::new(UriStyle::Home),
+                server_version: Mutex::new(None),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &OpenVikingConfig {
+        &self.inner.config
+    }
+
+    /// The peer a caller's agent maps to, after the owner check.
+    pub fn peer_id(&self, caller: &Caller) -> Result<String> {
+        check_owner(&self.inner.config.owner_user_id, caller)?;
+        canonical_peer_id(caller.agent.as_deref(), &self.inner.config.default_peer_id)
+    }
+
+    /// The OpenViking session of a caller's thread, after the owner check.
+    pub fn session_id(&self, caller: &Caller) -> Result<String> {
+        let peer = self.peer_id(caller)?;
+        let thread = caller.require_thread()?;
+        Ok(session_id(&self.inner.config.owner_user_id, &peer, thread))
+    }
+
+    /// How memory roots are spelled (chosen from the server version at warm).
+    pub fn uri_style(&self) -> UriStyle {
+        *self
+            .inner
+            .uri_style
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The server version `/health` reported at the last successful warm.
+    pub fn server_version(&self) -> Option<String> {
+        self.inner
+            .server_version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// True once shutdown has released the HTTP client.
+    pub fn resources_closed(&self) -> bool {
+        self.inner.lifecycle.resources_closed()
+    }
+
+    /// Session ids with a live capture lock (none when idle).
+    pub fn live_session_locks(&self) -> usize {
+        self.inner.locks.len()
+    }
+
+    fn target_uris(&self, peer: &str) -> [String; 2] {
+        self.uri_style().memory_target_uris(peer)
+    }
+
+    async fn recall_memories(
+        &self,
+        client: &OpenVikingClient,
+        peer: &str,
+        session: Option<&str>,
+    ) -> Result<Vec<RetrievedMemory>> {
+        let config = &self.inner.config;
+        let uris = self.target_uris(peer);
+        let request = RetrievalRequest {
+            query: &config.retrieval.injection_query,
+            target_uris: &uris,
+            session_id: session,
+            limit: config.retrieval.top_k,
+            score_threshold: config.retrieval.score_threshold,
+            memory_type: None,
+        };
+        retrieve(
+            client,
+            peer,
+            &request,
+            config.retrieval.content_mode,
+            config.retrieval.max_injection_chars,
+        )
+        .await
+        .map_err(|e| e.into_memory_error())
+    }
+}
+
+#[async_trait]
+impl MemoryBackend for OpenVikingBackend {
+    fn name(&self) -> &str {
+        "openviking"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            recall: true,
+            capture: true,
+            search: true,
+            ..Capabilities::default()
+        }
+    }
+
+    /// Recalls with the configured `injection_query`, the host contract's
+    /// fixed query: `request.query` is ignored by this backend. With a thread
+    /// the search is bound to that thread's session, otherwise it is a
+    /// session-less find. Identity errors always propagate; backend failures
+    /// follow `failure_policy.read`.
+    async fn recall(&self, request: &RecallRequest) -> Result<Recall> {
+        let Some(op) = self.inner.lifecycle.begin() else {
+            return Ok(Recall::empty());
+        };
+        let caller = &request.caller;
+        let peer = self.peer_id(caller)?;
+        let session = caller
+            .thread
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(|t| session_id(&self.inner.config.owner_user_id, &peer, t));
+        let fetched = self
+            .recall_memories(op.client(), &peer, session.as_deref())
+            .await;
+        let memories = self.inner.config.read_policy.apply(
+            fetched,
+            Vec::new(),
+            "OpenViking context retrieval",
+        )?;
+        let injection =
+            format_injection(&memories, self.inner.config.retrieval.max_injection_chars);
+        let items = injection
+            .lines
+            .into_iter()
+            .map(|line| {
+                let memory = &memories[line.source];
+                RecalledItem {
+                    citation: memory.uri.clone().map(Citation::new),
+                    kind: line.category,
+                    text: line.text,
+                    score: memory.score,
+                }
+            })
+            .collect();
+        Ok(Recall {
+            text: injection.text,
+            items,
+        })
+    }
+
+    /// Sends what is new in the transcript to the thread's session and
+    /// commits. Identity and input errors, an unreadable cursor and a failed
+    /// cursor save always propagate; server failures follow
+    /// `failure_policy.write`.
+    async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
+        let Some(op) = self.inner.lifecycle.begin() else {
+            tracing::warn!("OpenViking write ignored after backend shutdown");
+            return Ok(CaptureReport::default());
+        };
+        let caller = &request.caller;
+        let thread = caller
+            .thread
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                MemoryError::invalid("thread_id", "OpenViking memory write requires thread_id")
+            })?;
+        let peer = self.peer_id(caller)?;
+        let sid = session_id(&self.inner.config.owner_user_id, &peer, thread);
+        let captured = captureable(&request.messages, self.inner.keep_hidden.as_ref());
+        let filtered = request.messages.len() - captured.len();
+        let guard = self.inner.locks.lock(&sid).await;
+        let target = CaptureTarget {
+            config: self.inner.config.clone(),
+            peer,
+            session_id: sid,
+        };
+        let outcome = capture_session(op, guard, target, &captured).await?;
+        let report = CaptureReport {
+            stored: outcome.sent,
+            already_known: outcome.already_known,
+            filtered,
+        };
+        match outcome.failure {
+            None => Ok(report),
+            Some(err) => {
+                self.inner
+                    .config
+                    .write_policy
+                    .apply(Err(err), report, "OpenViking capture")
+            }
+        }
+    }
+
+    /// A find over the user's and the peer's memory. A blank query answers
+    /// nothing at once (no identity check, no request). `query.kind` filters
+    /// on the memory type (`tags: ["memory_type=<kind>"]`) before `top_k`.
+    async fn search(&self, caller: &Caller, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        let text = pystr::strip(&query.query);
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(op) = self.inner.lifecycle.begin() else {
+            return Ok(Vec::new());
+        };
+        let peer = self.peer_id(caller)?;
+        let config = &self.inner.config;
+        let uris = self.target_uris(&peer);
+        let request = RetrievalRequest {
+            query: text,
+            target_uris: &uris,
+            session_id: None,
+            limit: query.top_k.clamp(1, 100),
+            score_threshold: config.retrieval.score_threshold,
+            memory_type: query.kind.as_deref().filter(|k| !k.is_empty()),
+        };
+        let fetched = retrieve(
+            op.client(),
+            &peer,
+            &request,
+            config.retrieval.content_mode,
+            config.retrieval.max_injection_chars,
+        )
+        .await
+        .map_err(|e| e.into_memory_error());
+        let memories = config
+            .read_policy
+            .apply(fetched, Vec::new(), "OpenViking memory search")?;
+        Ok(memories
+            .into_iter()
+            .map(|m| {
+                let id = m.uri.unwrap_or_default();
+                SearchHit {
+                    source: (!id.is_empty()).then(|| id.clone()),
+                    id,
+                    content: m.text,
+                    category: m.category.unwrap_or_else(|| "memory".to_owned()),
+                    score: m.score,
+                }
+            })
+            .collect())
+    }
+
+    /// `GET /health`. Healthy: `Ready`, and the server version picks the
+    /// memory URI form. Unhealthy or unreachable: `fail_fast` answers an
+    /// error, `warn` answers `Degraded`.
+    async fn warm(&self) -> Result<WarmStatus> {
+        let Some(op) = self.inner.lifecycle.begin() else {
+            return Ok(WarmStatus::Degraded {
+                reason: "OpenViking backend is shut down".to_owned(),
+            });
+        };
+        let cause = match op.client().health().await {
+            Ok(body) if body.get("status").and_then(Value::as_str) == Some("ok") => {
+                let version = body
+                    .get("version")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let style = UriStyle::for_server_version(version.as_deref());
+                *self
+                    .inner
+                    .uri_style
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = style;
+                tracing::info!(
+                    version = version.as_deref().unwrap_or("unknown"),
+                    uri_style = ?style,
+                    "OpenViking is healthy"
+                );
+                *self
+                    .inner
+                    .server_version
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = version;
+                return Ok(WarmStatus::Ready);
+            }
+            Ok(body) => format!(
+                "status {}",
+                body.get("status")
+                    .map(Value::to_string)
+                    .unwrap_or_else(|| "missing".into())
+            ),
+            Err(e) => e.to_string(),
+        };
+        match self.inner.config.startup_policy {
+            StartupPolicy::FailFast => {
+                tracing::error!(cause = %cause, "{UNHEALTHY}");
+                Err(MemoryError::Backend(UNHEALTHY.to_owned()))
+            }
+            StartupPolicy::Warn => {
+                tracing::warn!(cause = %cause, "{UNHEALTHY}; running degraded (startup_policy warn)");
+                Ok(WarmStatus::Degraded {
+                    reason: format!("{UNHEALTHY}: {cause}"),
+                })
+            }
+        }
+    }
+
+    /// Stops new work, waits for running operations up to `timeout`, then
+    /// closes the HTTP client. False if operations were still running; the
+    /// last of them closes the client. Server-side extraction continues on
+    /// the server either way.
+    async fn shutdown(&self, timeout: Duration) -> bool {
+        self.inner.lifecycle.shutdown(timeout).await
+    }
+}

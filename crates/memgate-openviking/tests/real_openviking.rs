@@ -1,0 +1,460 @@
+//! The OpenViking backend against the REAL OpenViking server (0.5.x, api_key
+//! mode, on loopback) started by `testkit/up`. Each run creates its own
+//! account with two USER keys through the admin API (root key), captures
+//! conversations for two peers, waits for the server's extraction, and
+//! recalls through memgate. Skipped with a notice when the server is not
+//! running, unless `MEMGATE_REQUIRE_REAL_SERVERS=1`.
+
+mod common;
+
+use common::*;
+use memgate_core::{
+    BackendContext, Caller, MemoryBackend, MemoryError, RecallRequest, SearchQuery, WarmStatus,
+};
+use memgate_openviking::{OpenVikingBackend, UriStyle};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// An account of this run, with the USER keys of `alice` and `bob`.
+struct Account {
+    url: String,
+    root_key: String,
+    id: String,
+    alice_key: String,
+    bob_key: String,
+}
+
+async fn post(url: &str, key: &str, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("X-API-Key", key)
+        .json(&body)
+        .send()
+        .await
+        .expect("OpenViking answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(url: &str, key: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .get(url)
+        .header("X-API-Key", key)
+        .send()
+        .await
+        .expect("OpenViking answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn create_account(server: &RealServer, tag: &str) -> Account {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let id = format!("mg{tag}{}x{nanos}", std::process::id());
+    let (status, body) = post(
+        &format!("{}/api/v1/admin/accounts", server.url),
+        &server.root_key,
+        json!({"account_id": id, "admin_user_id": "admin"}),
+    )
+    .await;
+    assert_eq!(status, 200, "account creation: {body}");
+    let mut keys = Vec::new();
+    for user in ["alice", "bob"] {
+        let (status, body) = post(
+            &format!("{}/api/v1/admin/accounts/{id}/users", server.url),
+            &server.root_key,
+            json!({"user_id": user, "role": "user"}),
+        )
+        .await;
+        assert_eq!(status, 200, "user creation: {body}");
+        keys.push(body["result"]["user_key"].as_str().unwrap().to_owned());
+    }
+    Account {
+        url: server.url.clone(),
+        root_key: server.root_key.clone(),
+        id,
+        bob_key: keys.pop().unwrap(),
+        alice_key: keys.pop().unwrap(),
+    }
+}
+
+impl Account {
+    /// Best-effort clean-up of this run's account.
+    async fn delete(&self) {
+        let _ = reqwest::Client::new()
+            .delete(format!("{}/api/v1/admin/accounts/{}", self.url, self.id))
+            .header("X-API-Key", &self.root_key)
+            .send()
+            .await;
+    }
+}
+
+fn backend(url: &str, key: &str, owner: &str, dir: &Path) -> OpenVikingBackend {
+    let config = json!({
+        "base_url": url,
+        "owner_user_id": owner,
+        "startup_policy": "fail_fast",
+        "timeout_seconds": 30,
+        "failure_policy": {"read": "raise", "write": "raise"},
+        "retrieval": {"top_k": 8}
+    });
+    let ctx: BackendContext = context(dir, &[("OPENVIKING_API_KEY", key)]);
+    OpenVikingBackend::from_backend_config(config.as_object().unwrap(), &ctx).unwrap()
+}
+
+/// Waits until every commit task of the key's user has finished.
+async fn wait_for_extraction(url: &str, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let (status, body) = get(
+            &format!("{url}/api/v1/tasks?task_type=session_commit&limit=100"),
+            key,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let tasks = body["result"].as_array().cloned().unwrap_or_default();
+        for t in &tasks {
+            assert_ne!(t["status"], "failed", "extraction failed: {t}");
+        }
+        let busy = tasks
+            .iter()
+            .any(|t| matches!(t["status"].as_str(), Some("pending" | "running")));
+        if !tasks.is_empty() && !busy {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "extraction did not finish: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn recall_text(backend: &OpenVikingBackend, caller: Caller) -> String {
+    backend
+        .recall(&RecallRequest {
+            caller,
+            query: None,
+        })
+        .await
+        .expect("recall")
+        .text
+}
+
+#[tokio::test]
+async fn real_server_capture_commit_extract_recall_with_peer_and_user_isolation() {
+    let Some(server) =
+        real_server("real_server_capture_commit_extract_recall_with_peer_and_user_isolation")
+    else {
+        return;
+    };
+    let account = create_account(&server, "iso").await;
+    let dir = tempfile::tempdir().unwrap();
+    let alice = backend(&server.url, &account.alice_key, "alice", dir.path());
+
+    // Health: ready, a 0.5.x server, home-relative memory URIs.
+    assert_eq!(alice.warm().await.unwrap(), WarmStatus::Ready);
+    let version = alice.server_version().unwrap();
+    assert!(version.starts_with("0.5."), "{version}");
+    assert_eq!(alice.uri_style(), UriStyle::Home);
+
+    // Two peers of one user, one thread each.
+    let research = Caller::new("alice")
+        .with_agent("research")
+        .with_thread("trip");
+    let default_agent = Caller::new("alice").with_thread("tools");
+    let trip = vec![
+        human("t1", "I prefer dark roast coffee."),
+        ai("t2", "Noted."),
+    ];
+    let tools = vec![
+        human("e1", "My favourite editor is Helix."),
+        ai("e2", "Got it."),
+    ];
+    let r = alice
+        .capture(&capture_request(&research, trip.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r.stored, 2);
+    let r = alice
+        .capture(&capture_request(&default_agent, tools))
+        .await
+        .unwrap();
+    assert_eq!(r.stored, 2);
+
+    // The same snapshot again stores nothing; a grown one only the new turns.
+    let r = alice
+        .capture(&capture_request(&research, trip.clone()))
+        .await
+        .unwrap();
+    assert_eq!((r.stored, r.already_known), (0, 2));
+    let mut grown = trip.clone();
+    grown.push(human("t3", "I live in Lisbon."));
+    grown.push(ai("t4", "Nice city."));
+    let r = alice
+        .capture(&capture_request(&research, grown))
+        .await
+        .unwrap();
+    assert_eq!((r.stored, r.already_known), (2, 2));
+    let sid = alice.session_id(&research).unwrap();
+    let (status, session) = get(
+        &format!("{}/api/v1/sessions/{sid}", server.url),
+        &account.alice_key,
+    )
+    .await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(
+        session["result"]["total_message_count"], 4,
+        "nothing was sent twice: {session}"
+    );
+    assert_eq!(session["result"]["commit_count"], 2);
+    assert_eq!(
+        session["result"]["pending_tokens"], 0,
+        "every capture committed"
+    );
+
+    wait_for_extraction(&server.url, &account.alice_key).await;
+
+    // Each peer recalls its own memory, and only its own.
+    let research_view = recall_text(&alice, Caller::new("alice").with_agent("research")).await;
+    assert!(research_view.contains("coffee"), "{research_view}");
+    assert!(!research_view.contains("Helix"), "{research_view}");
+    println!("recall for alice/research:\n{research_view}");
+    let default_view = recall_text(&alice, Caller::new("alice")).await;
+    println!("recall for alice/default agent:\n{default_view}");
+    assert!(default_view.contains("Helix"), "{default_view}");
+    assert!(!default_view.contains("coffee"), "{default_view}");
+    // Bound to the thread's session (search mode) the peer still finds it.
+    let in_thread = recall_text(&alice, research.clone()).await;
+    assert!(in_thread.contains("coffee"), "{in_thread}");
+    // The server's memory_type tag becomes the category.
+    assert!(
+        research_view.contains("- [preferences] "),
+        "{research_view}"
+    );
+
+    // Search: filtered by memory type before the cut.
+    let hits = alice
+        .search(
+            &Caller::new("alice").with_agent("research"),
+            &SearchQuery::new("coffee"),
+        )
+        .await
+        .unwrap();
+    assert!(hits
+        .iter()
+        .any(|h| h.content.contains("coffee") && h.category == "preferences"));
+    assert!(hits
+        .iter()
+        .all(|h| h.id.starts_with("viking://user/alice/")));
+    // The content read `read`/`auto` modes use works on the hit's URI.
+    let leaf = hits
+        .iter()
+        .find(|h| h.id.ends_with(".md") && h.content.contains("coffee"))
+        .unwrap();
+    let client = memgate_openviking::client::OpenVikingClient::new(
+        &server.url,
+        &alice.config().api_key,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let body = client.read_content("research", &leaf.id).await.unwrap();
+    assert!(body.as_str().unwrap().contains("coffee"), "{body}");
+    let events = alice
+        .search(
+            &Caller::new("alice").with_agent("research"),
+            &SearchQuery {
+                query: "coffee".into(),
+                top_k: 5,
+                kind: Some("events".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(events.iter().all(|h| h.category == "events"), "{events:?}");
+    let preferences = alice
+        .search(
+            &Caller::new("alice").with_agent("research"),
+            &SearchQuery {
+                query: "coffee".into(),
+                top_k: 5,
+                kind: Some("preferences".into()),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!preferences.is_empty());
+    assert!(preferences.iter().all(|h| h.category == "preferences"));
+
+    // score_threshold reaches the server: nothing scores above 0.99.
+    let strict_dir = tempfile::tempdir().unwrap();
+    let strict = {
+        let config = json!({
+            "base_url": server.url, "owner_user_id": "alice",
+            "retrieval": {"score_threshold": 0.99}, "failure_policy": {"read": "raise"}
+        });
+        OpenVikingBackend::from_backend_config(
+            config.as_object().unwrap(),
+            &context(
+                strict_dir.path(),
+                &[("OPENVIKING_API_KEY", &account.alice_key)],
+            ),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        recall_text(&strict, Caller::new("alice").with_agent("research")).await,
+        ""
+    );
+
+    // Another user's key sees none of alice's memory.
+    let bob_dir = tempfile::tempdir().unwrap();
+    let bob = backend(&server.url, &account.bob_key, "bob", bob_dir.path());
+    let bob_view = recall_text(&bob, Caller::new("bob").with_agent("research")).await;
+    assert!(
+        !bob_view.contains("coffee") && !bob_view.contains("Helix"),
+        "{bob_view}"
+    );
+    let bob_hits = bob
+        .search(
+            &Caller::new("bob").with_agent("research"),
+            &SearchQuery::new("coffee"),
+        )
+        .await
+        .unwrap();
+    assert!(
+        bob_hits.iter().all(|h| !h.id.contains("/user/alice/")),
+        "{bob_hits:?}"
+    );
+    // And alice's backend refuses bob before any request.
+    let refused = alice
+        .recall(&RecallRequest {
+            caller: Caller::new("bob"),
+            query: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, MemoryError::RejectedIdentity(_)));
+
+    assert!(alice.shutdown(Duration::from_secs(5)).await);
+    account.delete().await;
+}
+
+/// What the server does with the requests memgate avoids, pinned: the
+/// uid-less memory URI of the original adapter, another peer's tree, and
+/// another user's tree.
+#[tokio::test]
+async fn real_server_pins_uri_and_isolation_rules() {
+    let Some(server) = real_server("real_server_pins_uri_and_isolation_rules") else {
+        return;
+    };
+    let account = create_account(&server, "pin").await;
+    let find = |key: &str, peer: &str, targets: Value| {
+        let url = format!("{}/api/v1/search/find", server.url);
+        let key = key.to_owned();
+        let peer = peer.to_owned();
+        async move {
+            let response = reqwest::Client::new()
+                .post(url)
+                .header("X-API-Key", key)
+                .header("X-OpenViking-Actor-Peer", peer)
+                .json(&json!({"query": "coffee", "target_uri": targets, "limit": 3}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    // 0.5.x refuses the uid-less form DeerFlow uses and asks for `viking://~/…`.
+    let (status, body) = find(
+        &account.alice_key,
+        "research",
+        json!([
+            "viking://user/memories",
+            "viking://user/peers/research/memories"
+        ]),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "INVALID_URI");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("viking://~/memories"));
+    // The home form memgate sends is accepted.
+    let (status, _) = find(
+        &account.alice_key,
+        "research",
+        json!(["viking://~/memories", "viking://~/peers/research/memories"]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // A peer may not read another peer's tree.
+    let (status, body) = find(
+        &account.alice_key,
+        "research",
+        json!(["viking://~/peers/deerflow/memories"]),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "PERMISSION_DENIED");
+    // One user's key may not read another user's tree.
+    let (status, body) = find(
+        &account.bob_key,
+        "research",
+        json!(["viking://user/alice/memories"]),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    // `/health` tells who a key is, and refuses an unknown key.
+    let (status, who) = get(&format!("{}/health", server.url), &account.alice_key).await;
+    assert_eq!((status, who["user_id"].as_str()), (200, Some("alice")));
+    let (status, _) = get(&format!("{}/health", server.url), "not-a-key").await;
+    assert_eq!(status, 401);
+    account.delete().await;
+}
+
+#[tokio::test]
+async fn real_server_refuses_an_unknown_key_at_warm_and_recall() {
+    let Some(server) = real_server("real_server_refuses_an_unknown_key_at_warm_and_recall") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = backend(&server.url, "bm90.YS5rZXk.bm9wZQ", "alice", dir.path());
+    let err = wrong.warm().await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "OpenViking health check returned an unhealthy response"
+    );
+    let err = wrong
+        .recall(&RecallRequest {
+            caller: Caller::new("alice"),
+            query: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("HTTP 401 UNAUTHENTICATED"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("bm90.YS5rZXk.bm9wZQ"));
+    let err = wrong
+        .capture(&capture_request(
+            &Caller::new("alice").with_thread("t"),
+            vec![human("h", "x")],
+        ))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("HTTP 401"), "{err}");
+    assert!(
+        !dir.path().join("openviking").exists()
+            || std::fs::read_dir(dir.path().join("openviking/sessions"))
+                .map(|d| d.count())
+                .unwrap_or(0)
+                == 0
+    );
+}
