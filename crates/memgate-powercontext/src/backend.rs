@@ -1,0 +1,226 @@
+//! The `powercontext` backend: one owner, one Scope, recall and explicit
+//! remember; passive capture is a deliberate no-op; management lives in
+//! PowerContext itself.
+
+use crate::diagnostic::Problem;
+use crate::generation::{self, ServerGeneration, ServerInfo};
+use crate::notes::MANAGEMENT_POINTER;
+use crate::owner;
+use crate::recall::recall_query;
+use crate::settings::{reject_yaml_binding, Settings, SettingsLoader};
+use crate::transport::Transport;
+use async_trait::async_trait;
+use memgate_core::{
+    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, MemoryBackend,
+    MemoryError, Recall, RecallRequest, RememberOutcome, RememberRequest, Result, WarmStatus,
+};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+/// The `manager_class` this backend answers to.
+pub const MANAGER_CLASS: &str = "powercontext";
+
+/// Remote memory in one PowerContext Scope, bound to one host user.
+pub struct PowerContextBackend {
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) transport: Transport,
+    server: OnceCell<ServerInfo>,
+    /// The name used in Unsupported errors: says where management happens.
+    unsupported_name: String,
+}
+
+impl PowerContextBackend {
+    /// The factory seam: `backend_config` must be `{}` apart from the
+    /// host-supplied `storage_path`; the binding comes from the
+    /// `POWERCONTEXT_DEERFLOW_*` variables read through `ctx.var`, once per
+    /// environment source (see [`SettingsLoader::process`]). No network I/O.
+    pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
+        reject_yaml_binding("backend_config", config)?;
+        Self::from_settings(SettingsLoader::process().load(ctx)?)
+    }
+
+    /// A backend over an existing snapshot. No network I/O.
+    pub fn from_settings(settings: Arc<Settings>) -> Result<Self> {
+        Ok(Self {
+            transport: Transport::new(&settings)?,
+            settings,
+            server: OnceCell::new(),
+            unsupported_name: format!("{MANAGER_CLASS} ({MANAGEMENT_POINTER})"),
+        })
+    }
+
+    /// The shared settings snapshot.
+    pub fn settings(&self) -> &Arc<Settings> {
+        &self.settings
+    }
+
+    /// The detected server, if detection has run and succeeded.
+    pub fn server_info(&self) -> Option<&ServerInfo> {
+        self.server.get()
+    }
+
+    /// The server generation, detecting it on first use (see [`generation`]).
+    pub(crate) async fn server(&self) -> Result<&ServerInfo, Problem> {
+        self.server
+            .get_or_try_init(|| generation::detect(&self.transport))
+            .await
+    }
+
+    fn ensure_open(&self) -> Result<()> {
+        if self.transport.is_closed() {
+            Err(MemoryError::Closed(MANAGER_CLASS.into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `warm()` without the trait: detection, and on 1.4.x a read of the
+    /// configured Scope, within the recall deadline.
+    async fn check_health(&self) -> Result<ServerInfo, Problem> {
+        let deadline = tokio::time::Instant::now() + self.settings.recall_timeout();
+        tokio::time::timeout_at(deadline, async {
+            let info = self.server().await?.clone();
+            if info.generation == ServerGeneration::Current {
+                let path = format!("/v1/scopes/{}", path_segment(self.settings.scope_id()));
+                let reply = self.transport.get(&path, 64 * 1024).await?;
+                match reply.status {
+                    200 => {}
+                    404 => return Err(Problem::ScopeNotFound),
+                    _ => return Err(reply.problem()),
+                }
+            }
+            Ok(info)
+        })
+        .await
+        .unwrap_or(Err(Problem::Timeout))
+    }
+}
+
+/// Percent-encodes a Scope id for use as one path segment.
+fn path_segment(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for b in raw.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl std::fmt::Debug for PowerContextBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PowerContextBackend")
+            .field("settings", &self.settings)
+            .field("server", &self.server.get())
+            .field("transport", &self.transport)
+            .finish()
+    }
+}
+
+/// Logs a failed exchange by category only: no content, no query, no token.
+pub(crate) fn warn_problem(operation: &'static str, problem: &Problem) {
+    tracing::warn!(
+        target: "memgate_powercontext",
+        operation,
+        category = problem.category(),
+        "powercontext {operation} failed: {problem}"
+    );
+}
+
+#[async_trait]
+impl MemoryBackend for PowerContextBackend {
+    fn name(&self) -> &str {
+        MANAGER_CLASS
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            recall: true,
+            capture: false,
+            remember: true,
+            search: false,
+            facts: false,
+            import_export: false,
+        }
+    }
+
+    /// Refuses every caller but the owner (no request), recalls nothing for a
+    /// blank query (no request), and otherwise returns the server's prepared
+    /// content unchanged, or nothing on any failure (fail open).
+    async fn recall(&self, request: &RecallRequest) -> Result<Recall> {
+        owner::admit(&self.settings, &request.caller.user)?;
+        self.ensure_open()?;
+        let Some(query) = recall_query(request.query.as_deref()) else {
+            return Ok(Recall::empty());
+        };
+        match self.prepare(query).await {
+            Ok(Some(text)) => Ok(Recall {
+                text,
+                items: Vec::new(),
+            }),
+            Ok(None) => Ok(Recall::empty()),
+            Err(problem) => {
+                warn_problem("recall", &problem);
+                Ok(Recall::empty())
+            }
+        }
+    }
+
+    /// Passive capture is an explicit no-op: nothing is sent, nothing stored
+    /// (see [`crate::notes::PASSIVE_CAPTURE_NOTE`]).
+    async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
+        Ok(CaptureReport {
+            stored: 0,
+            already_known: 0,
+            filtered: request.messages.len(),
+        })
+    }
+
+    async fn remember(
+        &self,
+        caller: &Caller,
+        request: &RememberRequest,
+    ) -> Result<RememberOutcome> {
+        owner::admit(&self.settings, &caller.user)?;
+        self.ensure_open()?;
+        Ok(self.remember_once(request).await)
+    }
+
+    /// Detects the server generation, proves the token and, on 1.4.x, that
+    /// the configured Scope exists.
+    async fn warm(&self) -> Result<WarmStatus> {
+        match self.check_health().await {
+            Ok(_) => Ok(WarmStatus::Ready),
+            Err(problem) => {
+                warn_problem("warm", &problem);
+                Err(MemoryError::backend(format!(
+                    "powercontext start-up check failed ({}): {problem}",
+                    problem.category()
+                )))
+            }
+        }
+    }
+
+    async fn shutdown(&self, timeout: Duration) -> bool {
+        self.transport.shutdown(timeout).await
+    }
+
+    fn unsupported(&self, operation: &str) -> MemoryError {
+        MemoryError::unsupported(operation, &self.unsupported_name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_ids_are_encoded_as_one_segment() {
+        assert_eq!(path_segment("scp_0vbb"), "scp_0vbb");
+        assert_eq!(path_segment("a/b c:é"), "a%2Fb%20c%3A%C3%A9");
+    }
+}
