@@ -1,0 +1,231 @@
+//! [`LocalBackend`]: the `local` memory backend, the async face of
+//! [`MemoryStore`].
+//!
+//! SQLite calls block, so every operation runs on tokio's blocking pool
+//! (`spawn_blocking`) and the caller's executor threads never wait on disk.
+//! An operation counts as in flight until its blocking work has finished,
+//! even if the caller stopped waiting, so `shutdown` can drain it before
+//! checkpointing and closing the file.
+
+use crate::config::{LocalConfig, ResolvedConfig};
+use crate::store::MemoryStore;
+use async_trait::async_trait;
+use memgate_core::{
+    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch,
+    ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome,
+    RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+};
+use serde_json::{Map, Value};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Counts in-flight operations and refuses new ones after shutdown began.
+#[derive(Default)]
+struct Gate {
+    closing: AtomicBool,
+    in_flight: AtomicUsize,
+    drained: Notify,
+}
+
+/// Held by one operation until its blocking work ends.
+struct Pass(Arc<Gate>);
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+impl Gate {
+    fn enter(self: &Arc<Self>) -> Result<Pass> {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let pass = Pass(Arc::clone(self));
+        if self.closing.load(Ordering::Acquire) {
+            return Err(MemoryError::Closed("local".to_owned()));
+        }
+        Ok(pass)
+    }
+
+    async fn drain(&self, timeout: Duration) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.drained.notified();
+                if self.in_flight.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+}
+
+/// The embedded default backend (`manager_class: local`).
+#[derive(Clone)]
+pub struct LocalBackend {
+    store: Arc<MemoryStore>,
+    gate: Arc<Gate>,
+}
+
+impl std::fmt::Debug for LocalBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBackend")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalBackend {
+    /// Builds the backend from `memory.backend_config` and the host context
+    /// (storage root, keep-hook). Opens (creating or migrating) the file.
+    pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
+        let ResolvedConfig {
+            database_path,
+            settings,
+        } = LocalConfig::from_backend_config(config, ctx)?;
+        let store =
+            MemoryStore::open(&database_path, settings)?.with_keep_hidden(ctx.keep_hidden.clone());
+        Ok(Self::from_store(store))
+    }
+
+    /// Opens the database file at `path` directly (tests, benchmarks).
+    pub fn open(path: impl AsRef<Path>, config: LocalConfig) -> Result<Self> {
+        Ok(Self::from_store(MemoryStore::open(path, config)?))
+    }
+
+    pub fn from_store(store: MemoryStore) -> Self {
+        Self {
+            store: Arc::new(store),
+            gate: Arc::default(),
+        }
+    }
+
+    /// The synchronous store underneath.
+    pub fn store(&self) -> &Arc<MemoryStore> {
+        &self.store
+    }
+
+    /// Runs `work` against the store on the blocking pool.
+    async fn run<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&MemoryStore) -> Result<T> + Send + 'static,
+    {
+        let pass = self.gate.enter()?;
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || {
+            let _pass = pass;
+            work(&store)
+        })
+        .await
+        .map_err(|e| MemoryError::backend(format!("local store task failed: {e}")))?
+    }
+}
+
+#[async_trait]
+impl MemoryBackend for LocalBackend {
+    fn name(&self) -> &str {
+        "local"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            recall: true,
+            capture: true,
+            remember: true,
+            search: true,
+            facts: true,
+            import_export: true,
+        }
+    }
+
+    async fn recall(&self, request: &RecallRequest) -> Result<Recall> {
+        let request = request.clone();
+        self.run(move |s| s.recall(&request)).await
+    }
+
+    async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
+        request.caller.require_thread()?;
+        let request = request.clone();
+        self.run(move |s| s.capture(&request)).await
+    }
+
+    async fn remember(
+        &self,
+        caller: &Caller,
+        request: &RememberRequest,
+    ) -> Result<RememberOutcome> {
+        let (caller, request) = (caller.clone(), request.clone());
+        self.run(move |s| s.remember(&caller, &request)).await
+    }
+
+    async fn search(&self, caller: &Caller, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        let (caller, query) = (caller.clone(), query.clone());
+        self.run(move |s| s.search(&caller, &query)).await
+    }
+
+    async fn list_facts(&self, caller: &Caller, include_retired: bool) -> Result<Vec<Fact>> {
+        let caller = caller.clone();
+        self.run(move |s| s.list_facts(&caller, include_retired))
+            .await
+    }
+
+    async fn get_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        let (caller, id) = (caller.clone(), id.to_owned());
+        self.run(move |s| s.get_fact(&caller, &id)).await
+    }
+
+    async fn revise_fact(&self, caller: &Caller, id: &str, patch: &FactPatch) -> Result<Fact> {
+        let (caller, id, patch) = (caller.clone(), id.to_owned(), patch.clone());
+        self.run(move |s| s.revise_fact(&caller, &id, &patch)).await
+    }
+
+    async fn retire_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        let (caller, id) = (caller.clone(), id.to_owned());
+        self.run(move |s| s.retire_fact(&caller, &id)).await
+    }
+
+    async fn export(&self, caller: &Caller) -> Result<MemoryExport> {
+        let caller = caller.clone();
+        self.run(move |s| s.export(&caller)).await
+    }
+
+    async fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {
+        let (caller, data) = (caller.clone(), data.clone());
+        self.run(move |s| s.import(&caller, &data)).await
+    }
+
+    /// Ready after SQLite's quick integrity check; corruption is an error.
+    async fn warm(&self) -> Result<WarmStatus> {
+        self.run(|s| s.check_integrity()).await?;
+        Ok(WarmStatus::Ready)
+    }
+
+    /// Refuses new work, waits up to `timeout` for in-flight work, then
+    /// checkpoints the WAL and closes. False when work was still running at
+    /// the deadline; the file is then closed when the backend is dropped.
+    async fn shutdown(&self, timeout: Duration) -> bool {
+        self.gate.closing.store(true, Ordering::Release);
+        if !self.gate.drain(timeout).await {
+            tracing::warn!("local store shutdown: in-flight work did not finish in time");
+            return false;
+        }
+        let store = Arc::clone(&self.store);
+        match tokio::task::spawn_blocking(move || store.close()).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "local store shutdown: closing failed");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "local store shutdown: close task failed");
+                false
+            }
+        }
+    }
+}

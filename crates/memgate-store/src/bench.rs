@@ -1,0 +1,495 @@
+//! `memgate bench`: how fast the local store is at a given size.
+//!
+//! For each size, a fresh store in a temporary directory is filled with
+//! synthetic conversation turns (captured in batches, each batch one durable
+//! transaction, exactly as a host's capture) and explicit memories (one
+//! `remember` each), then asked realistic recall queries: a few words of an
+//! earlier message plus a couple of unrelated words, and now and then no
+//! query at all (the configured `injection_query`). Text follows a Zipf
+//! distribution over a vocabulary, with English function words mixed in.
+//!
+//! After 200 untimed warm-up recalls, each timed recall is one call.
+//! Reported per size: capture throughput (turns/s, durable), remember
+//! throughput, recall latency p50/p99 (the whole [`MemoryStore::recall`]:
+//! ranking and block assembly), the file size and the process's peak RSS
+//! (`VmHWM`, reset before each size where the kernel allows). Figures are
+//! measured, never asserted.
+
+use crate::config::LocalConfig;
+use crate::store::MemoryStore;
+use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryError, Message, RecallRequest};
+use memgate_core::{RememberRequest, Result};
+use serde::Serialize;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Untimed recalls before the timed ones (a running service is warm).
+const WARM_UP_QUERIES: usize = 200;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Item counts (turns + memories) of the stores to build.
+    pub sizes: Vec<usize>,
+    /// Recall queries timed per size.
+    pub recall_queries: usize,
+    /// Turns per capture call (one transaction each).
+    pub capture_batch: usize,
+    /// One explicit memory per this many items.
+    pub memory_every: usize,
+    pub seed: u64,
+    /// Where to create the stores (a temporary directory by default).
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        Self {
+            sizes: vec![10_000, 100_000],
+            recall_queries: 2_000,
+            capture_batch: 100,
+            memory_every: 100,
+            seed: 0x6d67_6174,
+            dir: None,
+        }
+    }
+}
+
+/// Figures for one store size.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SizeReport {
+    pub items: usize,
+    pub turns: usize,
+    pub memories: usize,
+    pub capture_batch: usize,
+    pub capture_turns_per_sec: f64,
+    pub replay_turns_per_sec: f64,
+    pub remember_per_sec: f64,
+    pub recall_queries: usize,
+    pub recall_p50_ms: f64,
+    pub recall_p99_ms: f64,
+    pub recall_max_ms: f64,
+    /// On-CPU time of the recalling thread: latency without waiting for a
+    /// core, which matters on a shared machine.
+    pub recall_cpu_p50_ms: Option<f64>,
+    pub recall_cpu_p99_ms: Option<f64>,
+    pub recall_mean_items: f64,
+    pub database_mb: f64,
+    /// Peak resident set size of the process (VmHWM), when readable.
+    pub peak_rss_mb: Option<f64>,
+    /// False when VmHWM could not be reset, so the peak may come from an
+    /// earlier size.
+    pub peak_rss_reset: bool,
+}
+
+/// The benchmark report (`--json` serializes it).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BenchReport {
+    pub cores: usize,
+    pub profile: &'static str,
+    pub sizes: Vec<SizeReport>,
+}
+
+/// A small deterministic generator (SplitMix64), so runs are repeatable.
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+const FUNCTION_WORDS: &[&str] = &[
+    "the", "a", "and", "to", "of", "i", "you", "it", "is", "that", "in", "we", "for", "on", "with",
+    "was", "my", "this", "be", "have",
+];
+
+/// Content words people use; the injection query's words are among them so
+/// a query-less recall finds something, as it would in real use.
+const COMMON_WORDS: &[&str] = &[
+    "project",
+    "meeting",
+    "deadline",
+    "profile",
+    "preferences",
+    "important",
+    "events",
+    "goals",
+    "constraints",
+    "decisions",
+    "prior",
+    "ongoing",
+    "entities",
+    "user",
+    "travel",
+    "family",
+    "budget",
+    "music",
+    "coffee",
+    "weekend",
+    "report",
+    "server",
+    "database",
+    "team",
+    "release",
+    "garden",
+    "book",
+    "flight",
+    "doctor",
+    "birthday",
+    "recipe",
+    "python",
+    "rust",
+    "editor",
+    "vim",
+    "deploy",
+    "invoice",
+    "school",
+    "piano",
+    "hiking",
+];
+
+/// Zipf-distributed text over common and synthetic words.
+struct TextGen {
+    vocab: Vec<String>,
+    cumulative: Vec<f64>,
+}
+
+impl TextGen {
+    fn new(rng: &mut SplitMix, synthetic: usize) -> Self {
+        const SYLLABLES: &[&str] = &[
+            "ka", "lo", "mi", "ren", "tas", "vo", "quin", "bar", "del", "su", "nor", "pe", "gil",
+            "tra", "zu", "mon", "fe", "lis", "dor", "wen",
+        ];
+        let mut vocab: Vec<String> = COMMON_WORDS.iter().map(|w| (*w).to_owned()).collect();
+        while vocab.len() < COMMON_WORDS.len() + synthetic {
+            let n = 2 + rng.below(3);
+            let word: String = (0..n)
+                .map(|_| SYLLABLES[rng.below(SYLLABLES.len())])
+                .collect();
+            vocab.push(word);
+        }
+        // Shuffle so common words are spread over the ranks.
+        for i in (1..vocab.len()).rev() {
+            vocab.swap(i, rng.below(i + 1));
+        }
+        let mut total = 0.0;
+        let cumulative = (1..=vocab.len())
+            .map(|rank| {
+                total += 1.0 / rank as f64;
+                total
+            })
+            .collect();
+        Self { vocab, cumulative }
+    }
+
+    fn word(&self, rng: &mut SplitMix) -> &str {
+        let total = *self.cumulative.last().unwrap_or(&1.0);
+        let x = rng.unit() * total;
+        let i = self.cumulative.partition_point(|c| *c < x);
+        &self.vocab[i.min(self.vocab.len() - 1)]
+    }
+
+    fn sentence(&self, rng: &mut SplitMix, words: usize) -> String {
+        let mut out = String::new();
+        for i in 0..words {
+            if i > 0 {
+                out.push(' ');
+            }
+            if rng.below(10) < 4 {
+                out.push_str(FUNCTION_WORDS[rng.below(FUNCTION_WORDS.len())]);
+            } else {
+                out.push_str(self.word(rng));
+            }
+        }
+        out
+    }
+}
+
+/// Nanoseconds this thread has spent on a CPU (`CLOCK_THREAD_CPUTIME_ID`).
+#[cfg(unix)]
+fn thread_cpu_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+#[cfg(not(unix))]
+fn thread_cpu_ns() -> Option<u64> {
+    None
+}
+
+fn vm_hwm_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// Resets the peak RSS counter (Linux: `echo 5 > /proc/self/clear_refs`).
+fn reset_vm_hwm() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[idx].as_secs_f64() * 1000.0
+}
+
+fn file_mb(path: &std::path::Path) -> f64 {
+    let mut total = 0u64;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        total += std::fs::metadata(PathBuf::from(p)).map_or(0, |m| m.len());
+    }
+    total as f64 / (1024.0 * 1024.0)
+}
+
+fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<SizeReport> {
+    let peak_rss_reset = reset_vm_hwm();
+    let dir = match &opts.dir {
+        Some(d) => tempfile::tempdir_in(d),
+        None => tempfile::tempdir(),
+    }
+    .map_err(|e| MemoryError::backend(format!("cannot create a benchmark directory: {e}")))?;
+    let path = dir.path().join("bench.sqlite3");
+    let store = MemoryStore::open(&path, LocalConfig::default())?;
+    let text = TextGen::new(rng, 20_000);
+    let user = Caller::new("bench-user").with_agent("bench-agent");
+
+    let memories = items / opts.memory_every.max(1);
+    let turns = items - memories;
+    let batch = opts.capture_batch.max(1);
+
+    // Capture: each call is one new thread snapshot of `batch` turns.
+    let mut samples: Vec<String> = Vec::new();
+    let mut capture_time = Duration::ZERO;
+    let mut replay: Option<CaptureRequest> = None;
+    let mut made = 0;
+    let mut thread = 0;
+    while made < turns {
+        let n = batch.min(turns - made);
+        let messages: Vec<Message> = (0..n)
+            .map(|i| {
+                let words = if i % 2 == 0 {
+                    8 + rng.below(20)
+                } else {
+                    15 + rng.below(45)
+                };
+                let s = text.sentence(rng, words);
+                if rng.below(50) == 0 {
+                    samples.push(s.clone());
+                }
+                if i % 2 == 0 {
+                    Message::human(s)
+                } else {
+                    Message::ai(s)
+                }
+                .with_id(format!("t{thread}-{i}"))
+            })
+            .collect();
+        let request = CaptureRequest {
+            caller: user.clone().with_thread(format!("thread-{thread}")),
+            messages,
+            kind: CaptureKind::AfterTurn,
+            trace_id: None,
+        };
+        let started = Instant::now();
+        let report = store.capture(&request)?;
+        capture_time += started.elapsed();
+        if report.stored != n {
+            return Err(MemoryError::backend(format!(
+                "benchmark capture stored {} of {n} turns",
+                report.stored
+            )));
+        }
+        replay.get_or_insert(request);
+        made += n;
+        thread += 1;
+    }
+
+    // Replaying a known snapshot: de-duplication only.
+    let replay_turns_per_sec = match &replay {
+        Some(request) => {
+            let rounds = 20;
+            let started = Instant::now();
+            for _ in 0..rounds {
+                store.capture(request)?;
+            }
+            (rounds * request.messages.len()) as f64 / started.elapsed().as_secs_f64()
+        }
+        None => 0.0,
+    };
+
+    let started = Instant::now();
+    for i in 0..memories {
+        let words = 5 + rng.below(15);
+        let fact = format!("{} (note {i})", text.sentence(rng, words));
+        store.remember(&user, &RememberRequest::new("fact", &fact)?)?;
+    }
+    let remember_per_sec = memories as f64 / started.elapsed().as_secs_f64().max(1e-9);
+
+    // Recall: warm up, then time each call.
+    let query = |rng: &mut SplitMix| -> Option<String> {
+        if rng.below(20) == 0 || samples.is_empty() {
+            return None;
+        }
+        let sample = &samples[rng.below(samples.len())];
+        let words: Vec<&str> = sample.split(' ').collect();
+        let take = (3 + rng.below(6)).min(words.len());
+        let start = rng.below(words.len() - take + 1);
+        let mut q = words[start..start + take].join(" ");
+        for _ in 0..1 + rng.below(2) {
+            q.push(' ');
+            q.push_str(text.word(rng));
+        }
+        Some(format!("{q}?"))
+    };
+    for _ in 0..WARM_UP_QUERIES {
+        let q = query(rng);
+        store.recall(&RecallRequest {
+            caller: user.clone(),
+            query: q,
+        })?;
+    }
+    let mut latencies = Vec::with_capacity(opts.recall_queries);
+    let mut cpu_times = Vec::with_capacity(opts.recall_queries);
+    let mut recalled_items = 0usize;
+    for _ in 0..opts.recall_queries {
+        let request = RecallRequest {
+            caller: user.clone(),
+            query: query(rng),
+        };
+        let cpu_before = thread_cpu_ns();
+        let started = Instant::now();
+        let recall = store.recall(&request)?;
+        latencies.push(started.elapsed());
+        if let (Some(a), Some(b)) = (cpu_before, thread_cpu_ns()) {
+            cpu_times.push(Duration::from_nanos(b.saturating_sub(a)));
+        }
+        recalled_items += recall.items.len();
+    }
+    latencies.sort_unstable();
+    cpu_times.sort_unstable();
+    let cpu = |p: f64| (cpu_times.len() == latencies.len()).then(|| percentile_ms(&cpu_times, p));
+
+    let report = SizeReport {
+        items,
+        turns,
+        memories,
+        capture_batch: batch,
+        capture_turns_per_sec: turns as f64 / capture_time.as_secs_f64().max(1e-9),
+        replay_turns_per_sec,
+        remember_per_sec,
+        recall_queries: opts.recall_queries,
+        recall_p50_ms: percentile_ms(&latencies, 0.50),
+        recall_p99_ms: percentile_ms(&latencies, 0.99),
+        recall_max_ms: percentile_ms(&latencies, 1.0),
+        recall_cpu_p50_ms: cpu(0.50),
+        recall_cpu_p99_ms: cpu(0.99),
+        recall_mean_items: recalled_items as f64 / opts.recall_queries.max(1) as f64,
+        database_mb: file_mb(&path),
+        peak_rss_mb: vm_hwm_mb(),
+        peak_rss_reset,
+    };
+    store.close()?;
+    Ok(report)
+}
+
+/// Builds and measures a store at each size.
+pub fn run_bench(opts: &BenchOptions) -> Result<BenchReport> {
+    let mut rng = SplitMix::new(opts.seed);
+    let sizes = opts
+        .sizes
+        .iter()
+        .map(|&n| bench_size(n, opts, &mut rng))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(BenchReport {
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        sizes,
+    })
+}
+
+impl fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "memgate local store benchmark ({} build, {} cores)",
+            self.profile, self.cores
+        )?;
+        writeln!(
+            f,
+            "{:>8} | {:>11} {:>11} {:>10} | {:>10} {:>10} {:>10} | {:>9} {:>9} | {:>6} {:>9}",
+            "items",
+            "capture t/s",
+            "replay t/s",
+            "remember/s",
+            "recall p50",
+            "recall p99",
+            "recall max",
+            "cpu p50",
+            "cpu p99",
+            "db MB",
+            "peak RSS"
+        )?;
+        for s in &self.sizes {
+            let rss = s
+                .peak_rss_mb
+                .map_or_else(|| "n/a".to_owned(), |m| format!("{m:.1} MB"));
+            let ms = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |m| format!("{m:.3} ms"));
+            writeln!(
+                f,
+                "{:>8} | {:>11.0} {:>11.0} {:>10.0} | {:>7.3} ms {:>7.3} ms {:>7.3} ms | {:>9} {:>9} | {:>6.1} {:>9}",
+                s.items,
+                s.capture_turns_per_sec,
+                s.replay_turns_per_sec,
+                s.remember_per_sec,
+                s.recall_p50_ms,
+                s.recall_p99_ms,
+                s.recall_max_ms,
+                ms(s.recall_cpu_p50_ms),
+                ms(s.recall_cpu_p99_ms),
+                s.database_mb,
+                rss
+            )?;
+        }
+        write!(
+            f,
+            "capture: {} turns per durable transaction; recall: {} timed queries per size, \
+             whole recall call (ranking + block); cpu = on-CPU time of the recalling thread",
+            self.sizes.first().map_or(0, |s| s.capture_batch),
+            self.sizes.first().map_or(0, |s| s.recall_queries)
+        )
+    }
+}

@@ -1,0 +1,265 @@
+//! Capture: storing each new human and AI turn of a transcript exactly once.
+//!
+//! What is stored: the readable text of human messages and of AI answers.
+//! What is left out (counted as `filtered`): hidden messages unless the
+//! host's keep-hook keeps them, the injected memory message (always, even if
+//! a hook would keep it), system messages, compaction summaries, tool
+//! results, AI messages that carry tool calls (plumbing between steps, not an
+//! answer), other roles, and messages with no text. Memory never feeds on
+//! itself.
+//!
+//! Context for recall arrives on the message itself: `name` is the speaker
+//! and `additional_kwargs.timestamp` (any string, e.g. an RFC 3339 date or
+//! "1:56 pm on 8 May, 2023") is when it was said. Both are indexed as the
+//! turn's context and shown in the recall block.
+//!
+//! De-duplication is by (scope, thread, message signature), so replaying a
+//! snapshot, a longer snapshot or a compaction head stores only what is new.
+//! A batch is one transaction, committed before the report is returned.
+
+use crate::clock::now_rfc3339;
+use crate::index::IndexWrites;
+use crate::schema::db_error;
+use crate::scope::ScopeKey;
+use crate::store::MemoryStore;
+use memgate_core::budget::prefix_bytes;
+use memgate_core::capture::captureable;
+use memgate_core::signature::message_signature;
+use memgate_core::{CaptureReport, CaptureRequest, Message, RoleKind};
+use memgate_core::{MemoryError, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::Value;
+
+/// Memory keeps the first 64 KiB of a message (the signature still covers
+/// all of it); a pasted log does not need to be recalled in full.
+pub const MAX_TURN_TEXT_BYTES: usize = 64 * 1024;
+/// Longest speaker name and timestamp kept as context.
+const MAX_CONTEXT_CHARS: usize = 128;
+/// The message metadata key that carries when a turn was said.
+pub const TIMESTAMP_KEY: &str = "timestamp";
+
+/// A turn ready to insert.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct NewTurn {
+    pub signature: String,
+    pub message_id: Option<String>,
+    pub role: &'static str,
+    pub speaker: Option<String>,
+    pub occurred_at: Option<String>,
+    pub text: String,
+    pub captured_at: String,
+}
+
+fn bounded_context(value: Option<&str>) -> Option<String> {
+    let v = value?.trim();
+    (!v.is_empty()).then(|| v.chars().take(MAX_CONTEXT_CHARS).collect())
+}
+
+/// The storable form of a message that survived the host's hidden filter,
+/// or `None` when memory should not keep it.
+fn storable(message: &Message, captured_at: &str) -> Option<NewTurn> {
+    let role = match message.role.kind() {
+        RoleKind::Human => "human",
+        RoleKind::Ai if message.tool_calls.is_empty() => "ai",
+        _ => return None,
+    };
+    if message.is_injected_memory() || message.is_summary() {
+        return None;
+    }
+    let text = message.text();
+    let text = prefix_bytes(text.trim(), MAX_TURN_TEXT_BYTES);
+    if text.is_empty() {
+        return None;
+    }
+    Some(NewTurn {
+        signature: message_signature(message),
+        message_id: message.id.clone().filter(|id| !id.is_empty()),
+        role,
+        speaker: bounded_context(message.name.as_deref()),
+        occurred_at: bounded_context(
+            message
+                .additional_kwargs
+                .get(TIMESTAMP_KEY)
+                .and_then(Value::as_str),
+        ),
+        text: text.to_owned(),
+        captured_at: captured_at.to_owned(),
+    })
+}
+
+/// The position the next new turn of `thread` takes.
+pub(crate) fn next_seq(conn: &Connection, scope: i64, thread: &str) -> Result<i64> {
+    conn.prepare_cached(
+        "SELECT coalesce(max(seq), 0) + 1 FROM turns WHERE scope_id = ?1 AND thread = ?2",
+    )
+    .and_then(|mut s| s.query_row(params![scope, thread], |r| r.get(0)))
+    .map_err(db_error)
+}
+
+/// Inserts `turn` at position `seq` of `thread` unless its signature is
+/// already there; true when it was new (the caller then advances `seq`).
+pub(crate) fn insert_turn(
+    conn: &Connection,
+    index: &mut IndexWrites,
+    scope: i64,
+    thread: &str,
+    seq: i64,
+    turn: &NewTurn,
+) -> Result<bool> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO turns (scope_id, thread, seq, signature, message_id, role, speaker,
+                                occurred_at, text, captured_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             ON CONFLICT (scope_id, thread, signature) DO NOTHING
+             RETURNING id",
+        )
+        .and_then(|mut s| {
+            s.query_row(
+                params![
+                    scope,
+                    thread,
+                    seq,
+                    turn.signature,
+                    turn.message_id,
+                    turn.role,
+                    turn.speaker,
+                    turn.occurred_at,
+                    turn.text,
+                    turn.captured_at
+                ],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+        })
+        .map_err(db_error)?;
+    match inserted {
+        Some(id) => {
+            index.add_turn(
+                scope,
+                id,
+                &turn.text,
+                turn.speaker.as_deref(),
+                turn.occurred_at.as_deref(),
+            );
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+impl MemoryStore {
+    /// Stores the new turns of a snapshot (or compaction head) in one
+    /// transaction. Requires a thread.
+    pub fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
+        let thread = request.caller.require_thread()?;
+        let key = ScopeKey::of(&request.caller);
+        let captured_at = now_rfc3339();
+        let kept = captureable(&request.messages, self.keep_hidden.as_ref());
+        let turns: Vec<NewTurn> = kept
+            .iter()
+            .filter_map(|m| storable(m, &captured_at))
+            .collect();
+        let mut report = CaptureReport {
+            filtered: request.messages.len() - turns.len(),
+            ..CaptureReport::default()
+        };
+        if turns.is_empty() {
+            self.check_usable()?;
+            return Ok(report);
+        }
+        self.write(|tx, index| {
+            let scope = key.ensure(tx)?;
+            let mut seq = next_seq(tx, scope, thread)?;
+            for turn in &turns {
+                if insert_turn(tx, index, scope, thread, seq, turn)? {
+                    seq += 1;
+                    report.stored += 1;
+                } else {
+                    report.already_known += 1;
+                }
+            }
+            Ok(())
+        })?;
+        tracing::debug!(
+            stored = report.stored,
+            already_known = report.already_known,
+            filtered = report.filtered,
+            trace_id = request.trace_id.as_deref().unwrap_or(""),
+            "local store capture"
+        );
+        Ok(report)
+    }
+
+    /// A closed store refuses even a capture that would store nothing.
+    fn check_usable(&self) -> Result<()> {
+        if self.is_closed() {
+            Err(MemoryError::Closed("local".to_owned()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memgate_core::ToolCall;
+    use serde_json::json;
+
+    fn keeps(m: &Message) -> bool {
+        storable(m, "t").is_some()
+    }
+
+    #[test]
+    fn human_and_ai_answers_are_kept() {
+        assert!(keeps(&Message::human("I use Vim")));
+        assert!(keeps(&Message::ai("Noted.")));
+        assert!(keeps(&Message::new(memgate_core::Role::new("user"), "hi")));
+    }
+
+    #[test]
+    fn plumbing_system_summaries_and_injections_are_not() {
+        let call = Message::ai("Let me look.").with_tool_calls(vec![ToolCall::new(
+            "search",
+            json!({}),
+            Some("c1".into()),
+        )]);
+        assert!(!keeps(&call));
+        assert!(!keeps(&Message::tool("result", "c1")));
+        assert!(!keeps(&Message::system("be nice")));
+        assert!(!keeps(&Message::ai("short story").with_name("summary")));
+        assert!(!keeps(
+            &Message::human("x").with_flag("lc_source", "summarization")
+        ));
+        let injected = Message::human("<memory>old</memory>")
+            .with_id("m__memory")
+            .with_flag("dynamic_context_reminder", true);
+        assert!(!keeps(&injected));
+        assert!(!keeps(&Message::human("   ")));
+        assert!(!keeps(&Message::new(
+            memgate_core::Role::new("critic"),
+            "x"
+        )));
+    }
+
+    #[test]
+    fn speaker_and_timestamp_become_context() {
+        let m = Message::human("I went hiking")
+            .with_name("Caroline")
+            .with_flag(TIMESTAMP_KEY, "1:56 pm on 8 May, 2023");
+        let t = storable(&m, "now").unwrap();
+        assert_eq!(t.speaker.as_deref(), Some("Caroline"));
+        assert_eq!(t.occurred_at.as_deref(), Some("1:56 pm on 8 May, 2023"));
+        let odd = Message::human("x").with_flag(TIMESTAMP_KEY, 17);
+        assert_eq!(storable(&odd, "now").unwrap().occurred_at, None);
+    }
+
+    #[test]
+    fn huge_texts_are_cut_on_a_character_boundary() {
+        let m = Message::human("日".repeat(MAX_TURN_TEXT_BYTES));
+        let t = storable(&m, "now").unwrap();
+        assert!(t.text.len() <= MAX_TURN_TEXT_BYTES);
+        assert!(t.text.chars().all(|c| c == '日'));
+    }
+}

@@ -1,0 +1,224 @@
+//! The `local` backend's settings (`memory.backend_config` in `config.yaml`).
+//!
+//! | key | default | rule |
+//! |---|---|---|
+//! | `storage_path` | the host's storage root | non-empty path; the file is `<storage_path>/local/memgate.sqlite3` |
+//! | `max_injection_chars` | 12000 | integer 256–100000 (characters) |
+//! | `injection_query` | the seeds' profile query | non-empty string (trimmed) |
+//! | `recall_top_k` | 10 | integer 1–100 |
+//! | `busy_timeout_ms` | 5000 | integer 0–600000 |
+//!
+//! Every key has a default; an unknown key or a value outside its rule is a
+//! [`MemoryError::Config`] that names `backend_config.<key>` and the rule, so a
+//! typo never silently falls back to a default. Values are never echoed.
+
+use memgate_core::{BackendContext, MemoryError, Result};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The recall query used when the caller has none (the seeds' default).
+pub const DEFAULT_INJECTION_QUERY: &str =
+    "user profile preferences important entities events ongoing goals constraints and prior decisions";
+
+/// Where the database lives below the storage root.
+pub const DATABASE_RELATIVE_PATH: &str = "local/memgate.sqlite3";
+
+const MAX_INJECTION_CHARS: RangeInclusive<u64> = 256..=100_000;
+const RECALL_TOP_K: RangeInclusive<u64> = 1..=100;
+const BUSY_TIMEOUT_MS: RangeInclusive<u64> = 0..=600_000;
+
+/// The keys this backend understands, for error messages.
+const KNOWN_KEYS: &[&str] = &[
+    "storage_path",
+    "max_injection_chars",
+    "injection_query",
+    "recall_top_k",
+    "busy_timeout_ms",
+];
+
+/// Validated settings of the local store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LocalConfig {
+    /// Upper bound of a recall block, in characters (256–100000).
+    pub max_injection_chars: usize,
+    /// The query recall uses when the caller gives none (or a blank one).
+    pub injection_query: String,
+    /// How many ranked items recall considers before the character budget.
+    pub recall_top_k: usize,
+    /// How long a connection waits for a lock held by another process.
+    pub busy_timeout: Duration,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        Self {
+            max_injection_chars: 12_000,
+            injection_query: DEFAULT_INJECTION_QUERY.to_owned(),
+            recall_top_k: 10,
+            busy_timeout: Duration::from_millis(5_000),
+        }
+    }
+}
+
+/// The settings plus where the database file is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedConfig {
+    pub database_path: PathBuf,
+    pub settings: LocalConfig,
+}
+
+impl LocalConfig {
+    /// The database file under a storage root: `<root>/local/memgate.sqlite3`.
+    pub fn database_path(storage_root: &Path) -> PathBuf {
+        storage_root.join(DATABASE_RELATIVE_PATH)
+    }
+
+    /// Reads and validates `backend_config`; `storage_path` falls back to the
+    /// host's storage root.
+    pub fn from_backend_config(
+        config: &Map<String, Value>,
+        ctx: &BackendContext,
+    ) -> Result<ResolvedConfig> {
+        if let Some(unknown) = config.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
+            return Err(MemoryError::Config(format!(
+                "backend_config.{unknown} is not a setting of the local backend (known: {})",
+                KNOWN_KEYS.join(", ")
+            )));
+        }
+        let mut settings = LocalConfig::default();
+        let storage_root = match config.get("storage_path") {
+            None | Some(Value::Null) => ctx.storage_path.clone(),
+            Some(Value::String(s)) if !s.trim().is_empty() => PathBuf::from(s),
+            Some(_) => {
+                return Err(MemoryError::Config(
+                    "backend_config.storage_path must be a non-empty path string".to_owned(),
+                ))
+            }
+        };
+        if let Some(v) = config.get("max_injection_chars") {
+            settings.max_injection_chars =
+                integer_in(v, "max_injection_chars", MAX_INJECTION_CHARS)? as usize;
+        }
+        if let Some(v) = config.get("recall_top_k") {
+            settings.recall_top_k = integer_in(v, "recall_top_k", RECALL_TOP_K)? as usize;
+        }
+        if let Some(v) = config.get("busy_timeout_ms") {
+            settings.busy_timeout =
+                Duration::from_millis(integer_in(v, "busy_timeout_ms", BUSY_TIMEOUT_MS)?);
+        }
+        if let Some(v) = config.get("injection_query") {
+            settings.injection_query = match v.as_str().map(str::trim) {
+                Some(q) if !q.is_empty() => q.to_owned(),
+                _ => {
+                    return Err(MemoryError::Config(
+                        "backend_config.injection_query must be a non-empty string".to_owned(),
+                    ))
+                }
+            };
+        }
+        Ok(ResolvedConfig {
+            database_path: Self::database_path(&storage_root),
+            settings,
+        })
+    }
+}
+
+/// An integer setting within `range`; booleans, floats and strings are refused.
+fn integer_in(value: &Value, key: &str, range: RangeInclusive<u64>) -> Result<u64> {
+    let rule = || {
+        MemoryError::Config(format!(
+            "backend_config.{key} must be an integer between {} and {}",
+            range.start(),
+            range.end()
+        ))
+    };
+    let n = value.as_u64().ok_or_else(rule)?;
+    if range.contains(&n) {
+        Ok(n)
+    } else {
+        Err(rule())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<ResolvedConfig> {
+        let map = v.as_object().cloned().unwrap();
+        LocalConfig::from_backend_config(&map, &BackendContext::new("/srv/memgate"))
+    }
+
+    #[test]
+    fn defaults_and_host_storage_root() {
+        let r = parse(json!({})).unwrap();
+        assert_eq!(r.settings, LocalConfig::default());
+        assert_eq!(
+            r.database_path,
+            PathBuf::from("/srv/memgate/local/memgate.sqlite3")
+        );
+        assert_eq!(r.settings.injection_query, DEFAULT_INJECTION_QUERY);
+        assert_eq!(r.settings.max_injection_chars, 12_000);
+    }
+
+    #[test]
+    fn explicit_values_are_taken() {
+        let r = parse(json!({
+            "storage_path": "/data/x", "max_injection_chars": 256,
+            "injection_query": "  goals  ", "recall_top_k": 3, "busy_timeout_ms": 0
+        }))
+        .unwrap();
+        assert_eq!(
+            r.database_path,
+            PathBuf::from("/data/x/local/memgate.sqlite3")
+        );
+        assert_eq!(r.settings.max_injection_chars, 256);
+        assert_eq!(r.settings.injection_query, "goals");
+        assert_eq!(r.settings.recall_top_k, 3);
+        assert_eq!(r.settings.busy_timeout, Duration::ZERO);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = parse(json!({"max_injection_char": 300})).unwrap_err();
+        assert!(matches!(e, MemoryError::Config(_)));
+        assert!(
+            e.to_string().contains("backend_config.max_injection_char "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn out_of_range_and_mistyped_numbers_name_the_range() {
+        for bad in [
+            json!(255),
+            json!(100_001),
+            json!(0),
+            json!(-5),
+            json!(1000.5),
+            json!("12000"),
+            json!(true),
+        ] {
+            let e = parse(json!({ "max_injection_chars": bad })).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "backend_config.max_injection_chars must be an integer between 256 and 100000",
+                "{bad}"
+            );
+        }
+        let e = parse(json!({"recall_top_k": 0})).unwrap_err();
+        assert!(e.to_string().contains("between 1 and 100"), "{e}");
+    }
+
+    #[test]
+    fn blank_query_and_bad_path_are_refused() {
+        let e = parse(json!({"injection_query": "   "})).unwrap_err();
+        assert!(e.to_string().contains("backend_config.injection_query"));
+        let e = parse(json!({"storage_path": 7})).unwrap_err();
+        assert!(e.to_string().contains("backend_config.storage_path"));
+    }
+}

@@ -1,0 +1,355 @@
+//! Explicit memories ("facts"): remember, list, get, revise, retire, history.
+//!
+//! A memory's citation is `mem_<id>` and never changes. Every change (the
+//! first version, each revision, the retirement) is appended to
+//! `memory_history`, so nothing a user saved is ever erased: a retired memory
+//! leaves the recall index but stays listable with `include_retired`. At most
+//! one *active* copy of a (kind, text) pair exists per scope (a unique index
+//! enforces it), which is what makes `remember` answer `AlreadyPresent`.
+
+use crate::clock::now_rfc3339;
+use crate::index::IndexWrites;
+use crate::schema::db_error;
+use crate::scope::ScopeKey;
+use crate::store::MemoryStore;
+use memgate_core::{
+    Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
+    Result,
+};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+/// The citation of memory `id`.
+pub fn citation(id: i64) -> String {
+    format!("mem_{id}")
+}
+
+/// The row id behind a `mem_<id>` citation; anything else names nothing.
+fn parse_citation(id: &str) -> Option<i64> {
+    let digits = id.strip_prefix("mem_")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn not_found(id: &str) -> MemoryError {
+    match parse_citation(id) {
+        Some(n) => MemoryError::NotFound(format!("memory {} in this scope", citation(n))),
+        None => MemoryError::NotFound("memory id (expected `mem_<number>`)".to_owned()),
+    }
+}
+
+pub(crate) fn state_name(state: FactState) -> &'static str {
+    match state {
+        FactState::Active => "active",
+        FactState::Retired => "retired",
+    }
+}
+
+const FACT_COLUMNS: &str = "id, kind, text, state, version, created_at, updated_at";
+
+fn fact_from_row(r: &Row<'_>) -> rusqlite::Result<Fact> {
+    let state: String = r.get(3)?;
+    Ok(Fact {
+        id: citation(r.get(0)?),
+        kind: r.get(1)?,
+        text: r.get(2)?,
+        state: if state == "retired" {
+            FactState::Retired
+        } else {
+            FactState::Active
+        },
+        version: r.get(4)?,
+        created_at: r.get(5)?,
+        updated_at: r.get(6)?,
+    })
+}
+
+/// Loads memory `id` of `scope`, or `None` (another scope's id is `None` too).
+fn load(conn: &Connection, scope: i64, id: i64) -> Result<Option<Fact>> {
+    conn.prepare_cached(&format!(
+        "SELECT {FACT_COLUMNS} FROM memories WHERE id = ?1 AND scope_id = ?2"
+    ))
+    .and_then(|mut s| s.query_row(params![id, scope], fact_from_row).optional())
+    .map_err(db_error)
+}
+
+/// The active memory with exactly this kind and text, if any.
+pub(crate) fn find_active(
+    conn: &Connection,
+    scope: i64,
+    kind: &str,
+    text: &str,
+) -> Result<Option<i64>> {
+    conn.prepare_cached(
+        "SELECT id FROM memories WHERE scope_id = ?1 AND kind = ?2 AND text = ?3 AND state = 'active'",
+    )
+    .and_then(|mut s| s.query_row(params![scope, kind, text], |r| r.get(0)).optional())
+    .map_err(db_error)
+}
+
+fn record_history(conn: &Connection, id: i64, fact: &Fact, at: &str) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO memory_history (memory_id, version, kind, text, state, recorded_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            id,
+            fact.version,
+            fact.kind,
+            fact.text,
+            state_name(fact.state),
+            at
+        ])
+    })
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// Inserts a new memory (version 1) with its history row, indexing it when
+/// active. Returns its row id.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn insert(
+    conn: &Connection,
+    index: &mut IndexWrites,
+    scope: i64,
+    kind: &str,
+    text: &str,
+    state: FactState,
+    created_at: &str,
+    updated_at: &str,
+) -> Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            scope,
+            kind,
+            text,
+            state_name(state),
+            created_at,
+            updated_at
+        ])
+    })
+    .map_err(db_error)?;
+    let id = conn.last_insert_rowid();
+    let fact = Fact {
+        id: citation(id),
+        kind: kind.to_owned(),
+        text: text.to_owned(),
+        state,
+        version: 1,
+        created_at: created_at.to_owned(),
+        updated_at: updated_at.to_owned(),
+    };
+    record_history(conn, id, &fact, &now_rfc3339())?;
+    if state == FactState::Active {
+        index.add_memory(scope, id, kind, text);
+    }
+    Ok(id)
+}
+
+/// Writes `fact` as the new current version of memory `id`.
+fn update(conn: &Connection, id: i64, fact: &Fact) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE memories SET kind = ?2, text = ?3, state = ?4, version = ?5, updated_at = ?6
+         WHERE id = ?1",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            id,
+            fact.kind,
+            fact.text,
+            state_name(fact.state),
+            fact.version,
+            fact.updated_at
+        ])
+    })
+    .map_err(db_error)?;
+    record_history(conn, id, fact, &fact.updated_at)
+}
+
+impl MemoryStore {
+    /// Stores one explicit memory, or reports the identical active one.
+    pub fn remember(&self, caller: &Caller, request: &RememberRequest) -> Result<RememberOutcome> {
+        // Re-validate: the request's fields are public and may be hand-built.
+        let request = RememberRequest::new(&request.kind, &request.text)?;
+        let key = ScopeKey::of(caller);
+        self.write(|tx, index| {
+            let scope = key.ensure(tx)?;
+            if let Some(id) = find_active(tx, scope, &request.kind, &request.text)? {
+                return Ok(RememberOutcome::AlreadyPresent {
+                    citation: Some(Citation::new(citation(id))),
+                    revision: None,
+                });
+            }
+            let now = now_rfc3339();
+            let id = insert(
+                tx,
+                index,
+                scope,
+                &request.kind,
+                &request.text,
+                FactState::Active,
+                &now,
+                &now,
+            )?;
+            Ok(RememberOutcome::Stored {
+                citation: Citation::new(citation(id)),
+            })
+        })
+    }
+
+    /// The caller's memories, oldest first; retired ones only on request.
+    pub fn list_facts(&self, caller: &Caller, include_retired: bool) -> Result<Vec<Fact>> {
+        let key = ScopeKey::of(caller);
+        self.read(|conn| {
+            let Some(scope) = key.find(conn)? else {
+                return Ok(Vec::new());
+            };
+            list_in_scope(conn, scope, include_retired)
+        })
+    }
+
+    pub fn get_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        let key = ScopeKey::of(caller);
+        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        self.read(|conn| {
+            let scope = key.find(conn)?.ok_or_else(|| not_found(id))?;
+            load(conn, scope, row)?.ok_or_else(|| not_found(id))
+        })
+    }
+
+    /// Every recorded version of a memory, oldest first.
+    pub fn fact_history(&self, caller: &Caller, id: &str) -> Result<Vec<Fact>> {
+        let current = self.get_fact(caller, id)?;
+        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT memory_id, kind, text, state, version, recorded_at, recorded_at
+                 FROM memory_history WHERE memory_id = ?1 ORDER BY version",
+            )
+            .and_then(|mut s| {
+                s.query_map([row], fact_from_row)?
+                    .map(|f| {
+                        f.map(|mut f| {
+                            f.created_at.clone_from(&current.created_at);
+                            f
+                        })
+                    })
+                    .collect()
+            })
+            .map_err(db_error)
+        })
+    }
+
+    /// Revises kind and/or text; the old version stays in the history.
+    /// Retired memories cannot be revised; a revision that would duplicate
+    /// another active memory is a conflict.
+    pub fn revise_fact(&self, caller: &Caller, id: &str, patch: &FactPatch) -> Result<Fact> {
+        if patch.kind.is_none() && patch.text.is_none() {
+            return Err(MemoryError::invalid("patch", "must set `kind` or `text`"));
+        }
+        let key = ScopeKey::of(caller);
+        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        self.write(|tx, index| {
+            let scope = key.find(tx)?.ok_or_else(|| not_found(id))?;
+            let current = load(tx, scope, row)?.ok_or_else(|| not_found(id))?;
+            if current.state == FactState::Retired {
+                return Err(MemoryError::Conflict(format!(
+                    "{} is retired; retired memories cannot be revised",
+                    current.id
+                )));
+            }
+            let revised = RememberRequest::new(
+                patch.kind.as_deref().unwrap_or(&current.kind),
+                patch.text.as_deref().unwrap_or(&current.text),
+            )?;
+            if revised.kind == current.kind && revised.text == current.text {
+                return Ok(current);
+            }
+            if let Some(other) = find_active(tx, scope, &revised.kind, &revised.text)? {
+                return Err(MemoryError::Conflict(format!(
+                    "the revision of {} would duplicate active memory {}",
+                    current.id,
+                    citation(other)
+                )));
+            }
+            let next = Fact {
+                kind: revised.kind,
+                text: revised.text,
+                version: current.version + 1,
+                updated_at: now_rfc3339(),
+                ..current
+            };
+            update(tx, row, &next)?;
+            index.remove_memory(row);
+            index.add_memory(scope, row, &next.kind, &next.text);
+            Ok(next)
+        })
+    }
+
+    /// Retires a memory: no longer recalled or searched, never erased.
+    /// Retiring a retired memory changes nothing.
+    pub fn retire_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        let key = ScopeKey::of(caller);
+        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        self.write(|tx, index| {
+            let scope = key.find(tx)?.ok_or_else(|| not_found(id))?;
+            let current = load(tx, scope, row)?.ok_or_else(|| not_found(id))?;
+            if current.state == FactState::Retired {
+                return Ok(current);
+            }
+            let next = Fact {
+                state: FactState::Retired,
+                version: current.version + 1,
+                updated_at: now_rfc3339(),
+                ..current
+            };
+            update(tx, row, &next)?;
+            index.remove_memory(row);
+            Ok(next)
+        })
+    }
+}
+
+/// All memories of one scope, oldest first.
+pub(crate) fn list_in_scope(
+    conn: &Connection,
+    scope: i64,
+    include_retired: bool,
+) -> Result<Vec<Fact>> {
+    let filter = if include_retired {
+        ""
+    } else {
+        "AND state = 'active'"
+    };
+    conn.prepare_cached(&format!(
+        "SELECT {FACT_COLUMNS} FROM memories WHERE scope_id = ?1 {filter} ORDER BY id"
+    ))
+    .and_then(|mut s| s.query_map([scope], fact_from_row)?.collect())
+    .map_err(db_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn citations_round_trip_and_reject_lookalikes() {
+        assert_eq!(parse_citation(&citation(42)), Some(42));
+        for bad in [
+            "mem_",
+            "mem_-1",
+            "mem_1a",
+            "turn_1",
+            "42",
+            "mem_99999999999999999999",
+        ] {
+            assert_eq!(parse_citation(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Writes to the recall index: one row per active memory and per captured
+//! turn, kept in step with the tables inside the same transaction.
+//!
+//! Index writes are collected in [`IndexWrites`] and applied at the end of
+//! the transaction, after every table write. The order matters for speed:
+//! FTS5 flushes its in-memory batch to a new on-disk segment whenever a
+//! later statement in the transaction opens a savepoint, so interleaving
+//! table and index writes would create one tiny segment per row (measured:
+//! about 2.5× slower captures, and more segments for every query to visit).
+
+use crate::schema::db_error;
+use crate::terms::{index_text, scope_tag};
+use memgate_core::Result;
+use rusqlite::{params, Connection};
+
+/// The index rowid of a memory (memories use the negative rowid space).
+pub fn memory_rowid(memory_id: i64) -> i64 {
+    -memory_id
+}
+
+enum Op {
+    Add {
+        rowid: i64,
+        body: String,
+        context: String,
+    },
+    Remove {
+        rowid: i64,
+    },
+}
+
+/// Index writes of one transaction, applied in order by [`Self::apply`].
+#[derive(Default)]
+pub struct IndexWrites(Vec<Op>);
+
+impl IndexWrites {
+    fn add(&mut self, rowid: i64, scope_id: i64, body: &str, context: &str) {
+        let tag = scope_tag(scope_id);
+        self.0.push(Op::Add {
+            rowid,
+            body: index_text(&tag, body),
+            context: index_text(&tag, context),
+        });
+    }
+
+    /// Indexes an active memory: its text, with its kind as context.
+    pub fn add_memory(&mut self, scope_id: i64, id: i64, kind: &str, text: &str) {
+        self.add(memory_rowid(id), scope_id, text, kind);
+    }
+
+    /// Removes a memory from the index (retired or about to be re-indexed).
+    pub fn remove_memory(&mut self, id: i64) {
+        self.0.push(Op::Remove {
+            rowid: memory_rowid(id),
+        });
+    }
+
+    /// Indexes a captured turn: its text, with speaker and date as context.
+    pub fn add_turn(
+        &mut self,
+        scope_id: i64,
+        id: i64,
+        text: &str,
+        speaker: Option<&str>,
+        occurred_at: Option<&str>,
+    ) {
+        let context = format!(
+            "{} {}",
+            speaker.unwrap_or_default(),
+            occurred_at.unwrap_or_default()
+        );
+        self.add(id, scope_id, text, &context);
+    }
+
+    /// Writes everything collected, in order.
+    pub fn apply(self, conn: &Connection) -> Result<()> {
+        let mut insert = conn
+            .prepare_cached("INSERT INTO recall_index (rowid, body, context) VALUES (?1, ?2, ?3)")
+            .map_err(db_error)?;
+        let mut delete = conn
+            .prepare_cached("DELETE FROM recall_index WHERE rowid = ?1")
+            .map_err(db_error)?;
+        for op in self.0 {
+            match op {
+                Op::Add {
+                    rowid,
+                    body,
+                    context,
+                } => insert.execute(params![rowid, body, context]),
+                Op::Remove { rowid } => delete.execute([rowid]),
+            }
+            .map_err(db_error)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,604 @@
+//! `memgate eval locomo FILE`: recall quality of the local store on a
+//! LoCoMo-format file, without any model.
+//!
+//! Procedure (the dataset README's): every turn of a conversation is
+//! captured into one isolated scope (user `locomo`, agent = the sample id),
+//! through [`MemoryStore::capture`], the code the service uses. Each session
+//! is one thread, captured as one transcript snapshot; a turn is a message
+//! whose `id` is its dialogue id (`D3:5`), whose `name` is the speaker and
+//! whose `additional_kwargs.timestamp` is the session's date, so speaker and
+//! date reach the index through the normal capture path. A shared image is
+//! part of the message text as `[shared image: <caption>]`.
+//!
+//! Each scored question (categories 1–4; 5 is adversarial and unscored) is
+//! asked as a recall query through [`MemoryStore::ranked`], the ranking
+//! recall uses. Scores, overall and per category, with the question count as
+//! denominator:
+//! - turn level: evidence turns (`D3:5`) among the top k turns;
+//! - session level: evidence sessions (`D3`) among the sessions of the top
+//!   k turns;
+//! - recall@k = share of a question's evidence found (averaged), hit@k = at
+//!   least one found, MRR = 1 / rank of the first evidence hit in the top 10.
+//!
+//! Malformed evidence ids are repaired as the README says (`D:11:26` →
+//! `D11:26`, `D8:6; D9:17` → two ids); a bare `D` is skipped and counted. A
+//! question left with no evidence still counts (it can only score 0).
+//!
+//! The same run measures a plain BM25 baseline for comparison: FTS5's
+//! default tokenizer and BM25 over each turn's text alone, queried with every
+//! word of the question.
+
+use crate::config::LocalConfig;
+use crate::ranking::Origin;
+use crate::store::MemoryStore;
+use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryError, Message, Result, Role};
+use rusqlite::Connection;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::Path;
+
+/// The cut-offs reported.
+pub const KS: [usize; 2] = [5, 10];
+const DEPTH: usize = 10;
+
+/// Options of the evaluation.
+#[derive(Clone, Debug)]
+pub struct LocomoOptions {
+    /// Also measure the plain BM25 baseline.
+    pub baseline: bool,
+}
+
+impl Default for LocomoOptions {
+    fn default() -> Self {
+        Self { baseline: true }
+    }
+}
+
+/// A dialogue id: session and turn number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DiaId {
+    pub session: u32,
+    pub turn: u32,
+}
+
+impl DiaId {
+    /// Parses `D3:5` (also the malformed `D:3:5`); `None` otherwise.
+    pub fn parse(raw: &str) -> Option<Self> {
+        let rest = raw.trim().strip_prefix('D')?;
+        let rest = rest.strip_prefix(':').unwrap_or(rest);
+        let (s, t) = rest.split_once(':')?;
+        Some(Self {
+            session: s.trim().parse().ok()?,
+            turn: t.trim().parse().ok()?,
+        })
+    }
+}
+
+/// Evidence ids of one question, with repair and skip counts.
+#[derive(Debug, Default, PartialEq)]
+pub struct Evidence {
+    pub ids: Vec<DiaId>,
+    pub repaired: usize,
+    pub skipped: usize,
+}
+
+/// Reads a question's `evidence` list, repairing malformed ids.
+pub fn parse_evidence(raw: &[Value]) -> Evidence {
+    let mut ev = Evidence::default();
+    for item in raw {
+        let Some(s) = item.as_str() else {
+            ev.skipped += 1;
+            continue;
+        };
+        let pieces: Vec<&str> = s
+            .split([';', ','])
+            .flat_map(str::split_whitespace)
+            .filter(|p| !p.is_empty())
+            .collect();
+        let mut repaired = pieces.len() > 1;
+        for piece in &pieces {
+            match DiaId::parse(piece) {
+                Some(id) => {
+                    repaired |= piece.starts_with("D:");
+                    if !ev.ids.contains(&id) {
+                        ev.ids.push(id);
+                    }
+                }
+                None => ev.skipped += 1,
+            }
+        }
+        if pieces.is_empty() {
+            ev.skipped += 1;
+        }
+        if repaired {
+            ev.repaired += 1;
+        }
+    }
+    ev
+}
+
+/// Scores at one level (turn or session).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LevelScores {
+    pub recall_at_5: f64,
+    pub recall_at_10: f64,
+    pub hit_at_5: f64,
+    pub hit_at_10: f64,
+    pub mrr: f64,
+}
+
+/// Scores of one group of questions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Scores {
+    pub questions: usize,
+    pub turn: LevelScores,
+    pub session: LevelScores,
+}
+
+/// One ranking system's results.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SystemScores {
+    pub system: String,
+    pub overall: Scores,
+    /// Keyed by category number.
+    pub per_category: BTreeMap<u32, Scores>,
+}
+
+/// The evaluation report (`--json` serializes it).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LocomoReport {
+    pub file: String,
+    pub conversations: usize,
+    pub turns_captured: usize,
+    pub questions_scored: usize,
+    pub questions_unscored: usize,
+    pub evidence_ids_repaired: usize,
+    pub evidence_ids_skipped: usize,
+    pub systems: Vec<SystemScores>,
+}
+
+/// Running sums for one group of questions.
+#[derive(Default)]
+struct Tally {
+    n: usize,
+    sums: [[f64; 5]; 2],
+}
+
+impl Tally {
+    fn add(&mut self, turn: [f64; 5], session: [f64; 5]) {
+        self.n += 1;
+        for (acc, v) in self.sums[0].iter_mut().zip(turn) {
+            *acc += v;
+        }
+        for (acc, v) in self.sums[1].iter_mut().zip(session) {
+            *acc += v;
+        }
+    }
+
+    fn scores(&self) -> Scores {
+        let level = |s: &[f64; 5]| {
+            let d = self.n.max(1) as f64;
+            LevelScores {
+                recall_at_5: s[0] / d,
+                recall_at_10: s[1] / d,
+                hit_at_5: s[2] / d,
+                hit_at_10: s[3] / d,
+                mrr: s[4] / d,
+            }
+        };
+        Scores {
+            questions: self.n,
+            turn: level(&self.sums[0]),
+            session: level(&self.sums[1]),
+        }
+    }
+}
+
+/// recall@5, recall@10, hit@5, hit@10, MRR of one ranked list.
+fn measure<T: Eq + std::hash::Hash + Copy>(
+    ranked: &[Option<T>],
+    evidence: &HashSet<T>,
+) -> [f64; 5] {
+    if evidence.is_empty() {
+        return [0.0; 5];
+    }
+    let found = |k: usize| {
+        let top: HashSet<T> = ranked.iter().take(k).flatten().copied().collect();
+        top.intersection(evidence).count()
+    };
+    let (f5, f10) = (found(KS[0]), found(KS[1]));
+    let total = evidence.len() as f64;
+    let first = ranked
+        .iter()
+        .take(DEPTH)
+        .position(|r| r.is_some_and(|x| evidence.contains(&x)));
+    [
+        f5 as f64 / total,
+        f10 as f64 / total,
+        f64::from(u8::from(f5 > 0)),
+        f64::from(u8::from(f10 > 0)),
+        first.map_or(0.0, |p| 1.0 / (p + 1) as f64),
+    ]
+}
+
+/// Per-system tallies, overall and per category.
+#[derive(Default)]
+struct SystemTally {
+    overall: Tally,
+    per_category: BTreeMap<u32, Tally>,
+}
+
+impl SystemTally {
+    fn add(&mut self, category: u32, ranked: &[Option<DiaId>], evidence: &[DiaId]) {
+        let turns: HashSet<DiaId> = evidence.iter().copied().collect();
+        let sessions: HashSet<u32> = evidence.iter().map(|d| d.session).collect();
+        let ranked_sessions: Vec<Option<u32>> =
+            ranked.iter().map(|r| r.map(|d| d.session)).collect();
+        let t = measure(ranked, &turns);
+        let s = measure(&ranked_sessions, &sessions);
+        self.overall.add(t, s);
+        self.per_category.entry(category).or_default().add(t, s);
+    }
+
+    fn finish(&self, system: &str) -> SystemScores {
+        SystemScores {
+            system: system.to_owned(),
+            overall: self.overall.scores(),
+            per_category: self
+                .per_category
+                .iter()
+                .map(|(c, t)| (*c, t.scores()))
+                .collect(),
+        }
+    }
+}
+
+fn bad(field: impl Into<String>, rule: &str) -> MemoryError {
+    MemoryError::invalid(field, rule)
+}
+
+/// One conversation's sessions: (number, date, turns).
+type Sessions<'a> = Vec<(u32, Option<&'a str>, &'a Vec<Value>)>;
+
+fn sessions_of(conversation: &serde_json::Map<String, Value>) -> Sessions<'_> {
+    let mut out: Sessions<'_> = conversation
+        .iter()
+        .filter_map(|(k, v)| {
+            let n: u32 = k.strip_prefix("session_")?.parse().ok()?;
+            let turns = v.as_array()?;
+            let date = conversation
+                .get(&format!("session_{n}_date_time"))
+                .and_then(Value::as_str);
+            Some((n, date, turns))
+        })
+        .collect();
+    out.sort_by_key(|(n, _, _)| *n);
+    out
+}
+
+/// The message a dataset turn becomes.
+fn turn_message(turn: &Value, speaker_a: &str, date: Option<&str>, field: &str) -> Result<Message> {
+    let speaker = turn
+        .get("speaker")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(format!("{field}.speaker"), "must be a string"))?;
+    let dia_id = turn
+        .get("dia_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(format!("{field}.dia_id"), "must be a string"))?;
+    let mut text = turn
+        .get("text")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(format!("{field}.text"), "must be a string"))?
+        .to_owned();
+    if let Some(caption) = turn.get("blip_caption").and_then(Value::as_str) {
+        text.push_str(&format!("\n[shared image: {caption}]"));
+    }
+    let role = if speaker == speaker_a {
+        Role::human()
+    } else {
+        Role::ai()
+    };
+    let mut message = Message::new(role, text).with_id(dia_id).with_name(speaker);
+    if let Some(date) = date {
+        message = message.with_flag(crate::capture::TIMESTAMP_KEY, date);
+    }
+    Ok(message)
+}
+
+/// The plain BM25 baseline: one in-memory FTS5 table per conversation with
+/// SQLite's default tokenizer, each turn's text alone.
+struct PlainBm25 {
+    conn: Connection,
+    ids: Vec<Option<DiaId>>,
+}
+
+impl PlainBm25 {
+    fn new() -> Result<Self> {
+        let conn = Connection::open_in_memory().map_err(crate::schema::db_error)?;
+        conn.execute_batch("CREATE VIRTUAL TABLE turns USING fts5(text)")
+            .map_err(crate::schema::db_error)?;
+        Ok(Self {
+            conn,
+            ids: Vec::new(),
+        })
+    }
+
+    fn add(&mut self, id: Option<DiaId>, text: &str) -> Result<()> {
+        self.ids.push(id);
+        self.conn
+            .execute(
+                "INSERT INTO turns (rowid, text) VALUES (?1, ?2)",
+                rusqlite::params![self.ids.len() as i64, text],
+            )
+            .map_err(crate::schema::db_error)?;
+        Ok(())
+    }
+
+    fn query(&self, question: &str) -> Result<Vec<Option<DiaId>>> {
+        let words: Vec<String> = question
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(|w| format!("\"{}\"", w.to_lowercase()))
+            .collect();
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT rowid FROM turns WHERE turns MATCH ?1 ORDER BY bm25(turns) LIMIT ?2",
+            )
+            .map_err(crate::schema::db_error)?;
+        let rows = stmt
+            .query_map(rusqlite::params![words.join(" OR "), DEPTH as i64], |r| {
+                r.get::<_, i64>(0)
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
+            .map_err(crate::schema::db_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|rowid| self.ids[(rowid - 1) as usize])
+            .collect())
+    }
+}
+
+/// Runs the evaluation on a LoCoMo-format file.
+pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> {
+    let raw = std::fs::read(path)
+        .map_err(|e| MemoryError::invalid("file", format!("cannot be read: {e}")))?;
+    let data: Value = serde_json::from_slice(&raw)
+        .map_err(|e| MemoryError::invalid("file", format!("is not valid JSON: {e}")))?;
+    let samples = data
+        .as_array()
+        .ok_or_else(|| bad("file", "must be a JSON list of samples"))?;
+
+    let dir = tempfile::tempdir()
+        .map_err(|e| MemoryError::backend(format!("cannot create a temporary directory: {e}")))?;
+    let store = MemoryStore::open(dir.path().join("locomo.sqlite3"), LocalConfig::default())?;
+
+    let mut report = LocomoReport {
+        file: path.display().to_string(),
+        conversations: 0,
+        turns_captured: 0,
+        questions_scored: 0,
+        questions_unscored: 0,
+        evidence_ids_repaired: 0,
+        evidence_ids_skipped: 0,
+        systems: Vec::new(),
+    };
+    let mut memgate = SystemTally::default();
+    let mut plain = SystemTally::default();
+
+    for (i, sample) in samples.iter().enumerate() {
+        let field = format!("[{i}]");
+        let conversation = sample
+            .get("conversation")
+            .and_then(Value::as_object)
+            .ok_or_else(|| bad(format!("{field}.conversation"), "must be an object"))?;
+        let sample_id = sample
+            .get("sample_id")
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("sample-{i}"), str::to_owned);
+        let speaker_a = conversation
+            .get("speaker_a")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut baseline = if options.baseline {
+            Some(PlainBm25::new()?)
+        } else {
+            None
+        };
+        for (n, date, turns) in sessions_of(conversation) {
+            let caller = Caller::new("locomo")
+                .with_agent(sample_id.clone())
+                .with_thread(format!("session_{n}"));
+            let messages = turns
+                .iter()
+                .enumerate()
+                .map(|(j, t)| {
+                    turn_message(
+                        t,
+                        speaker_a,
+                        date,
+                        &format!("{field}.conversation.session_{n}[{j}]"),
+                    )
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if let Some(b) = baseline.as_mut() {
+                for m in &messages {
+                    b.add(m.id.as_deref().and_then(DiaId::parse), &m.text())?;
+                }
+            }
+            let captured = store.capture(&CaptureRequest {
+                caller,
+                messages,
+                kind: CaptureKind::AfterTurn,
+                trace_id: None,
+            })?;
+            report.turns_captured += captured.stored;
+        }
+        report.conversations += 1;
+
+        let asker = Caller::new("locomo").with_agent(sample_id.clone());
+        let questions = sample
+            .get("qa")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad(format!("{field}.qa"), "must be a list"))?;
+        for (j, qa) in questions.iter().enumerate() {
+            let category = qa.get("category").and_then(Value::as_u64).unwrap_or(0) as u32;
+            if !(1..=4).contains(&category) {
+                report.questions_unscored += 1;
+                continue;
+            }
+            let question = qa
+                .get("question")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(format!("{field}.qa[{j}].question"), "must be a string"))?;
+            let evidence = parse_evidence(
+                qa.get("evidence")
+                    .and_then(Value::as_array)
+                    .map_or(&[][..], Vec::as_slice),
+            );
+            report.evidence_ids_repaired += evidence.repaired;
+            report.evidence_ids_skipped += evidence.skipped;
+            report.questions_scored += 1;
+
+            let ranked: Vec<Option<DiaId>> = store
+                .ranked(&asker, question, DEPTH)?
+                .into_iter()
+                .map(|r| match r.origin {
+                    Origin::Turn { message_id, .. } => message_id.as_deref().and_then(DiaId::parse),
+                    Origin::Memory => None,
+                })
+                .collect();
+            memgate.add(category, &ranked, &evidence.ids);
+            if let Some(b) = &baseline {
+                plain.add(category, &b.query(question)?, &evidence.ids);
+            }
+        }
+    }
+    store.close()?;
+    report.systems.push(memgate.finish("memgate local ranking"));
+    if options.baseline {
+        report.systems.push(plain.finish("plain BM25 (baseline)"));
+    }
+    Ok(report)
+}
+
+impl fmt::Display for LocomoReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "LoCoMo recall evaluation: {}", self.file)?;
+        writeln!(
+            f,
+            "{} conversations, {} turns captured, {} questions scored (categories 1-4), \
+             {} unscored; evidence ids repaired {}, skipped {}",
+            self.conversations,
+            self.turns_captured,
+            self.questions_scored,
+            self.questions_unscored,
+            self.evidence_ids_repaired,
+            self.evidence_ids_skipped
+        )?;
+        for system in &self.systems {
+            writeln!(f)?;
+            writeln!(f, "{}", system.system)?;
+            writeln!(
+                f,
+                "{:<10} {:>5} | {:>6} {:>6} {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6} {:>6} {:>6}",
+                "group",
+                "n",
+                "T R@5",
+                "T R@10",
+                "T H@5",
+                "T H@10",
+                "T MRR",
+                "S R@5",
+                "S R@10",
+                "S H@5",
+                "S H@10",
+                "S MRR"
+            )?;
+            let mut rows: Vec<(String, &Scores)> = vec![("overall".to_owned(), &system.overall)];
+            rows.extend(
+                system
+                    .per_category
+                    .iter()
+                    .map(|(c, s)| (format!("category {c}"), s)),
+            );
+            for (name, s) in rows {
+                let (t, ss) = (&s.turn, &s.session);
+                writeln!(
+                    f,
+                    "{:<10} {:>5} | {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} | {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3}",
+                    name, s.questions, t.recall_at_5, t.recall_at_10, t.hit_at_5, t.hit_at_10, t.mrr,
+                    ss.recall_at_5, ss.recall_at_10, ss.hit_at_5, ss.hit_at_10, ss.mrr
+                )?;
+            }
+        }
+        writeln!(f)?;
+        write!(
+            f,
+            "T = turn level (evidence turns D3:5), S = session level (D3); R = recall, H = hit, \
+             MRR over the top 10; denominators are question counts"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn evidence_ids_are_repaired_or_skipped() {
+        let ev = parse_evidence(&[
+            json!("D1:3"),
+            json!("D:11:26"),
+            json!("D8:6; D9:17"),
+            json!("D"),
+        ]);
+        assert_eq!(
+            ev.ids,
+            [
+                DiaId {
+                    session: 1,
+                    turn: 3
+                },
+                DiaId {
+                    session: 11,
+                    turn: 26
+                },
+                DiaId {
+                    session: 8,
+                    turn: 6
+                },
+                DiaId {
+                    session: 9,
+                    turn: 17
+                }
+            ]
+        );
+        assert_eq!((ev.repaired, ev.skipped), (2, 1));
+    }
+
+    #[test]
+    fn metrics_follow_their_definitions() {
+        let id = |t| {
+            Some(DiaId {
+                session: 1,
+                turn: t,
+            })
+        };
+        let ranked: Vec<_> = (1..=10).map(id).collect();
+        let evidence: HashSet<DiaId> = [3, 7, 40].iter().map(|t| id(*t).unwrap()).collect();
+        let m = measure(&ranked, &evidence);
+        assert_eq!(m[0], 1.0 / 3.0); // only turn 3 in the top 5
+        assert_eq!(m[1], 2.0 / 3.0);
+        assert_eq!((m[2], m[3]), (1.0, 1.0));
+        assert_eq!(m[4], 1.0 / 3.0); // first hit at rank 3
+        assert_eq!(measure(&ranked, &HashSet::new()), [0.0; 5]);
+    }
+}

@@ -1,0 +1,285 @@
+//! The database file: how it is recognised, opened and migrated.
+//!
+//! A memgate database carries `PRAGMA application_id` = [`APPLICATION_ID`] and
+//! `PRAGMA user_version` = the number of migration steps applied. Opening
+//! checks both *before* anything is written (WAL mode itself writes the
+//! header), so a file that is not SQLite, a foreign SQLite database or a
+//! database from a newer memgate is refused with [`MemoryError::Corruption`]
+//! and left byte-for-byte untouched. Pending steps run in order, each in its
+//! own `BEGIN IMMEDIATE` transaction that also bumps `user_version`.
+
+use crate::index::IndexWrites;
+use memgate_core::{MemoryError, Result};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use std::path::Path;
+use std::time::Duration;
+
+/// `MGAT` in ASCII: marks the file as a memgate store.
+pub const APPLICATION_ID: i32 = 0x4D47_4154;
+
+/// One ordered schema step.
+struct Migration {
+    name: &'static str,
+    apply: fn(&Connection) -> Result<()>,
+}
+
+/// Ordered schema steps; `user_version` = how many have been applied.
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "scopes, explicit memories with history, captured turns",
+        apply: create_tables,
+    },
+    Migration {
+        name: "full-text recall index over memories and turns",
+        apply: create_recall_index,
+    },
+];
+
+/// The schema version this code writes and understands.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+fn create_tables(conn: &Connection) -> Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE scopes (
+             id      INTEGER PRIMARY KEY,
+             user_id TEXT NOT NULL,
+             peer    TEXT NOT NULL,
+             UNIQUE (user_id, peer)
+         );
+         CREATE TABLE memories (
+             id         INTEGER PRIMARY KEY,
+             scope_id   INTEGER NOT NULL REFERENCES scopes(id),
+             kind       TEXT NOT NULL,
+             text       TEXT NOT NULL,
+             state      TEXT NOT NULL CHECK (state IN ('active', 'retired')),
+             version    INTEGER NOT NULL,
+             created_at TEXT NOT NULL,
+             updated_at TEXT NOT NULL
+         );
+         CREATE UNIQUE INDEX memories_one_active_copy
+             ON memories (scope_id, kind, text) WHERE state = 'active';
+         CREATE INDEX memories_by_scope ON memories (scope_id, id);
+         CREATE TABLE memory_history (
+             id          INTEGER PRIMARY KEY,
+             memory_id   INTEGER NOT NULL REFERENCES memories(id),
+             version     INTEGER NOT NULL,
+             kind        TEXT NOT NULL,
+             text        TEXT NOT NULL,
+             state       TEXT NOT NULL,
+             recorded_at TEXT NOT NULL,
+             UNIQUE (memory_id, version)
+         );
+         CREATE TABLE turns (
+             id          INTEGER PRIMARY KEY,
+             scope_id    INTEGER NOT NULL REFERENCES scopes(id),
+             thread      TEXT NOT NULL,
+             seq         INTEGER NOT NULL,
+             signature   TEXT NOT NULL,
+             message_id  TEXT,
+             role        TEXT NOT NULL CHECK (role IN ('human', 'ai')),
+             speaker     TEXT,
+             occurred_at TEXT,
+             text        TEXT NOT NULL,
+             captured_at TEXT NOT NULL,
+             UNIQUE (scope_id, thread, signature)
+         );
+         CREATE INDEX turns_by_thread ON turns (scope_id, thread, seq);",
+    )
+    .map_err(db_error)
+}
+
+/// The recall index is contentless (texts live in `memories` / `turns`):
+/// rowid `n > 0` is turn `n`, rowid `-n` is memory `n`. Column `body` holds
+/// the text, `context` the speaker, date or memory kind (weighted lower).
+/// Segments are merged as soon as two share a level (`automerge=2`), which keeps the
+/// number of segments a term lookup visits low under many small commits.
+fn create_recall_index(conn: &Connection) -> Result<()> {
+    conn.execute_batch(
+        "CREATE VIRTUAL TABLE recall_index USING fts5(
+             body, context, content='', contentless_delete=1,
+             tokenize='porter ascii'
+         );
+         INSERT INTO recall_index(recall_index, rank) VALUES ('automerge', 2);",
+    )
+    .map_err(db_error)?;
+    reindex_all(conn)
+}
+
+/// Indexes every active memory and every turn (used when the index is created
+/// over existing rows).
+fn reindex_all(conn: &Connection) -> Result<()> {
+    let memories: Vec<(i64, i64, String, String)> = conn
+        .prepare("SELECT id, scope_id, kind, text FROM memories WHERE state = 'active'")
+        .and_then(|mut s| {
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                .collect()
+        })
+        .map_err(db_error)?;
+    let mut index = IndexWrites::default();
+    for (id, scope, kind, text) in memories {
+        index.add_memory(scope, id, &kind, &text);
+    }
+    type TurnRow = (i64, i64, String, Option<String>, Option<String>);
+    let turns: Vec<TurnRow> = conn
+        .prepare("SELECT id, scope_id, text, speaker, occurred_at FROM turns")
+        .and_then(|mut s| {
+            s.query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?
+            .collect()
+        })
+        .map_err(db_error)?;
+    for (id, scope, text, speaker, occurred_at) in turns {
+        index.add_turn(scope, id, &text, speaker.as_deref(), occurred_at.as_deref());
+    }
+    index.apply(conn)
+}
+
+/// Maps SQLite failures to the contract's errors: a malformed file is
+/// corruption (fail closed), anything else a backend failure. Messages carry
+/// SQLite's text, which names no user data.
+pub fn db_error(err: rusqlite::Error) -> MemoryError {
+    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    match err.sqlite_error_code() {
+        Some(DatabaseCorrupt | NotADatabase) => {
+            MemoryError::Corruption(format!("local memory database is unreadable: {err}"))
+        }
+        _ => MemoryError::Backend(format!("local memory database: {err}")),
+    }
+}
+
+/// What an existing file holds, judged without writing to it.
+fn inspect_existing(path: &Path) -> Result<()> {
+    let shown = path.display();
+    let untouched = "it was left untouched";
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| MemoryError::Corruption(format!("cannot open {shown} ({e}); {untouched}")))?;
+    let header = (|| -> rusqlite::Result<(i32, u32, i64)> {
+        let app: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+        let version: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let objects: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        Ok((app, version, objects))
+    })();
+    let (app, version, objects) = match header {
+        Ok(h) => h,
+        Err(e) => {
+            return Err(MemoryError::Corruption(format!(
+                "{shown} is not a readable memgate database ({e}); {untouched}"
+            )))
+        }
+    };
+    if app == APPLICATION_ID {
+        if version > SCHEMA_VERSION {
+            return Err(MemoryError::Corruption(format!(
+                "{shown} has schema version {version}, newer than this memgate understands \
+                 ({SCHEMA_VERSION}); upgrade memgate (the file was left untouched, never downgraded)"
+            )));
+        }
+        return Ok(());
+    }
+    if app == 0 && version == 0 && objects == 0 {
+        return Ok(()); // an empty SQLite file: ours to initialise
+    }
+    Err(MemoryError::Corruption(format!(
+        "{shown} is a SQLite database of another application (application_id {app:#x}, \
+         {objects} schema objects); {untouched}"
+    )))
+}
+
+/// Applies connection settings every connection of the store uses.
+pub fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
+    conn.busy_timeout(busy_timeout)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    // Durable on return: WAL fsyncs on every commit with synchronous=FULL.
+    // Reads map the file instead of copying pages through a small cache.
+    conn.execute_batch(
+        "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA mmap_size = 268435456;
+         PRAGMA wal_autocheckpoint = 4000;",
+    )
+}
+
+/// Opens (creating if needed) the writer connection of the database at
+/// `path`, refusing foreign or newer files, and applies pending migrations.
+pub fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connection> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            MemoryError::Backend(format!("cannot create directory {}: {e}", dir.display()))
+        })?;
+    }
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+        inspect_existing(path)?;
+    }
+    let mut conn = Connection::open(path).map_err(db_error)?;
+    configure(&conn, busy_timeout).map_err(db_error)?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(db_error)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(MemoryError::Backend(format!(
+            "{} cannot use write-ahead logging (journal_mode is {mode})",
+            path.display()
+        )));
+    }
+    migrate(&mut conn, SCHEMA_VERSION)?;
+    Ok(conn)
+}
+
+/// Applies migration steps up to `target` (tests use a lower target to build
+/// an old-version file).
+pub fn migrate(conn: &mut Connection, target: u32) -> Result<()> {
+    loop {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db_error)?;
+        // Re-read inside the write lock: another process may have migrated.
+        let (app, version): (i32, u32) = tx
+            .query_row(
+                "SELECT (SELECT application_id FROM pragma_application_id),
+                        (SELECT user_version FROM pragma_user_version)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(db_error)?;
+        if app != 0 && app != APPLICATION_ID {
+            return Err(MemoryError::Corruption(
+                "database was claimed by another application while opening".to_owned(),
+            ));
+        }
+        if version > SCHEMA_VERSION {
+            return Err(MemoryError::Corruption(format!(
+                "database schema version {version} is newer than this memgate understands ({SCHEMA_VERSION})"
+            )));
+        }
+        if version >= target {
+            return Ok(());
+        }
+        let step = &MIGRATIONS[version as usize];
+        (step.apply)(&tx).map_err(|e| match e {
+            MemoryError::Corruption(_) => e,
+            other => MemoryError::Backend(format!(
+                "schema migration {} ({}) failed: {other}",
+                version + 1,
+                step.name
+            )),
+        })?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .and_then(|_| tx.pragma_update(None, "user_version", version + 1))
+            .and_then(|_| tx.commit())
+            .map_err(db_error)?;
+        tracing::info!(
+            step = version + 1,
+            name = step.name,
+            "applied local store migration"
+        );
+    }
+}
+
+/// Reads the schema version (for tests and diagnostics).
+pub fn schema_version(conn: &Connection) -> Result<u32> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(db_error)
+}

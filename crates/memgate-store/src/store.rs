@@ -1,0 +1,190 @@
+//! [`MemoryStore`]: the synchronous store the async backend wraps (and that
+//! language bindings can call directly).
+//!
+//! One writer connection sits behind a mutex, so writers in this process
+//! queue instead of meeting `SQLITE_BUSY`; every write is one `BEGIN
+//! IMMEDIATE` transaction, committed (WAL, `synchronous=FULL`) before the call
+//! returns. Readers use their own pooled connections and never wait for the
+//! writer. Other processes on the same file are handled by the busy timeout.
+
+use crate::config::LocalConfig;
+use crate::index::IndexWrites;
+use crate::ranking::CommonTerms;
+use crate::schema::{self, db_error};
+use memgate_core::{KeepHiddenHook, MemoryError, Result};
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// Idle reader connections kept for reuse.
+const MAX_IDLE_READERS: usize = 4;
+
+/// The embedded memory store over one SQLite file.
+pub struct MemoryStore {
+    path: PathBuf,
+    pub(crate) config: LocalConfig,
+    pub(crate) keep_hidden: Option<KeepHiddenHook>,
+    pub(crate) common_terms: CommonTerms,
+    writer: Mutex<Option<Connection>>,
+    readers: Mutex<Vec<Connection>>,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("path", &self.path)
+            .field("config", &self.config)
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn truncate_wal(conn: &Connection) -> Result<()> {
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .map_err(db_error)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic inside a closure rolled its transaction back when it unwound;
+    // the connection itself is still sound.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl MemoryStore {
+    /// Opens (or creates) the database file at `path` with `config`.
+    pub fn open(path: impl AsRef<Path>, config: LocalConfig) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let writer = schema::open_writer(&path, config.busy_timeout)?;
+        Ok(Self {
+            path,
+            config,
+            keep_hidden: None,
+            common_terms: CommonTerms::default(),
+            writer: Mutex::new(Some(writer)),
+            readers: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Sets the host's keep-hook for hidden messages (captured only when it
+    /// says so).
+    pub fn with_keep_hidden(mut self, hook: Option<KeepHiddenHook>) -> Self {
+        self.keep_hidden = hook;
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn config(&self) -> &LocalConfig {
+        &self.config
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(MemoryError::Closed("local".to_owned()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Runs `work` in one immediate write transaction, then its index
+    /// writes, committed before returning; an error rolls everything back.
+    pub(crate) fn write<T>(
+        &self,
+        work: impl FnOnce(&Transaction<'_>, &mut IndexWrites) -> Result<T>,
+    ) -> Result<T> {
+        self.check_open()?;
+        let mut guard = lock(&self.writer);
+        let conn = guard
+            .as_mut()
+            .ok_or_else(|| MemoryError::Closed("local".to_owned()))?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db_error)?;
+        let mut index = IndexWrites::default();
+        let value = work(&tx, &mut index)?;
+        index.apply(&tx)?;
+        tx.commit().map_err(db_error)?;
+        Ok(value)
+    }
+
+    /// Runs `work` on a reader connection (one consistent snapshot).
+    pub(crate) fn read<T>(&self, work: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        self.check_open()?;
+        let pooled = lock(&self.readers).pop();
+        let mut conn = match pooled {
+            Some(c) => c,
+            None => self.open_reader()?,
+        };
+        let tx = conn.transaction().map_err(db_error)?;
+        let result = work(&tx);
+        drop(tx); // read-only: rolling back just ends the snapshot
+        if !self.closed.load(Ordering::Acquire) {
+            let mut pool = lock(&self.readers);
+            if pool.len() < MAX_IDLE_READERS {
+                pool.push(conn);
+            }
+        }
+        result
+    }
+
+    fn open_reader(&self) -> Result<Connection> {
+        let conn = Connection::open(&self.path).map_err(db_error)?;
+        schema::configure(&conn, self.config.busy_timeout).map_err(db_error)?;
+        conn.execute_batch("PRAGMA query_only = ON")
+            .map_err(db_error)?;
+        Ok(conn)
+    }
+
+    /// Runs SQLite's quick integrity check; corruption is an error.
+    pub fn check_integrity(&self) -> Result<()> {
+        self.read(|conn| {
+            let verdict: String = conn
+                .query_row("PRAGMA quick_check", [], |r| r.get(0))
+                .map_err(db_error)?;
+            if verdict == "ok" {
+                Ok(())
+            } else {
+                Err(MemoryError::Corruption(format!(
+                    "local memory database failed its integrity check: {verdict}"
+                )))
+            }
+        })
+    }
+
+    /// The schema version of the open file.
+    pub fn schema_version(&self) -> Result<u32> {
+        self.read(schema::schema_version)
+    }
+
+    /// Copies the write-ahead log into the database file and truncates it
+    /// (SQLite also does this on its own every few thousand pages).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_open()?;
+        let guard = lock(&self.writer);
+        let conn = guard
+            .as_ref()
+            .ok_or_else(|| MemoryError::Closed("local".to_owned()))?;
+        truncate_wal(conn)
+    }
+
+    /// Stops accepting work, checkpoints the WAL into the main file and
+    /// closes every connection. Later calls answer `Closed`. Idempotent.
+    pub fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::Release);
+        lock(&self.readers).clear();
+        let Some(conn) = lock(&self.writer).take() else {
+            return Ok(());
+        };
+        truncate_wal(&conn)?;
+        conn.close().map_err(|(_, e)| db_error(e))
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,76 @@
+//! Helpers shared by the integration tests: a store in a fresh temporary
+//! directory, callers, capture requests and a seeded generator.
+#![allow(dead_code)]
+
+use memgate_core::{Caller, CaptureKind, CaptureRequest, Message, RecallRequest};
+use memgate_store::{LocalConfig, MemoryStore};
+use std::path::PathBuf;
+use tempfile::TempDir;
+
+/// A store in its own temporary directory (kept alive with it).
+pub struct TestStore {
+    pub dir: TempDir,
+    pub store: MemoryStore,
+}
+
+impl TestStore {
+    pub fn new() -> Self {
+        Self::with_config(LocalConfig::default())
+    }
+
+    pub fn with_config(config: LocalConfig) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MemoryStore::open(dir.path().join("memgate.sqlite3"), config).unwrap();
+        Self { dir, store }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("memgate.sqlite3")
+    }
+
+    /// Closes and reopens the same file (what a restart does).
+    pub fn reopen(self) -> Self {
+        self.store.close().unwrap();
+        let store = MemoryStore::open(self.path(), self.store.config().clone()).unwrap();
+        Self {
+            dir: self.dir,
+            store,
+        }
+    }
+}
+
+pub fn alice() -> Caller {
+    Caller::new("alice")
+}
+
+pub fn capture(caller: &Caller, thread: &str, messages: Vec<Message>) -> CaptureRequest {
+    CaptureRequest {
+        caller: caller.clone().with_thread(thread),
+        messages,
+        kind: CaptureKind::AfterTurn,
+        trace_id: None,
+    }
+}
+
+pub fn recall_of(caller: &Caller, query: Option<&str>) -> RecallRequest {
+    RecallRequest {
+        caller: caller.clone(),
+        query: query.map(str::to_owned),
+    }
+}
+
+/// Citations in a recall, in order.
+pub fn cited(recall: &memgate_core::Recall) -> Vec<String> {
+    recall
+        .items
+        .iter()
+        .map(|i| i.citation.clone().unwrap().0)
+        .collect()
+}
+
+/// The benchmark's seeded generator, so randomized tests are reproducible.
+pub use memgate_store::bench::SplitMix as Rng;
+
+pub fn pick<'a, T>(rng: &mut Rng, items: &'a [T]) -> &'a T {
+    &items[rng.below(items.len())]
+}

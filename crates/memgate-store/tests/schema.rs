@@ -1,0 +1,195 @@
+//! The database file: WAL, migrations, refusal of foreign, corrupt and newer
+//! files (left untouched), directories created on demand.
+
+mod common;
+
+use common::{alice, TestStore};
+use memgate_core::{MemoryError, RememberRequest};
+use memgate_store::schema::{migrate, APPLICATION_ID, SCHEMA_VERSION};
+use memgate_store::{LocalConfig, MemoryStore};
+use rusqlite::Connection;
+
+#[test]
+fn a_new_file_is_wal_with_the_current_schema() {
+    let t = TestStore::new();
+    assert_eq!(t.store.schema_version().unwrap(), SCHEMA_VERSION);
+    let conn = Connection::open(t.path()).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let app: i32 = conn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(app, APPLICATION_ID);
+}
+
+#[test]
+fn missing_directories_are_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/local/memgate.sqlite3");
+    let store = MemoryStore::open(&path, LocalConfig::default()).unwrap();
+    store
+        .remember(&alice(), &RememberRequest::new("fact", "x").unwrap())
+        .unwrap();
+    assert!(path.exists());
+}
+
+#[test]
+fn an_old_schema_is_migrated_in_order_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite3");
+    {
+        // A file written by a memgate that only knew the first migration.
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn, 1).unwrap();
+        conn.execute_batch(
+            "INSERT INTO scopes (id, user_id, peer) VALUES (1, 'alice', '');
+             INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at)
+             VALUES (1, 'preference', 'prefers vim keybindings', 'active', 1, 'x', 'x');",
+        )
+        .unwrap();
+        let v: u32 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, 1);
+    }
+    let store = MemoryStore::open(&path, LocalConfig::default()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    // The migration that created the recall index indexed the old row.
+    let hits = store
+        .search(&alice(), &memgate_core::SearchQuery::new("vim"))
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].content, "prefers vim keybindings");
+}
+
+fn assert_refused_and_untouched(path: &std::path::Path, expect: &str) {
+    let before = std::fs::read(path).unwrap();
+    let err = MemoryStore::open(path, LocalConfig::default()).unwrap_err();
+    assert!(matches!(err, MemoryError::Corruption(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains(expect), "{msg}");
+    assert!(msg.contains("untouched"), "{msg}");
+    assert_eq!(
+        std::fs::read(path).unwrap(),
+        before,
+        "the file was modified"
+    );
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    assert!(
+        !std::path::Path::new(&wal).exists(),
+        "a WAL file was created"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memgate.sqlite3");
+    std::fs::write(&path, b"these are my notes, not a database\n".repeat(200)).unwrap();
+    assert_refused_and_untouched(&path, "not a readable memgate database");
+}
+
+#[test]
+fn a_foreign_sqlite_database_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memgate.sqlite3");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE accounts (id INTEGER, balance REAL); INSERT INTO accounts VALUES (1, 9.5);")
+            .unwrap();
+    }
+    assert_refused_and_untouched(&path, "another application");
+}
+
+#[test]
+fn a_newer_schema_is_refused_not_downgraded() {
+    let t = TestStore::new();
+    let path = t.path();
+    t.store.close().unwrap();
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 5)
+            .unwrap();
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let err = MemoryStore::open(&path, LocalConfig::default()).unwrap_err();
+    assert!(matches!(err, MemoryError::Corruption(_)), "{err:?}");
+    assert!(err.to_string().contains("newer"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn a_damaged_database_fails_its_integrity_check() {
+    let t = TestStore::new();
+    for i in 0..300 {
+        t.store
+            .remember(
+                &alice(),
+                &RememberRequest::new("fact", &format!("fact number {i} {}", "x".repeat(200)))
+                    .unwrap(),
+            )
+            .unwrap();
+    }
+    let path = t.path();
+    t.store.close().unwrap();
+    // Scribble over interior pages, keeping the header intact.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page = 4096;
+    assert!(bytes.len() > 6 * page);
+    let end = bytes.len() - page;
+    for b in &mut bytes[2 * page..end] {
+        *b = 0xA5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let outcome = MemoryStore::open(&path, LocalConfig::default()).and_then(|s| {
+        s.check_integrity()?;
+        s.list_facts(&alice(), true).map(|_| ())
+    });
+    let err = outcome.unwrap_err();
+    assert!(matches!(err, MemoryError::Corruption(_)), "{err:?}");
+}
+
+#[test]
+fn a_file_left_by_a_crash_reopens_with_every_committed_write() {
+    let t = TestStore::new();
+    for i in 0..20 {
+        t.store
+            .remember(
+                &alice(),
+                &RememberRequest::new("fact", &format!("committed {i}")).unwrap(),
+            )
+            .unwrap();
+    }
+    // Copy the files while the store is still open (nothing checkpointed):
+    // what a killed process leaves on disk.
+    for keep_shm in [true, false] {
+        let crash = tempfile::tempdir().unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            if suffix == "-shm" && !keep_shm {
+                continue;
+            }
+            let mut from = t.path().into_os_string();
+            from.push(suffix);
+            let to = crash.path().join(format!("memgate.sqlite3{suffix}"));
+            std::fs::copy(&from, &to).unwrap();
+        }
+        let wal = crash.path().join("memgate.sqlite3-wal");
+        assert!(
+            std::fs::metadata(&wal).unwrap().len() > 0,
+            "the image has a WAL to replay"
+        );
+        let store = MemoryStore::open(crash.path().join("memgate.sqlite3"), LocalConfig::default())
+            .unwrap();
+        assert_eq!(
+            store.list_facts(&alice(), false).unwrap().len(),
+            20,
+            "shm kept: {keep_shm}"
+        );
+        store.check_integrity().unwrap();
+    }
+}
