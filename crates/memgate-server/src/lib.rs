@@ -12,13 +12,15 @@
 //! unsupported operations are 501. A bearer token, when configured, guards
 //! everything but `/health`; without one the server only binds loopback.
 //!
-//! [`client::HttpBackend`] is the same API seen from the other side: a
-//! `MemoryBackend` that talks to a running `memgate serve`.
+//! [`mcp`] is the MCP surface (rmcp): `/mcp` here, and stdio for
+//! `memgate mcp`. [`client::HttpBackend`] is the HTTP API seen from the
+//! other side: a `MemoryBackend` that talks to a running `memgate serve`.
 
 pub mod api;
 pub mod auth;
 pub mod client;
 pub mod error;
+pub mod mcp;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;

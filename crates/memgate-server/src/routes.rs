@@ -4,6 +4,7 @@
 use crate::api::*;
 use crate::auth::{require_bearer, BearerToken};
 use crate::error::{ApiError, JsonBody};
+use crate::mcp::{self, McpEndpoint};
 use crate::metrics::Metrics;
 use crate::openapi;
 use axum::extract::{DefaultBodyLimit, State};
@@ -47,6 +48,8 @@ pub struct ServerState {
     pub metrics: Arc<Metrics>,
     pub token: Option<BearerToken>,
     pub max_body_bytes: usize,
+    /// `/mcp` (streamable HTTP), when MCP is enabled.
+    pub mcp: Option<McpEndpoint>,
 }
 
 impl ServerState {
@@ -57,14 +60,15 @@ impl ServerState {
             metrics: Arc::new(Metrics::default()),
             token: None,
             max_body_bytes: 4 * 1024 * 1024,
+            mcp: None,
         }
     }
 }
 
 /// The HTTP API. `/health` and `/openapi.json` are open; everything else
-/// needs the bearer token when one is configured.
+/// (including `/mcp`) needs the bearer token when one is configured.
 pub fn router(state: ServerState) -> Router {
-    let guarded = Router::new()
+    let mut guarded = Router::new()
         .route("/v1/recall", post(recall))
         .route("/v1/capture", post(capture))
         .route("/v1/remember", post(remember))
@@ -75,8 +79,11 @@ pub fn router(state: ServerState) -> Router {
         .route("/v1/facts/retire", post(retire_fact))
         .route("/v1/export", post(export))
         .route("/v1/import", post(import))
-        .route("/metrics", get(metrics))
-        .layer(from_fn_with_state(state.token.clone(), require_bearer));
+        .route("/metrics", get(metrics));
+    if let Some(endpoint) = state.mcp.clone() {
+        guarded = guarded.nest_service("/mcp", mcp::http_service(endpoint));
+    }
+    let guarded = guarded.layer(from_fn_with_state(state.token.clone(), require_bearer));
     Router::new()
         .route("/health", get(health))
         .route("/openapi.json", get(openapi_document))

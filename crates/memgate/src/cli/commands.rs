@@ -1,0 +1,394 @@
+//! One function per command. Commands other than `serve`, `doctor`,
+//! `config`, `bench` and `eval` open the configured backend (or the service
+//! named by `--url`), run one operation and shut the backend down cleanly.
+
+use super::output::print_json;
+use super::{Cli, Command, ConfigCommand, EvalCommand, FactsCommand};
+use memgate::config::{Config, ConfigSource};
+use memgate::factory::{backend_notes, check_writable, open_backend, BackendSetup};
+use memgate_core::message::parse_transcript;
+use memgate_core::{
+    Caller, CaptureKind, CaptureRequest, FactPatch, MemoryBackend, MemoryError, MemoryExport,
+    RecallRequest, RememberRequest, Result, SearchQuery, UserId, WarmStatus,
+};
+use memgate_server::client::HttpBackend;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub async fn run(cli: Cli) -> Result<ExitCode> {
+    let caller = Caller {
+        user: UserId::from_host(cli.user.as_deref()),
+        agent: cli.agent.clone(),
+        thread: None,
+    };
+    match cli.command {
+        Command::Serve { addr } => {
+            super::serve::run(cli.config.as_deref(), addr.as_deref(), &caller).await
+        }
+        Command::Mcp => mcp_stdio(cli.config.as_deref(), &caller).await,
+        Command::Doctor => doctor(cli.config.as_deref()).await,
+        Command::Config {
+            action: ConfigCommand::Check { file },
+        } => check_config(file.as_deref().or(cli.config.as_deref())),
+        Command::Bench {
+            sizes,
+            recalls,
+            json,
+        } => bench(&sizes, recalls, json).await,
+        Command::Eval {
+            dataset: EvalCommand::Locomo { file, json },
+        } => eval_locomo(file, json).await,
+        command => {
+            let (backend, timeout) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
+            let result = operate(&*backend, caller, command).await;
+            backend.shutdown(timeout).await;
+            result.map(|()| ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Who MCP tool calls run as: `mcp.user`/`mcp.agent` from the config, else
+/// the CLI's `--user`/`--agent` (or their environment variables).
+pub fn mcp_principal(config: &Config, cli: &Caller) -> Caller {
+    match &config.mcp.user {
+        Some(user) => Caller {
+            user: UserId::from_host(Some(user)),
+            agent: config.mcp.agent.clone(),
+            thread: None,
+        },
+        None => Caller {
+            agent: config.mcp.agent.clone().or_else(|| cli.agent.clone()),
+            ..cli.clone()
+        },
+    }
+}
+
+/// `memgate mcp`: the configured backend as an MCP server on stdin/stdout.
+/// Logs stay on stderr; stdout carries only the protocol.
+async fn mcp_stdio(config_path: Option<&Path>, cli: &Caller) -> Result<ExitCode> {
+    let (config, _) = Config::discover(config_path, None)?;
+    let backend = open_backend(&config.memory, &BackendSetup::from_process()?)?;
+    let server =
+        memgate_server::mcp::MemoryMcp::new(Arc::clone(&backend), mcp_principal(&config, cli));
+    let result = memgate_server::mcp::serve_stdio(server).await;
+    backend
+        .shutdown(Duration::from_secs_f64(
+            config.memory.shutdown_flush_timeout_seconds,
+        ))
+        .await;
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Opens the configured backend here, or connects to `--url`.
+async fn open(
+    config: Option<&Path>,
+    url: Option<&str>,
+) -> Result<(Arc<dyn MemoryBackend>, Duration)> {
+    if let Some(url) = url {
+        let token = std::env::var("MEMGATE_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        let remote = HttpBackend::connect(url, token, Duration::from_secs(30)).await?;
+        return Ok((Arc::new(remote), Duration::from_secs(5)));
+    }
+    let (config, _) = Config::discover(config, None)?;
+    let backend = open_backend(&config.memory, &BackendSetup::from_process()?)?;
+    let timeout = Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds);
+    Ok((backend, timeout))
+}
+
+async fn operate(backend: &dyn MemoryBackend, caller: Caller, command: Command) -> Result<()> {
+    match command {
+        Command::Remember { kind, text, json } => {
+            let request = RememberRequest::new(&kind, &text)?;
+            let outcome = backend.remember(&caller, &request).await?;
+            if json {
+                print_json(&outcome);
+            } else {
+                println!("{}", outcome.describe());
+            }
+        }
+        Command::Recall {
+            query,
+            thread,
+            json,
+        } => {
+            let request = RecallRequest {
+                caller: Caller { thread, ..caller },
+                query,
+            };
+            let recall = backend.recall(&request).await?;
+            if json {
+                print_json(&recall);
+            } else if recall.is_empty() {
+                eprintln!("(nothing recalled)");
+            } else {
+                println!("{}", recall.text);
+            }
+        }
+        Command::Search {
+            query,
+            top_k,
+            kind,
+            json,
+        } => {
+            if !(1..=100).contains(&top_k) {
+                return Err(MemoryError::invalid("--top-k", "must be between 1 and 100"));
+            }
+            let hits = backend
+                .search(&caller, &SearchQuery { query, top_k, kind })
+                .await?;
+            if json {
+                print_json(&hits);
+            } else if hits.is_empty() {
+                eprintln!("(no results)");
+            } else {
+                for hit in hits {
+                    let score = hit.score.map(|s| format!(" {s:.3}")).unwrap_or_default();
+                    println!("{}\t[{}]{score}\t{}", hit.id, hit.category, hit.content);
+                }
+            }
+        }
+        Command::Capture {
+            thread,
+            before_compaction,
+            file,
+        } => {
+            let messages = parse_transcript(&read_input(&file)?)?;
+            let request = CaptureRequest {
+                caller: Caller {
+                    thread: Some(thread),
+                    ..caller
+                },
+                messages,
+                kind: if before_compaction {
+                    CaptureKind::BeforeCompaction
+                } else {
+                    CaptureKind::AfterTurn
+                },
+                trace_id: None,
+            };
+            request.caller.require_thread()?;
+            let report = backend.capture(&request).await?;
+            println!(
+                "captured: {} new, {} already known, {} left out (hidden, injected or system)",
+                report.stored, report.already_known, report.filtered
+            );
+        }
+        Command::Facts { action } => facts(backend, &caller, action).await?,
+        _ => unreachable!("handled in run()"),
+    }
+    Ok(())
+}
+
+async fn facts(backend: &dyn MemoryBackend, caller: &Caller, action: FactsCommand) -> Result<()> {
+    match action {
+        FactsCommand::List { all, json } => {
+            let facts = backend.list_facts(caller, all).await?;
+            if json {
+                print_json(&facts);
+            } else if facts.is_empty() {
+                eprintln!("(no memories)");
+            } else {
+                for f in facts {
+                    let state = match f.state {
+                        memgate_core::FactState::Active => "",
+                        memgate_core::FactState::Retired => " (retired)",
+                    };
+                    println!("{}\t[{}] v{}{state}\t{}", f.id, f.kind, f.version, f.text);
+                }
+            }
+        }
+        FactsCommand::Show { id } => print_json(&backend.get_fact(caller, &id).await?),
+        FactsCommand::Revise { id, kind, text } => {
+            if kind.is_none() && text.is_none() {
+                return Err(MemoryError::invalid(
+                    "revision",
+                    "give --kind, --text, or both",
+                ));
+            }
+            let fact = backend
+                .revise_fact(caller, &id, &FactPatch { kind, text })
+                .await?;
+            println!("revised {} to version {}", fact.id, fact.version);
+        }
+        FactsCommand::Delete { id } => {
+            let fact = backend.retire_fact(caller, &id).await?;
+            println!("retired {} (kept in history, no longer recalled)", fact.id);
+        }
+        FactsCommand::Export { out } => {
+            let export = backend.export(caller).await?;
+            let text = serde_json::to_string_pretty(&export)
+                .map_err(|e| MemoryError::backend(format!("cannot render the export: {e}")))?;
+            match out {
+                Some(path) => std::fs::write(&path, text + "\n").map_err(|e| {
+                    MemoryError::backend(format!("cannot write {}: {e}", path.display()))
+                })?,
+                None => println!("{text}"),
+            }
+        }
+        FactsCommand::Import { file } => {
+            let bytes = read_input(&file)?;
+            let data: MemoryExport = serde_json::from_slice(&bytes).map_err(|e| {
+                MemoryError::invalid(
+                    file.display().to_string(),
+                    format!("not a memgate export: {e}"),
+                )
+            })?;
+            if data.format != memgate_core::facts::EXPORT_FORMAT {
+                return Err(MemoryError::invalid(
+                    "format",
+                    format!(
+                        "must be {:?} (got {:?})",
+                        memgate_core::facts::EXPORT_FORMAT,
+                        data.format
+                    ),
+                ));
+            }
+            let report = backend.import(caller, &data).await?;
+            println!(
+                "imported {} memories ({} already present), {} turns ({} already present)",
+                report.facts_imported,
+                report.facts_already_present,
+                report.turns_imported,
+                report.turns_already_present
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A file's bytes, or stdin for `-`.
+fn read_input(path: &Path) -> Result<Vec<u8>> {
+    if path == Path::new("-") {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .map_err(|e| MemoryError::invalid("stdin", e.to_string()))?;
+        return Ok(buf);
+    }
+    std::fs::read(path).map_err(|e| MemoryError::invalid(path.display().to_string(), e.to_string()))
+}
+
+fn check_config(file: Option<&Path>) -> Result<ExitCode> {
+    let (config, source) = match file {
+        Some(f) => (Config::from_file(f)?, ConfigSource::File(f.to_path_buf())),
+        None => Config::discover(None, None)?,
+    };
+    let setup = BackendSetup::from_process()?;
+    open_backend(&config.memory, &setup)?;
+    println!(
+        "config OK ({source}): manager_class={}, mode={}, storage={}",
+        config.memory.manager_class,
+        config.memory.mode.as_str(),
+        setup.storage_path(&config.memory)?.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn doctor(config_path: Option<&Path>) -> Result<ExitCode> {
+    let mut healthy = true;
+    let (config, source) = match Config::discover(config_path, None) {
+        Ok(found) => found,
+        Err(e) => {
+            println!("config   FAIL {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    println!("config   ok   {source}");
+    println!(
+        "memory   ok   manager_class={} mode={} enabled={} injection_enabled={}",
+        config.memory.manager_class,
+        config.memory.mode.as_str(),
+        config.memory.enabled,
+        config.memory.injection_enabled
+    );
+    let setup = BackendSetup::from_process()?;
+    let storage: PathBuf = setup.storage_path(&config.memory)?;
+    match check_writable(&storage) {
+        Ok(()) => println!("storage  ok   {} (writable)", storage.display()),
+        Err(e) => {
+            healthy = false;
+            println!("storage  FAIL {}: {e}", storage.display());
+        }
+    }
+    let backend = match open_backend(&config.memory, &setup) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("backend  FAIL {e}");
+            return Ok(ExitCode::from(if e.is_caller_error() { 2 } else { 1 }));
+        }
+    };
+    let caps = backend.capabilities();
+    println!(
+        "backend  ok   {} (recall={} capture={} remember={} search={} facts={} import_export={})",
+        backend.name(),
+        caps.recall,
+        caps.capture,
+        caps.remember,
+        caps.search,
+        caps.facts,
+        caps.import_export
+    );
+    match backend.warm().await {
+        Ok(WarmStatus::Ready) => println!("health   ok   ready"),
+        Ok(WarmStatus::NothingToWarm) => println!("health   ok   nothing to check"),
+        Ok(WarmStatus::Degraded { reason }) => {
+            healthy = false;
+            println!("health   WARN degraded (startup_policy warn): {reason}");
+        }
+        Err(e) => {
+            healthy = false;
+            println!("health   FAIL {e}");
+        }
+    }
+    for note in backend_notes(config.memory.manager_class) {
+        println!("note     {note}");
+    }
+    backend
+        .shutdown(Duration::from_secs_f64(
+            config.memory.shutdown_flush_timeout_seconds,
+        ))
+        .await;
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+async fn bench(sizes: &[usize], recalls: usize, json: bool) -> Result<ExitCode> {
+    let sizes = sizes.to_vec();
+    let report = tokio::task::spawn_blocking(move || {
+        memgate_store::bench::run_bench(&memgate_store::bench::BenchOptions {
+            sizes,
+            recall_queries: recalls,
+            ..Default::default()
+        })
+    })
+    .await
+    .map_err(|e| MemoryError::backend(format!("benchmark task failed: {e}")))??;
+    if json {
+        print_json(&report);
+    } else {
+        println!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn eval_locomo(file: PathBuf, json: bool) -> Result<ExitCode> {
+    let report = tokio::task::spawn_blocking(move || {
+        memgate_store::locomo::run_locomo(&file, &Default::default())
+    })
+    .await
+    .map_err(|e| MemoryError::backend(format!("evaluation task failed: {e}")))??;
+    if json {
+        print_json(&report);
+    } else {
+        println!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,199 @@
+//! Command-line parsing and dispatch.
+
+mod commands;
+mod output;
+mod serve;
+
+use clap::{Parser, Subcommand};
+use memgate_core::MemoryError;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "memgate",
+    version,
+    about = "Long-term memory for AI agent hosts",
+    long_about = "Long-term memory for AI agent hosts.\n\nWithout a config file memgate uses the embedded `local` store under $MEMGATE_HOME (default ./.memgate)."
+)]
+pub struct Cli {
+    /// Config file (else $MEMGATE_CONFIG, else ./config.yaml when present, else defaults).
+    #[arg(long, global = true, env = "MEMGATE_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The user whose memory this is (else $MEMGATE_USER, else the host fallback `default`).
+    #[arg(long, global = true, env = "MEMGATE_USER")]
+    user: Option<String>,
+    /// The agent (peer) within the user's memory; omitted = the default agent.
+    #[arg(long, global = true, env = "MEMGATE_AGENT")]
+    agent: Option<String>,
+    /// Use a running `memgate serve` at this URL instead of opening the backend here.
+    #[arg(long, global = true, env = "MEMGATE_URL", value_name = "URL")]
+    url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP service (JSON API, /health, /metrics, /openapi.json).
+    Serve {
+        /// HOST:PORT to listen on (default from config, 127.0.0.1:8765).
+        #[arg(long)]
+        addr: Option<String>,
+    },
+    /// Serve MCP over stdio (tools: remember, recall, search) for MCP clients
+    /// such as Claude Code or Codex.
+    Mcp,
+    /// Save one explicit memory and report the exact outcome.
+    Remember {
+        /// Memory kind (fact, preference, decision, constraint, …).
+        #[arg(long, default_value = "fact")]
+        kind: String,
+        text: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the memory block a host would inject.
+    Recall {
+        /// The latest user input; without it the backend's fixed injection query is used.
+        #[arg(long)]
+        query: Option<String>,
+        #[arg(long)]
+        thread: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search memory.
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 5)]
+        top_k: usize,
+        /// Only entries of this kind/category.
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Capture a transcript (JSON array, {"messages": [...]}, or JSON Lines; `-` for stdin).
+    Capture {
+        #[arg(long)]
+        thread: String,
+        /// Capture as the head of a transcript about to be compacted.
+        #[arg(long)]
+        before_compaction: bool,
+        file: PathBuf,
+    },
+    /// Manage explicit memories.
+    Facts {
+        #[command(subcommand)]
+        action: FactsCommand,
+    },
+    /// Check configuration.
+    Config {
+        #[command(subcommand)]
+        action: ConfigCommand,
+    },
+    /// Check configuration, storage and backend health.
+    Doctor,
+    /// Benchmark the embedded store (recall latency, capture throughput, RSS).
+    Bench {
+        /// Item counts to fill the store with.
+        #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
+        sizes: Vec<usize>,
+        /// Recall calls measured per size.
+        #[arg(long, default_value_t = 2000)]
+        recalls: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Evaluate recall quality.
+    Eval {
+        #[command(subcommand)]
+        dataset: EvalCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum FactsCommand {
+    /// List explicit memories.
+    List {
+        /// Include retired entries.
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one memory.
+    Show { id: String },
+    /// Revise a memory (its previous version is kept).
+    Revise {
+        id: String,
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long)]
+        text: Option<String>,
+    },
+    /// Retire a memory: it is no longer recalled, but its history is kept.
+    #[command(alias = "retire")]
+    Delete { id: String },
+    /// Export memory as JSON (to stdout, or --out FILE).
+    Export {
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Merge an export into memory (never duplicates).
+    Import { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a config file, including its backend_config (no network).
+    Check { file: Option<PathBuf> },
+}
+
+#[derive(Subcommand)]
+enum EvalCommand {
+    /// Recall quality on a LoCoMo-format file (recall@k, MRR per category).
+    Locomo {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Parses the command line, runs the command, and maps errors to exit codes.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let verbose = matches!(cli.command, Command::Serve { .. });
+    output::init_logging(verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("memgate: error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("memgate: error: {}", one_line(&err.to_string()));
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}
+
+/// 2 for bad input (config, arguments, refused identity), 1 for failures.
+fn exit_code(err: &MemoryError) -> u8 {
+    if err.is_caller_error() {
+        2
+    } else {
+        1
+    }
+}
+
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}

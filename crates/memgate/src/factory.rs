@@ -1,0 +1,129 @@
+//! Builds the configured backend, the way the host's factory does: the
+//! storage root is injected into `backend_config`, the host's default
+//! keep-hook for hidden messages is handed over, and the tool-mode
+//! invariant (tool mode needs search) is checked after construction.
+
+use crate::config::{resolve_storage_path, runtime_home, ManagerClass, MemoryConfig};
+use memgate_core::capture::host_default_keep_hidden;
+use memgate_core::noop::NoopBackend;
+use memgate_core::setup::{process_env, EnvSource};
+use memgate_core::{BackendContext, MemoryBackend, MemoryError, MemoryMode, Result};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What the factory needs besides the `memory:` section.
+#[derive(Clone)]
+pub struct BackendSetup {
+    /// The runtime home: `$MEMGATE_HOME`, else `./.memgate`.
+    pub home: PathBuf,
+    pub env: EnvSource,
+}
+
+impl BackendSetup {
+    /// From the process: `$MEMGATE_HOME` (or `./.memgate`) and the real
+    /// environment.
+    pub fn from_process() -> Result<Self> {
+        let cwd = std::env::current_dir()
+            .map_err(|e| MemoryError::Config(format!("cannot read the working directory: {e}")))?;
+        let home = runtime_home(std::env::var("MEMGATE_HOME").ok().as_deref(), &cwd);
+        Ok(Self {
+            home,
+            env: process_env(),
+        })
+    }
+
+    pub fn new(home: impl Into<PathBuf>, env: EnvSource) -> Self {
+        Self {
+            home: home.into(),
+            env,
+        }
+    }
+
+    /// The storage root a backend will use for this `memory:` section.
+    pub fn storage_path(&self, memory: &MemoryConfig) -> Result<PathBuf> {
+        resolve_storage_path(&memory.backend_config, &self.home)
+    }
+}
+
+/// Builds the backend named by `memory.manager_class`. No network I/O:
+/// start-up health is `warm()`'s job.
+pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<dyn MemoryBackend>> {
+    let storage = setup.storage_path(memory)?;
+    let mut backend_config = memory.backend_config.clone();
+    backend_config.insert(
+        "storage_path".to_owned(),
+        Value::String(storage.display().to_string()),
+    );
+    let ctx = BackendContext::new(&storage)
+        .with_mode(memory.mode)
+        .with_env(setup.env.clone())
+        .with_keep_hidden(Arc::new(host_default_keep_hidden));
+    let backend: Arc<dyn MemoryBackend> = match memory.manager_class {
+        ManagerClass::Local => Arc::new(memgate_store::LocalBackend::from_backend_config(
+            &backend_config,
+            &ctx,
+        )?),
+        ManagerClass::OpenViking => Arc::new(
+            memgate_openviking::OpenVikingBackend::from_backend_config(&backend_config, &ctx)?,
+        ),
+        ManagerClass::PowerContext => Arc::new(
+            memgate_powercontext::PowerContextBackend::from_backend_config(&backend_config, &ctx)?,
+        ),
+        ManagerClass::Noop => {
+            reject_keys("noop", &backend_config)?;
+            Arc::new(NoopBackend)
+        }
+    };
+    if memory.mode == MemoryMode::Tool && !backend.capabilities().search {
+        return Err(MemoryError::Config(format!(
+            "memory.mode: tool mode requires a backend that implements search, and {} does not",
+            backend.name()
+        )));
+    }
+    Ok(backend)
+}
+
+/// The noop backend takes no settings besides the injected storage root.
+fn reject_keys(backend: &str, config: &Map<String, Value>) -> Result<()> {
+    let unknown: Vec<&str> = config
+        .keys()
+        .map(String::as_str)
+        .filter(|k| *k != "storage_path")
+        .collect();
+    if unknown.is_empty() {
+        Ok(())
+    } else {
+        Err(MemoryError::Config(format!(
+            "memory.backend_config: the {backend} backend takes no settings; unknown: {}",
+            unknown.join(", ")
+        )))
+    }
+}
+
+/// Operator-facing notes `memgate doctor` prints for a backend.
+pub fn backend_notes(class: ManagerClass) -> Vec<String> {
+    match class {
+        ManagerClass::Local => vec![format!(
+            "local: an embedded SQLite store under the storage root; nothing leaves this machine"
+        )],
+        ManagerClass::OpenViking => vec![
+            "openviking: recall and capture only; fact management and import/export are not \
+             supported (manage memories in OpenViking Studio)"
+                .to_owned(),
+        ],
+        ManagerClass::PowerContext => memgate_powercontext::doctor_notes()
+            .into_iter()
+            .map(|n| format!("powercontext: {n}"))
+            .collect(),
+        ManagerClass::Noop => vec!["noop: stores nothing and recalls nothing".to_owned()],
+    }
+}
+
+/// True when `path` exists or can be created, and a file can be written in it.
+pub fn check_writable(path: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(path)?;
+    let probe = path.join(format!(".memgate-doctor-{}", std::process::id()));
+    std::fs::write(&probe, b"ok")?;
+    std::fs::remove_file(&probe)
+}
