@@ -17,26 +17,37 @@ VENV_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/memgate/venvs"
 # Venv names and what goes into them. The constraints files pin every transitive
 # dependency to versions observed to work, which keeps re-installs fast (no resolver
 # backtracking) and reproducible. `testkit/install --refresh` regenerates them.
-VENV_NAMES=(openviking-0.5 powercontext-0.0.2 powercontext-1.4)
+VENV_NAMES=(openviking-0.5 powercontext-0.0.2 powercontext-1.4 mcp-client)
 declare -A VENV_REQUIREMENT=(
   [openviking-0.5]='openviking>=0.5,<0.6'
   [powercontext-0.0.2]='powercontext[server,cli,client]==0.0.2'
   [powercontext-1.4]='powercontext[server,cli,client]>=1.4,<1.5'
+  [mcp-client]='mcp==2.3.0'
+)
+# The distribution whose version identifies each venv.
+declare -A VENV_DIST=(
+  [openviking-0.5]=openviking
+  [powercontext-0.0.2]=powercontext
+  [powercontext-1.4]=powercontext
+  [mcp-client]=mcp
 )
 declare -A VENV_CONSTRAINTS=(
   [openviking-0.5]="${TESTKIT_DIR}/constraints-openviking.txt"
   [powercontext-0.0.2]="${TESTKIT_DIR}/constraints-powercontext-0.0.2.txt"
   [powercontext-1.4]="${TESTKIT_DIR}/constraints-powercontext-1.4.txt"
+  [mcp-client]="${TESTKIT_DIR}/constraints-mcp-client.txt"
 )
 declare -A VENV_PROBE=(
   [openviking-0.5]='import openviking, openviking_sdk'
   [powercontext-0.0.2]='import powercontext.server, powercontext.client, typer'
   [powercontext-1.4]='import powercontext.server, powercontext.client, typer'
+  [mcp-client]='import mcp'
 )
 declare -A VENV_ENTRYPOINT=(
   [openviking-0.5]='bin/openviking-server'
   [powercontext-0.0.2]='bin/powercontext'
   [powercontext-1.4]='bin/powercontext'
+  [mcp-client]='bin/python'
 )
 
 # Test-only constants. They guard loopback servers with throwaway data; they are not secrets.
@@ -102,7 +113,7 @@ tk_venv_usable() {
 tk_venv_ready() {
   local dir dist
   dir="$(tk_venv_dir "$1")"
-  dist="${1%%-[0-9]*}"
+  dist="${VENV_DIST[$1]}"
   [[ -f "$dir/.memgate-testkit-marker" && -x "$dir/${VENV_ENTRYPOINT[$1]}" ]] || return 1
   "$dir/bin/python" -c 'import importlib.metadata as m, sys; m.version(sys.argv[1])' "$dist" >/dev/null 2>&1
 }
