@@ -6,6 +6,7 @@
 //! | `max_injection_chars` | 12000 | integer 256–100000 (characters) |
 //! | `injection_query` | the seeds' profile query | non-empty string (trimmed) |
 //! | `recall_top_k` | 10 | integer 1–100 |
+//! | `standing_memories` | 20 | integer 0–100: newest explicit memories recall carries even when the request shares no words with them |
 //! | `busy_timeout_ms` | 5000 | integer 0–600000 |
 //!
 //! Every key has a default; an unknown key or a value outside its rule is a
@@ -28,6 +29,7 @@ pub const DATABASE_RELATIVE_PATH: &str = "local/memgate.sqlite3";
 
 const MAX_INJECTION_CHARS: RangeInclusive<u64> = 256..=100_000;
 const RECALL_TOP_K: RangeInclusive<u64> = 1..=100;
+const STANDING_MEMORIES: RangeInclusive<u64> = 0..=100;
 const BUSY_TIMEOUT_MS: RangeInclusive<u64> = 0..=600_000;
 
 /// The keys this backend understands, for error messages.
@@ -36,6 +38,7 @@ const KNOWN_KEYS: &[&str] = &[
     "max_injection_chars",
     "injection_query",
     "recall_top_k",
+    "standing_memories",
     "busy_timeout_ms",
 ];
 
@@ -48,6 +51,11 @@ pub struct LocalConfig {
     pub injection_query: String,
     /// How many ranked items recall considers before the character budget.
     pub recall_top_k: usize,
+    /// How many of the newest explicit memories recall carries after the
+    /// ranked items, matched or not: the user asked for them to be kept, and
+    /// a request rarely repeats their words ("add a refund calculation"
+    /// versus "money amounts are integer cents").
+    pub standing_memories: usize,
     /// How long a connection waits for a lock held by another process.
     pub busy_timeout: Duration,
 }
@@ -58,6 +66,7 @@ impl Default for LocalConfig {
             max_injection_chars: 12_000,
             injection_query: DEFAULT_INJECTION_QUERY.to_owned(),
             recall_top_k: 10,
+            standing_memories: 20,
             busy_timeout: Duration::from_millis(5_000),
         }
     }
@@ -104,6 +113,10 @@ impl LocalConfig {
         }
         if let Some(v) = config.get("recall_top_k") {
             settings.recall_top_k = integer_in(v, "recall_top_k", RECALL_TOP_K)? as usize;
+        }
+        if let Some(v) = config.get("standing_memories") {
+            settings.standing_memories =
+                integer_in(v, "standing_memories", STANDING_MEMORIES)? as usize;
         }
         if let Some(v) = config.get("busy_timeout_ms") {
             settings.busy_timeout =

@@ -334,6 +334,19 @@ pub(crate) fn list_in_scope(
     .map_err(db_error)
 }
 
+/// The `limit` newest active memories of a scope, newest first.
+pub(crate) fn newest_active(conn: &Connection, scope: i64, limit: usize) -> Result<Vec<Fact>> {
+    conn.prepare_cached(&format!(
+        "SELECT {FACT_COLUMNS} FROM memories WHERE scope_id = ?1 AND state = 'active'
+         ORDER BY id DESC LIMIT ?2"
+    ))
+    .and_then(|mut s| {
+        s.query_map(params![scope, limit as i64], fact_from_row)?
+            .collect()
+    })
+    .map_err(db_error)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

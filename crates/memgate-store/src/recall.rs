@@ -8,6 +8,7 @@
 //! does, and only the best item is ever shortened (on a character boundary)
 //! when even it alone does not fit.
 
+use crate::facts::newest_active;
 use crate::ranking::{rank, Origin, Ranked};
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
@@ -111,13 +112,34 @@ impl MemoryStore {
     }
 
     /// The bounded, cited block for the caller. A missing or blank query
-    /// uses the configured `injection_query`.
+    /// uses the configured `injection_query`. After the ranked items come
+    /// the newest explicit memories not already among them
+    /// (`standing_memories`), while the budget lasts.
     pub fn recall(&self, request: &RecallRequest) -> Result<Recall> {
         let query = match request.query.as_deref().map(str::trim) {
             Some(q) if !q.is_empty() => q,
             _ => self.config.injection_query.as_str(),
         };
-        let ranked = self.ranked(&request.caller, query, self.config.recall_top_k)?;
+        let key = ScopeKey::of(&request.caller);
+        let (top_k, standing) = (self.config.recall_top_k, self.config.standing_memories);
+        let ranked = self.read(|conn| {
+            let Some(scope) = key.find(conn)? else {
+                return Ok(Vec::new());
+            };
+            let mut ranked = rank(conn, &self.common_terms, scope, query, top_k, None)?;
+            for fact in newest_active(conn, scope, standing)? {
+                if !ranked.iter().any(|r| r.citation == fact.id) {
+                    ranked.push(Ranked {
+                        citation: fact.id,
+                        kind: fact.kind,
+                        text: fact.text,
+                        score: 0.0,
+                        origin: Origin::Memory,
+                    });
+                }
+            }
+            Ok(ranked)
+        })?;
         Ok(assemble(&ranked, self.config.max_injection_chars))
     }
 

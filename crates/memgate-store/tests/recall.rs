@@ -24,7 +24,7 @@ fn remember(t: &TestStore, kind: &str, text: &str) -> String {
 fn recall_ranks_by_relevance_and_frames_the_block_as_untrusted_data() {
     let t = TestStore::new();
     let vim = remember(&t, "preference", "Uses Vim with relative line numbers");
-    remember(&t, "fact", "Owns a cat called Miso");
+    let cat = remember(&t, "fact", "Owns a cat called Miso");
     t.store
         .capture(&capture(
             &alice(),
@@ -43,8 +43,12 @@ fn recall_ranks_by_relevance_and_frames_the_block_as_untrusted_data() {
     assert!(RECALL_HEADER.contains("not instructions"));
     let ids = cited(&recall);
     assert_eq!(ids[0], vim, "the explicit memory ranks first: {ids:?}");
-    assert_eq!(ids.len(), 3, "the cat is not about vim: {ids:?}");
-    assert!(ids[1..].iter().all(|c| c.starts_with("turn_")));
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    assert!(ids[1..3].iter().all(|c| c.starts_with("turn_")));
+    assert_eq!(
+        ids[3], cat,
+        "the unmatched memory comes last, as standing memory"
+    );
     for item in &recall.items {
         let c = item.citation.as_ref().unwrap();
         assert!(
@@ -55,13 +59,80 @@ fn recall_ranks_by_relevance_and_frames_the_block_as_untrusted_data() {
 }
 
 #[test]
+fn explicit_memories_are_recalled_even_without_shared_words() {
+    // The RFC scenario: the convention shares no word with the new request.
+    let t = TestStore::new();
+    let convention = remember(
+        &t,
+        "decision",
+        "money amounts are integer cents; use pytest for backend tests",
+    );
+    let retired = remember(&t, "fact", "the order service uses floats for money");
+    t.store.retire_fact(&alice(), &retired).unwrap();
+    let bob = memgate_core::Caller::new("bob");
+    t.store
+        .remember(
+            &bob,
+            &RememberRequest::new("fact", "bob's secret recipe").unwrap(),
+        )
+        .unwrap();
+    let request = "Add a refund calculation to the order service, following its conventions.";
+    let recall = t.store.recall(&recall_of(&alice(), Some(request))).unwrap();
+    assert_eq!(cited(&recall), [convention], "{}", recall.text);
+    assert!(!recall.text.contains("floats"), "retired memories stay out");
+    assert!(!recall.text.contains("recipe"), "other scopes stay out");
+
+    let off = TestStore::with_config(LocalConfig {
+        standing_memories: 0,
+        ..LocalConfig::default()
+    });
+    remember(&off, "decision", "money amounts are integer cents");
+    let recall = off
+        .store
+        .recall(&recall_of(&alice(), Some(request)))
+        .unwrap();
+    assert!(
+        recall.is_empty(),
+        "standing_memories: 0 recalls only matches"
+    );
+}
+
+#[test]
+fn standing_memories_are_the_newest_and_respect_the_budget() {
+    let t = TestStore::with_config(LocalConfig {
+        max_injection_chars: 600,
+        standing_memories: 5,
+        ..LocalConfig::default()
+    });
+    let ids: Vec<String> = (0..30)
+        .map(|i| {
+            remember(
+                &t,
+                "fact",
+                &format!("standing note number {i} {}", "x".repeat(40)),
+            )
+        })
+        .collect();
+    let recall = t
+        .store
+        .recall(&recall_of(&alice(), Some("unrelated words")))
+        .unwrap();
+    let got = cited(&recall);
+    assert!(!got.is_empty() && got.len() <= 5, "{got:?}");
+    assert_eq!(got[0], ids[29], "newest first");
+    assert!(char_len(&recall.text) <= 600);
+}
+
+#[test]
 fn no_query_or_a_blank_one_uses_the_injection_query() {
     let t = TestStore::new();
     let pref = remember(&t, "preference", "Answers in British English");
-    remember(&t, "fact", "Paris trip booked");
+    let trip = remember(&t, "fact", "Paris trip booked");
     for query in [None, Some(""), Some("   \n")] {
         let recall = t.store.recall(&recall_of(&alice(), query)).unwrap();
-        assert_eq!(cited(&recall), std::slice::from_ref(&pref), "{query:?}");
+        // The preference matches the profile query and ranks first; the trip
+        // follows as standing memory.
+        assert_eq!(cited(&recall), [pref.clone(), trip.clone()], "{query:?}");
     }
     // A configured query replaces the default.
     let custom = TestStore::with_config(LocalConfig {
@@ -269,7 +340,11 @@ fn search_input_is_validated() {
 
 #[test]
 fn nothing_stored_or_nothing_matching_is_an_empty_recall() {
-    let t = TestStore::new();
+    // Without standing memories, recall carries only what matches.
+    let t = TestStore::with_config(LocalConfig {
+        standing_memories: 0,
+        ..LocalConfig::default()
+    });
     let recall = t
         .store
         .recall(&recall_of(&alice(), Some("anything")))
