@@ -29,6 +29,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             super::serve::run(cli.config.as_deref(), addr.as_deref(), &caller).await
         }
         Command::Mcp => mcp_stdio(cli.config.as_deref(), &caller).await,
+        Command::Chat(args) => chat(args, cli.config.as_deref(), cli.url.as_deref(), caller).await,
         Command::Doctor => doctor(cli.config.as_deref()).await,
         Command::Config {
             action: ConfigCommand::Check { file },
@@ -79,6 +80,26 @@ async fn mcp_stdio(config_path: Option<&Path>, cli: &Caller) -> Result<ExitCode>
             config.memory.shutdown_flush_timeout_seconds,
         ))
         .await;
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// `memgate chat`: the terminal host over the configured backend (or the
+/// service at `--url`), with the config's memory switches.
+async fn chat(
+    args: super::chat::ChatArgs,
+    config_path: Option<&Path>,
+    url: Option<&str>,
+    caller: Caller,
+) -> Result<ExitCode> {
+    let (config, _) = Config::discover(config_path, None)?;
+    let settings = memgate_host::HostSettings {
+        enabled: config.memory.enabled,
+        injection_enabled: config.memory.injection_enabled,
+        ..Default::default()
+    };
+    let (backend, timeout) = open(config_path, url).await?;
+    let result = super::chat::run_with_settings(args, Arc::clone(&backend), caller, settings).await;
+    backend.shutdown(timeout).await;
     result.map(|()| ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch.
 
+mod chat;
 mod commands;
 mod output;
 mod serve;
@@ -44,6 +45,9 @@ enum Command {
     /// Serve MCP over stdio (tools: remember, recall, search) for MCP clients
     /// such as Claude Code or Codex.
     Mcp,
+    /// Chat with any OpenAI-compatible endpoint, with memory (MEMGATE_CHAT_BASE_URL,
+    /// MEMGATE_CHAT_MODEL, optional MEMGATE_CHAT_API_KEY).
+    Chat(chat::ChatArgs),
     /// Save one explicit memory and report the exact outcome.
     Remember {
         /// Memory kind (fact, preference, decision, constraint, …).

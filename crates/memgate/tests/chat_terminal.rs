@@ -1,0 +1,357 @@
+//! `memgate chat` as a person uses it: the real binary in a terminal (tmux:
+//! keys sent, the screen read back), and with piped input, against
+//! `testkit/scripted_model.py` (a scripted OpenAI-compatible server that
+//! logs every request body) and the real local store.
+//!
+//! The terminal test needs tmux; without it the test prints why it skipped,
+//! unless `MEMGATE_REQUIRE_REAL_SERVERS=1` (CI), where that is a failure.
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_memgate");
+const KEY: &str = "sk-chat-test-3c9e71";
+const SAVE: &str =
+    "Remember this for the order service: money amounts are integer cents; use pytest for backend tests.";
+const REFUND: &str = "Add a refund calculation to the order service, following its conventions.";
+
+/// The scripted model server, stopped on drop.
+struct ScriptedModel {
+    child: Child,
+    url: String,
+    log: PathBuf,
+}
+
+impl ScriptedModel {
+    /// Starts on a free port; the port comes back through `--port-file`.
+    fn start(dir: &Path) -> Self {
+        let script = dir.join("script.json");
+        let rules = json!([
+            {"when": {"last_role": "tool"}, "reply": {"content": "Done: {{tool_result}}"}},
+            {"when": {"user_contains": "remember this"},
+             "reply": {"tool_calls": [{"name": "memgate_remember",
+                 "arguments": {"text": "Order service conventions: money amounts are integer cents; use pytest for backend tests."}}]}},
+            {"when": {"user_contains": "refund"},
+             "reply": {"content": "Refunds in integer cents, tested with pytest."}}
+        ]);
+        std::fs::write(&script, rules.to_string()).unwrap();
+        let log = dir.join("requests.jsonl");
+        let port_file = dir.join("port");
+        let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testkit/scripted_model.py");
+        let child = Command::new("python3")
+            .arg(server)
+            .args(["--script", script.to_str().unwrap()])
+            .args(["--log", log.to_str().unwrap()])
+            .args(["--port-file", port_file.to_str().unwrap()])
+            .args(["--require-key", KEY])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("python3 runs testkit/scripted_model.py");
+        let port = wait_for(Duration::from_secs(20), || {
+            std::fs::read_to_string(&port_file)
+                .ok()
+                .filter(|p| p.ends_with('\n'))
+        })
+        .expect("scripted_model wrote its port");
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{}/v1", port.trim()),
+            log,
+        }
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for ScriptedModel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `probe` until it gives a value or `limit` passes.
+fn wait_for<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return Some(value);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The environment `memgate chat` runs with: a fresh home, no config.
+fn chat_env(home: &Path, url: &str, key: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("MEMGATE_HOME", home.join("state").display().to_string()),
+        ("MEMGATE_USER", "alice".to_owned()),
+        ("MEMGATE_CHAT_BASE_URL", url.to_owned()),
+        ("MEMGATE_CHAT_MODEL", "scripted".to_owned()),
+        ("MEMGATE_CHAT_API_KEY", key.to_owned()),
+    ]
+}
+
+/// Runs `memgate chat` with `input` piped in.
+fn piped_chat(home: &Path, env: &[(&str, String)], input: &str) -> Output {
+    use std::io::Write;
+    let mut command = Command::new(BIN);
+    command
+        .arg("chat")
+        .current_dir(home)
+        .env_remove("MEMGATE_CONFIG")
+        .env_remove("MEMGATE_URL")
+        .env_remove("MEMGATE_AGENT")
+        .env_remove("MEMGATE_CHAT_BASE_URL")
+        .env_remove("MEMGATE_CHAT_MODEL")
+        .env_remove("MEMGATE_CHAT_API_KEY")
+        .env("MEMGATE_HOME", home.join("state"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("run memgate chat");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn without_an_endpoint_chat_says_what_to_set_and_exits_2() {
+    let home = tempfile::tempdir().unwrap();
+    let o = piped_chat(home.path(), &[], "hello\n");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("MEMGATE_CHAT_BASE_URL"), "{err}");
+    assert!(err.contains("MEMGATE_CHAT_MODEL"), "{err}");
+    assert!(err.contains("http://localhost:11434/v1"), "{err}");
+}
+
+#[test]
+fn a_rejected_api_key_is_reported_without_the_key() {
+    let home = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(home.path());
+    let wrong = "sk-wrong-key-90d1e2";
+    let env = chat_env(home.path(), &model.url, wrong);
+    let o = piped_chat(home.path(), &env, &format!("{REFUND}\n/quit\n"));
+    let out = String::from_utf8_lossy(&o.stdout) + String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("error: model endpoint answered HTTP 401"),
+        "{out}"
+    );
+    assert!(out.contains("[redacted]"), "{out}");
+    assert!(!out.contains(wrong), "{out}");
+}
+
+#[test]
+fn piped_input_runs_the_rfc_scenario() {
+    let home = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(home.path());
+    let env = chat_env(home.path(), &model.url, KEY);
+    let o = piped_chat(home.path(), &env, &format!("{SAVE}\n/new\n{REFUND}\n"));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("saved: stored (mem_"), "{out}");
+    assert!(out.contains(" chars from local\n"), "{out}");
+    assert!(!out.contains(KEY));
+    let last = model.requests().pop().unwrap();
+    let memory = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("<memory>"))
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no memory message in {last}"));
+    assert_eq!(memory["role"], "user");
+    assert!(memory["content"]
+        .as_str()
+        .unwrap()
+        .contains("integer cents"));
+}
+
+/// tmux on a private socket, for one test; the server is killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> String {
+        let o = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux");
+        assert!(
+            o.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-J", "-t", "chat", "-S", "-500"])
+    }
+
+    fn type_line(&self, line: &str) {
+        self.run(&["send-keys", "-t", "chat", "-l", line]);
+        self.run(&["send-keys", "-t", "chat", "Enter"]);
+    }
+
+    /// Waits until the screen shows `pattern` `times` times.
+    fn wait_for_screen(&self, pattern: &str, times: usize) -> String {
+        wait_for(Duration::from_secs(30), || {
+            let screen = self.screen();
+            (screen.matches(pattern).count() >= times).then_some(screen)
+        })
+        .unwrap_or_else(|| panic!("screen never showed {pattern:?}:\n{}", self.screen()))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+fn tmux_available() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[test]
+fn chat_in_a_terminal_shows_what_it_recalled_and_saved() {
+    if !tmux_available() {
+        if std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref() == Ok("1") {
+            panic!("tmux is not installed but MEMGATE_REQUIRE_REAL_SERVERS=1 (apt-get install -y tmux)");
+        }
+        println!(
+            "chat_in_a_terminal_shows_what_it_recalled_and_saved: skipped: tmux is not installed"
+        );
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(home.path());
+    let mut command =
+        String::from("exec env -u MEMGATE_CONFIG -u MEMGATE_URL -u MEMGATE_AGENT TERM=xterm");
+    for (k, v) in chat_env(home.path(), &model.url, KEY) {
+        command.push_str(&format!(" {k}={}", quote(&v)));
+    }
+    command.push_str(&format!(" {} chat", quote(BIN)));
+    let tmux = Tmux {
+        socket: format!("memgate-chat-test-{}", std::process::id()),
+    };
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "chat",
+        "-x",
+        "200",
+        "-y",
+        "60",
+        "-c",
+        home.path().to_str().unwrap(),
+        &command,
+    ]);
+    tmux.run(&["set-option", "-t", "chat", "remain-on-exit", "on"]);
+
+    let screen = tmux.wait_for_screen("you> ", 1);
+    assert!(
+        screen.contains("memory: local backend, user alice, remember tool on"),
+        "{screen}"
+    );
+    tmux.type_line(SAVE);
+    let screen = tmux.wait_for_screen("you> ", 2);
+    assert!(screen.contains("recalled: nothing"), "{screen}");
+    assert!(screen.contains("saved: stored (mem_1)"), "{screen}");
+
+    tmux.type_line("/new");
+    tmux.wait_for_screen("thread chat-", 2);
+    tmux.type_line(REFUND);
+    let screen = tmux.wait_for_screen("you> ", 4);
+    let recalled = screen
+        .lines()
+        .find(|l| l.starts_with("recalled: ") && l.ends_with(" chars from local"))
+        .unwrap_or_else(|| panic!("no recall line:\n{screen}"));
+    let chars: usize = recalled
+        .trim_start_matches("recalled: ")
+        .trim_end_matches(" chars from local")
+        .parse()
+        .unwrap();
+    assert!(chars > 0);
+    assert!(
+        screen.contains("Refunds in integer cents, tested with pytest."),
+        "{screen}"
+    );
+
+    tmux.type_line("/quit");
+    let status = wait_for(Duration::from_secs(30), || {
+        let state = tmux.run(&[
+            "display-message",
+            "-p",
+            "-t",
+            "chat",
+            "#{pane_dead} #{pane_dead_status}",
+        ]);
+        state.starts_with('1').then_some(state)
+    })
+    .expect("memgate chat exited after /quit");
+    assert_eq!(status.trim(), "1 0", "exit status 0");
+    let screen = tmux.screen();
+    assert!(!screen.contains(KEY), "{screen}");
+
+    // What the model server received: the memory as a user-role message.
+    let last = model.requests().pop().unwrap();
+    let carrying: Vec<_> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("integer cents"))
+        })
+        .collect();
+    assert_eq!(carrying.len(), 1, "{last}");
+    assert_eq!(carrying[0]["role"], "user");
+    assert!(carrying[0]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("<memory>\n"));
+}
