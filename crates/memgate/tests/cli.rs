@@ -489,3 +489,89 @@ fn serve_speaks_mcp_on_slash_mcp() {
     assert!(text.contains("\"name\":\"memgate\""), "{text}");
     assert!(server.stop().success());
 }
+
+#[test]
+fn config_check_shows_the_openviking_rules() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let cases = [
+        (
+            "    auth_mode: trusted\n",
+            "OpenViking trusted mode is no longer supported by this backend",
+        ),
+        (
+            "    max_retries: 3\n",
+            "OpenViking custom HTTP client fields are no longer supported: max_retries",
+        ),
+        (
+            "    base_url: http://10.0.0.5:1933\n",
+            "OpenViking plain HTTP is allowed only for localhost/openviking",
+        ),
+        (
+            "    retrieval:\n      top_k: 0\n",
+            "OpenViking retrieval.top_k must be between 1 and 100",
+        ),
+        (
+            "    colour: blue\n",
+            "Unknown OpenViking backend_config fields: colour",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let f = h.join("ov.yaml");
+        std::fs::write(
+            &f,
+            format!("memory:\n  manager_class: openviking\n  backend_config:\n    owner_user_id: alice\n{extra}"),
+        )
+        .unwrap();
+        let o = Command::new(BIN)
+            .args(["config", "check", f.to_str().unwrap()])
+            .current_dir(h)
+            .env("MEMGATE_HOME", h.join("state"))
+            .env("OPENVIKING_API_KEY", "user-key-for-config-check")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{extra}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{extra}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("user-key-for-config-check"));
+    }
+    let f = h.join("tool.yaml");
+    std::fs::write(&f, "memory:\n  manager_class: openviking\n  mode: tool\n").unwrap();
+    let o = memgate(h, &["config", "check", f.to_str().unwrap()]);
+    assert!(stderr(&o).contains("use OpenViking MCP"), "{}", stderr(&o));
+}
+
+#[test]
+fn doctor_says_powercontext_does_not_capture() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    // Nothing listens here: the health check fails, the notes still print.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        h.join("config.yaml"),
+        "memory:\n  manager_class: powercontext\n  backend_config: {}\n",
+    )
+    .unwrap();
+    let o = Command::new(BIN)
+        .arg("doctor")
+        .current_dir(h)
+        .env("MEMGATE_HOME", h.join("state"))
+        .env(
+            "POWERCONTEXT_DEERFLOW_BASE_URL",
+            format!("http://127.0.0.1:{port}"),
+        )
+        .env("POWERCONTEXT_DEERFLOW_OWNER_USER_ID", "user-7f3a")
+        .env("POWERCONTEXT_DEERFLOW_SCOPE_ID", "scope-a")
+        .env("POWERCONTEXT_DEERFLOW_TOKEN", "pc-token-for-doctor")
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("capture=false"), "{out}");
+    assert!(out.contains("health   FAIL"), "{out}");
+    assert!(out.to_lowercase().contains("passive capture"), "{out}");
+    assert!(!out.contains("pc-token-for-doctor") && !stderr(&o).contains("pc-token-for-doctor"));
+}

@@ -977,6 +977,159 @@ mod tests {
         );
     }
 
+    /// The RFC scenario on OpenViking, which has no `remember`: the user's
+    /// request to remember is an ordinary turn, captured into the thread's
+    /// session and extracted by the server (with testkit's deterministic
+    /// model provider); a new thread then recalls it with the fixed
+    /// injection query, and the model server receives it in a hidden
+    /// user-role memory message. Runs against the real OpenViking 0.5 of
+    /// testkit/, as a fresh user with its own USER key.
+    #[tokio::test]
+    async fn rfc_scenario_on_openviking_through_capture() {
+        let test = "rfc_scenario_on_openviking_through_capture";
+        let var = |s: &str| {
+            std::env::var(format!("MEMGATE_TEST_OPENVIKING_{s}"))
+                .ok()
+                .filter(|v| !v.is_empty())
+        };
+        let (Some(url), Some(root), Some(account)) = (var("URL"), var("ROOT_KEY"), var("ACCOUNT"))
+        else {
+            assert_ne!(
+                std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref(),
+                Ok("1"),
+                "{test}: MEMGATE_TEST_OPENVIKING_* unset but MEMGATE_REQUIRE_REAL_SERVERS=1"
+            );
+            println!("{test}: skipped: real server not running (run testkit/up)");
+            return;
+        };
+        // A fresh user, so nothing else is in its memory.
+        let user: String = format!("chat{}", new_message_id())
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(24)
+            .collect::<String>()
+            .to_lowercase();
+        let created: Value = reqwest::Client::new()
+            .post(format!("{url}/api/v1/admin/accounts/{account}/users"))
+            .header("X-API-Key", &root)
+            .json(&json!({"user_id": user, "role": "user"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let key = created["result"]["user_key"]
+            .as_str()
+            .unwrap_or_else(|| panic!("user creation: {created}"))
+            .to_owned();
+        let storage = tempfile::tempdir().unwrap();
+        let config = json!({"base_url": url, "owner_user_id": user, "timeout_seconds": 30.0});
+        let ctx = BackendContext::new(storage.path()).with_env(Arc::new(move |name| {
+            (name == "OPENVIKING_API_KEY").then(|| key.clone())
+        }));
+        let backend: Arc<dyn MemoryBackend> = Arc::new(
+            memgate_openviking::OpenVikingBackend::from_backend_config(
+                config.as_object().unwrap(),
+                &ctx,
+            )
+            .unwrap(),
+        );
+        backend
+            .warm()
+            .await
+            .expect("OpenViking is healthy and knows the key");
+
+        let script = json!([
+            {"when": {"user_contains": "remember this"},
+             "reply": {"content": "Noted for the order service."}},
+            {"when": {"user_contains": "refund"},
+             "reply": {"content": "Refunds will be computed in integer cents, with pytest tests."}}
+        ]);
+        let model = ScriptedModel::start(script, &[]);
+        let mut chat = session(Arc::clone(&backend), &user, client(&model, true, None));
+
+        // Thread A: no tool is offered (OpenViking cannot remember); the
+        // turn is captured when it ends.
+        // (A fresh user's recall already carries OpenViking's directory
+        // summaries, so thread A recalls something, but not the convention.)
+        let out = turn(&mut chat, SAVE_REQUEST).await.unwrap();
+        assert!(
+            out.contains(" chars from openviking") || out.contains("recalled: nothing"),
+            "{out}"
+        );
+        let first = model.requests()[0]["messages"].as_array().unwrap().clone();
+        assert!(
+            first.iter().all(|m| !(m["content"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("<memory>")
+                && m["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("integer cents"))),
+            "nothing about the convention is in memory yet: {first:?}"
+        );
+        assert!(!out.contains("saved:"), "{out}");
+        assert!(
+            model.requests()[0].get("tools").is_none(),
+            "no tool without remember"
+        );
+        let mut out = Vec::new();
+        chat.new_thread(&mut out).await; // waits for thread A's capture
+        let out = String::from_utf8(out).unwrap();
+        assert!(!out.contains("capture failed"), "{out}");
+
+        // The server extracts memories after the commit (about 10-15 s).
+        let probe = memgate_core::RecallRequest {
+            caller: Caller::new(user.as_str()),
+            query: None,
+        };
+        let mut extracted = false;
+        for _ in 0..90 {
+            if backend
+                .recall(&probe)
+                .await
+                .unwrap()
+                .text
+                .contains("integer cents")
+            {
+                extracted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert!(
+            extracted,
+            "OpenViking extracted no memory from the captured turn"
+        );
+
+        // Thread B: recalled on the first turn, sent as a user-role memory message.
+        let out = turn(&mut chat, REFUND_REQUEST).await.unwrap();
+        assert!(out.contains(" chars from openviking"), "{out}");
+        let requests = model.requests();
+        let messages = requests.last().unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let text = |m: &Value| m["content"].as_str().unwrap_or_default().to_owned();
+        for m in messages.iter().filter(|m| m["role"] == "system") {
+            assert!(
+                !text(m).contains("integer cents"),
+                "memory in a system message: {m}"
+            );
+        }
+        let memory = messages
+            .iter()
+            .find(|m| text(m).starts_with("<memory>\n"))
+            .unwrap_or_else(|| panic!("no memory message went out: {messages:?}"));
+        assert_eq!(memory["role"], "user");
+        assert!(text(memory).contains("integer cents"), "{memory}");
+        let mut out = Vec::new();
+        chat.finish(&mut out).await;
+        assert!(backend.shutdown(Duration::from_secs(5)).await);
+    }
+
     /// A real server from testkit/ (`{prefix}_URL`, `_TOKEN`, `_SCOPE_ID`),
     /// or `None` with a printed skip line; with
     /// `MEMGATE_REQUIRE_REAL_SERVERS=1` its absence fails the test.
