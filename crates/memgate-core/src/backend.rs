@@ -12,11 +12,11 @@ use crate::recall::{Recall, RecallRequest};
 use crate::remember::{RememberOutcome, RememberRequest};
 use crate::{MemoryError, Result};
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// What a backend can do, for surfaces that list operations.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Capabilities {
     /// Recall returns stored memory.

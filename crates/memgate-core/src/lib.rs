@@ -38,6 +38,7 @@ pub mod recall;
 pub mod remember;
 pub mod setup;
 pub mod signature;
+pub mod time;
 pub mod tool;
 
 pub use backend::{Capabilities, MemoryBackend, WarmStatus};

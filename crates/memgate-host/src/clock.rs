@@ -37,16 +37,8 @@ impl CalendarDate {
 
     /// The date `days` days after 1970-01-01 (negative: before).
     pub fn from_days_since_epoch(days: i64) -> Self {
-        // Era-based conversion: 400-year eras of 146097 days, years starting in March.
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-        let year = (yoe + era * 400 + i64::from(month <= 2)) as i32;
+        let (year, month, day) = memgate_core::time::civil_from_days(days);
+        let (year, month, day) = (year as i32, month as u8, day as u8);
         Self { year, month, day }
     }
 

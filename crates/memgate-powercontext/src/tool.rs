@@ -69,18 +69,10 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn spec_forbids_secrets_and_unrequested_saves() {
+    fn the_spec_is_core_remember_in_the_powercontext_namespace() {
         let spec = RememberTool::spec();
-        assert_eq!(
-            (spec.namespace.as_str(), spec.name.as_str()),
-            ("powercontext", "remember")
-        );
-        assert!(spec.description.contains("NEVER save secrets"));
-        assert!(spec
-            .description
-            .contains("ONLY when the user explicitly asks"));
-        assert_eq!(spec.input_schema["additionalProperties"], false);
-        assert_eq!(spec.input_schema["required"], json!(["text"]));
+        assert_eq!(spec.qualified_name("."), "powercontext.remember");
+        assert!(spec.description.contains("the user's PowerContext memory"));
         assert_eq!(
             spec.input_schema["properties"]["kind"]["enum"],
             json!(CONVENTIONAL_KINDS)

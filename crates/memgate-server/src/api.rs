@@ -126,46 +126,9 @@ pub struct Health {
     pub status: String,
     pub version: String,
     pub backend: String,
-    pub capabilities: CapabilitiesView,
+    pub capabilities: Capabilities,
     pub memory_enabled: bool,
     pub injection_enabled: bool,
-}
-
-/// Mirror of [`Capabilities`] for the wire (and its schema).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct CapabilitiesView {
-    pub recall: bool,
-    pub capture: bool,
-    pub remember: bool,
-    pub search: bool,
-    pub facts: bool,
-    pub import_export: bool,
-}
-
-impl From<Capabilities> for CapabilitiesView {
-    fn from(c: Capabilities) -> Self {
-        Self {
-            recall: c.recall,
-            capture: c.capture,
-            remember: c.remember,
-            search: c.search,
-            facts: c.facts,
-            import_export: c.import_export,
-        }
-    }
-}
-
-impl From<CapabilitiesView> for Capabilities {
-    fn from(c: CapabilitiesView) -> Self {
-        Self {
-            recall: c.recall,
-            capture: c.capture,
-            remember: c.remember,
-            search: c.search,
-            facts: c.facts,
-            import_export: c.import_export,
-        }
-    }
 }
 
 /// Every error body: `{"error":{"code","message"}}`.

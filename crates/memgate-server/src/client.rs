@@ -65,7 +65,7 @@ impl HttpBackend {
             token,
             http,
             name: health.backend,
-            capabilities: health.capabilities.into(),
+            capabilities: health.capabilities,
         })
     }
 

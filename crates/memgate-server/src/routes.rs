@@ -266,7 +266,7 @@ async fn health(State(state): State<ServerState>) -> Json<Health> {
         status: "ok".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         backend: state.backend.name().to_owned(),
-        capabilities: state.backend.capabilities().into(),
+        capabilities: state.backend.capabilities(),
         memory_enabled: state.switches.enabled,
         injection_enabled: state.switches.injection_enabled,
     })

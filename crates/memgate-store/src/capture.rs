@@ -17,7 +17,6 @@
 //! snapshot, a longer snapshot or a compaction head stores only what is new.
 //! A batch is one transaction, committed before the report is returned.
 
-use crate::clock::now_rfc3339;
 use crate::index::IndexWrites;
 use crate::schema::db_error;
 use crate::scope::ScopeKey;
@@ -25,6 +24,7 @@ use crate::store::MemoryStore;
 use memgate_core::budget::prefix_bytes;
 use memgate_core::capture::captureable;
 use memgate_core::signature::message_signature;
+use memgate_core::time::now_rfc3339;
 use memgate_core::{CaptureReport, CaptureRequest, Message, RoleKind};
 use memgate_core::{MemoryError, Result};
 use rusqlite::{params, Connection, OptionalExtension};

@@ -7,11 +7,11 @@
 //! one *active* copy of a (kind, text) pair exists per scope (a unique index
 //! enforces it), which is what makes `remember` answer `AlreadyPresent`.
 
-use crate::clock::now_rfc3339;
 use crate::index::IndexWrites;
 use crate::schema::db_error;
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
+use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
     Result,

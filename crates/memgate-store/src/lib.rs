@@ -27,7 +27,6 @@
 pub mod backend;
 pub mod bench;
 pub mod capture;
-mod clock;
 pub mod config;
 pub mod facts;
 pub mod index;

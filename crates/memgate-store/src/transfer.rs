@@ -12,12 +12,12 @@
 //! speaker and date context of turns is not part of the v1 format.
 
 use crate::capture::{insert_turn, next_seq, NewTurn, MAX_TURN_TEXT_BYTES};
-use crate::clock::{looks_like_rfc3339, now_rfc3339};
 use crate::facts::{self, list_in_scope, state_name};
 use crate::schema::db_error;
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
 use memgate_core::facts::{ExportedTurn, EXPORT_FORMAT};
+use memgate_core::time::{looks_like_rfc3339, now_rfc3339};
 use memgate_core::{
     Caller, FactState, ImportReport, MemoryError, MemoryExport, RememberRequest, Result, Role,
     RoleKind,

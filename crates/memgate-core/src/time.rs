@@ -1,5 +1,6 @@
-//! RFC 3339 UTC timestamps for `created_at` / `updated_at` / `captured_at`,
-//! without a date-time dependency.
+//! Calendar arithmetic without a date-time dependency: RFC 3339 UTC
+//! timestamps (the store's `created_at` / `updated_at` / `captured_at`) and
+//! the proleptic Gregorian date of a day count (the host's date reminder).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -28,7 +29,7 @@ pub fn format_unix_millis(millis: i64) -> String {
 
 /// Proleptic Gregorian date of a day count since 1970-01-01 (the era-based
 /// conversion: 400-year eras of 146097 days, years starting in March).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
