@@ -17,12 +17,14 @@ VENV_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/memgate/venvs"
 # Venv names and what goes into them. The constraints files pin every transitive
 # dependency to versions observed to work, which keeps re-installs fast (no resolver
 # backtracking) and reproducible. `testkit/install --refresh` regenerates them.
-VENV_NAMES=(openviking-0.5 powercontext-0.0.2 powercontext-1.4 mcp-client)
+VENV_NAMES=(openviking-0.5 powercontext-0.0.2 powercontext-1.4 mcp-client python-tests)
 declare -A VENV_REQUIREMENT=(
   [openviking-0.5]='openviking>=0.5,<0.6'
   [powercontext-0.0.2]='powercontext[server,cli,client]==0.0.2'
   [powercontext-1.4]='powercontext[server,cli,client]>=1.4,<1.5'
   [mcp-client]='mcp==2.3.0'
+  # memgate's Python package tests (python/): one pip argument, the requirements file.
+  [python-tests]="-r${TESTKIT_DIR}/requirements-python-tests.txt"
 )
 # The distribution whose version identifies each venv.
 declare -A VENV_DIST=(
@@ -30,24 +32,28 @@ declare -A VENV_DIST=(
   [powercontext-0.0.2]=powercontext
   [powercontext-1.4]=powercontext
   [mcp-client]=mcp
+  [python-tests]=langchain-core
 )
 declare -A VENV_CONSTRAINTS=(
   [openviking-0.5]="${TESTKIT_DIR}/constraints-openviking.txt"
   [powercontext-0.0.2]="${TESTKIT_DIR}/constraints-powercontext-0.0.2.txt"
   [powercontext-1.4]="${TESTKIT_DIR}/constraints-powercontext-1.4.txt"
   [mcp-client]="${TESTKIT_DIR}/constraints-mcp-client.txt"
+  [python-tests]="${TESTKIT_DIR}/constraints-python-tests.txt"
 )
 declare -A VENV_PROBE=(
   [openviking-0.5]='import openviking, openviking_sdk'
   [powercontext-0.0.2]='import powercontext.server, powercontext.client, typer'
   [powercontext-1.4]='import powercontext.server, powercontext.client, typer'
   [mcp-client]='import mcp'
+  [python-tests]='import maturin, pytest, langchain_core, langgraph.prebuilt'
 )
 declare -A VENV_ENTRYPOINT=(
   [openviking-0.5]='bin/openviking-server'
   [powercontext-0.0.2]='bin/powercontext'
   [powercontext-1.4]='bin/powercontext'
   [mcp-client]='bin/python'
+  [python-tests]='bin/maturin'
 )
 
 # Test-only constants. They guard loopback servers with throwaway data; they are not secrets.
@@ -96,8 +102,9 @@ tk_venv_marker_text() {
   local name="$1" base="$2"
   local csum
   csum="$(sha256sum "${VENV_CONSTRAINTS[$name]}" | cut -d' ' -f1)"
+  # Paths under the testkit are recorded relative to it, so a venv serves every checkout.
   printf 'requirement=%s\nconstraints_sha256=%s\nbase_python=%s\nbase_version=%s\n' \
-    "${VENV_REQUIREMENT[$name]}" "$csum" "$base" "$("$base" -c 'import sys; print(sys.version.split()[0])')"
+    "${VENV_REQUIREMENT[$name]//"$TESTKIT_DIR"/testkit}" "$csum" "$base" "$("$base" -c 'import sys; print(sys.version.split()[0])')"
 }
 
 # True when the venv's entry point exists and its packages import.

@@ -1,0 +1,319 @@
+"""memgate's memory managers for DeerFlow (``memory.manager_class``).
+
+Three drop-in managers over memgate's Rust backends:
+
+- ``OpenVikingMemoryManager``: the same ``backend_config`` as DeerFlow's
+  built-in OpenViking backend (keys, defaults, error messages), so an
+  operator switches by changing only ``manager_class``;
+- ``PowerContextMemoryManager``: ``backend_config: {}``, the binding from the
+  ``POWERCONTEXT_DEERFLOW_*`` environment (the RFC); passive capture is an
+  explicit no-op;
+- ``LocalMemoryManager``: memgate's embedded SQLite store.
+
+Each follows the host contract (deerflow-memory-contract §1–3): sync
+methods release the GIL for the backend's I/O; async methods run the sync
+path in a worker thread, so the event loop never waits on memory;
+``add_nowait`` called on an event-loop thread (the host's compaction hook)
+reads the messages and returns, the capture finishing in the background
+(``shutdown_flush`` drains it). Unsupported operations raise
+``NotImplementedError("<method> not supported by <ClassName>")``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from memgate import _native
+from memgate.deerflow.contract import (
+    MemoryConflictError,
+    MemoryCorruptionError,
+    MemoryManager,
+    MemoryManagerError,
+)
+
+__all__ = ["LocalMemoryManager", "OpenVikingMemoryManager", "PowerContextMemoryManager"]
+
+logger = logging.getLogger("memgate.deerflow")
+
+#: Where backends read environment variables; ``None`` is the process
+#: environment (one source per process, so a manager and the ``remember``
+#: tool share one PowerContext settings snapshot). Tests set an
+#: ``_native.Environment.from_mapping(...)`` here.
+_ENVIRONMENT: Any = None
+
+_IS_PYDANTIC = hasattr(MemoryManager, "model_fields")
+if _IS_PYDANTIC:
+    from pydantic import PrivateAttr
+
+
+def runtime_home() -> Path:
+    """DeerFlow's runtime home: ``$DEER_FLOW_HOME``, else
+    ``<$DEER_FLOW_PROJECT_ROOT or cwd>/.deer-flow`` (the storage root the
+    host's factory injects when ``storage_path`` is empty)."""
+    home = os.environ.get("DEER_FLOW_HOME")
+    if home:
+        return Path(home).resolve()
+    root = os.environ.get("DEER_FLOW_PROJECT_ROOT") or os.getcwd()
+    return (Path(root) / ".deer-flow").resolve()
+
+
+def storage_root(backend_config: dict[str, Any]) -> str:
+    """The absolute storage root, resolved the way the host's factory does:
+    empty → the runtime home; relative → under it."""
+    raw = backend_config.get("storage_path")
+    if raw is None or raw == "":
+        return str(runtime_home())
+    if not isinstance(raw, (str, os.PathLike)):
+        raise ValueError("backend_config.storage_path must be a string path")
+    path = Path(raw)
+    return str(path if path.is_absolute() else runtime_home() / path)
+
+
+def host_error(err: _native.NativeError, method: str, manager: MemoryManager) -> Exception:
+    """The host-contract exception for a memgate error."""
+    code, message = err.args
+    if code == "unsupported":
+        return NotImplementedError(f"{method} not supported by {type(manager).__name__}")
+    if code in ("invalid_input", "invalid_config"):
+        return ValueError(message)
+    if code == "conflict":
+        return MemoryConflictError(message)
+    if code == "corruption":
+        return MemoryCorruptionError(message)
+    if code == "not_found":
+        return KeyError(message)
+    return MemoryManagerError(message)
+
+
+def _user(user_id: Any) -> str | None:
+    """The host's user id as a string; ``None``/``""`` stay absent (the
+    backend reads them as the ``default`` fallback)."""
+    return None if user_id is None else str(user_id)
+
+
+def _on_event_loop_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _report_background_error(code: str, message: str) -> None:
+    logger.error("memgate background capture failed (%s): %s", code, message)
+
+
+class _MemgateManager(MemoryManager):
+    """What the three managers share: one native backend per instance."""
+
+    #: The memgate backend name (``local``, ``openviking``, ``powercontext``).
+    memgate_backend: ClassVar[str]
+
+    if _IS_PYDANTIC:
+        _native_backend: Any = PrivateAttr(default=None)
+    else:
+        _native_backend: Any = None
+
+    @classmethod
+    def from_config(cls, backend_config: dict[str, Any] | None = None, *, mode: str = "middleware", **host_hooks: Any):
+        """The host factory's entry point. Uses the host hook
+        ``should_keep_hidden_message`` (a callable deciding whether a hidden
+        message is captured anyway); other hooks (``callbacks``, …) are for
+        backends that call a model locally and are ignored."""
+        manager = cls(backend_config=dict(backend_config or {}), mode=mode)
+        hook = host_hooks.get("should_keep_hidden_message")
+        manager._native_backend.set_keep_hidden(hook if callable(hook) else None)
+        return manager
+
+    def model_post_init(self, context: Any) -> None:
+        parent = getattr(super(), "model_post_init", None)
+        if parent is not None:
+            parent(context)
+        config = dict(self.backend_config or {})
+        root = storage_root(config)
+        config["storage_path"] = root
+        try:
+            self._native_backend = _native.Backend.open(
+                self.memgate_backend,
+                config,
+                self.mode,
+                root,
+                _ENVIRONMENT,
+                _report_background_error,
+            )
+        except _native.NativeError as err:
+            raise host_error(err, "from_config", self) from None
+
+    def _call(self, method: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _native.NativeError as err:
+            raise host_error(err, method, self) from None
+
+    # Read path.
+    def get_context(self, user_id, *, agent_name=None, thread_id=None, query=None) -> str:
+        """The block to inject (unwrapped; the host adds ``<memory>``)."""
+        try:
+            return self._native_backend.recall(_user(user_id), agent_name, thread_id, query)
+        except _native.NativeError as err:
+            if err.args[0] == "closed":
+                return ""
+            raise host_error(err, "get_context", self) from None
+
+    async def aget_context(self, user_id, *, agent_name=None, thread_id=None, query=None) -> str:
+        return await asyncio.to_thread(
+            self.get_context, user_id, agent_name=agent_name, thread_id=thread_id, query=query
+        )
+
+    # Write path.
+    def add(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
+        """Captures the transcript snapshot of a finished run."""
+        self._capture("add", thread_id, messages, agent_name, user_id, trace_id, "after_turn")
+
+    def add_nowait(self, thread_id, messages, *, agent_name=None, user_id=None) -> None:
+        """Captures the head a compaction is about to remove. On an event-loop
+        thread it returns once the messages are read and finishes in the
+        background (``shutdown_flush`` drains it; failures are logged, as the
+        host's compaction hook would log them); elsewhere it is ``add``."""
+        if thread_id and _on_event_loop_thread():
+            self._call(
+                "add_nowait",
+                self._native_backend.capture_in_background,
+                "" if thread_id is None else str(thread_id),
+                messages,
+                _user(user_id),
+                agent_name,
+                "before_compaction",
+            )
+        else:
+            self._capture("add_nowait", thread_id, messages, agent_name, user_id, None, "before_compaction")
+
+    async def aadd(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
+        snapshot = list(messages)
+        await asyncio.to_thread(
+            self.add, thread_id, snapshot, agent_name=agent_name, user_id=user_id, trace_id=trace_id
+        )
+
+    def _capture(self, method, thread_id, messages, agent_name, user_id, trace_id, kind) -> None:
+        try:
+            stored, known, filtered = self._native_backend.capture(
+                "" if thread_id is None else str(thread_id),
+                messages,
+                _user(user_id),
+                agent_name,
+                kind,
+                None if trace_id is None else str(trace_id),
+            )
+        except _native.NativeError as err:
+            if err.args[0] == "closed":
+                logger.warning("memgate %s write ignored after shutdown", self.memgate_backend)
+                return
+            raise host_error(err, method, self) from None
+        logger.debug("memgate %s captured %d new, %d known, %d filtered", method, stored, known, filtered)
+
+    # Lifecycle.
+    def warm(self) -> bool | None:
+        """Start-up health: True ready, False degraded (``startup_policy:
+        warn``), None nothing to check; a ``fail_fast`` failure raises."""
+        status, reason = self._call("warm", self._native_backend.warm)
+        if status == "ready":
+            return True
+        if status == "degraded":
+            logger.warning("memgate %s is degraded: %s", self.memgate_backend, reason)
+            return False
+        return None
+
+    def shutdown_flush(self, timeout: float) -> bool:
+        """Stops new work and drains background and in-flight work within
+        ``timeout`` seconds; False if some was still running (it closes the
+        backend when it ends). Idempotent."""
+        return self._native_backend.shutdown(float(timeout))
+
+    def close(self) -> None:
+        """Closes now if idle, else when the last running operation ends."""
+        self._native_backend.shutdown(0.0)
+
+    def wait_for_background(self, timeout: float) -> bool:
+        """Waits for background captures (``add_nowait`` on an event loop);
+        True when none is running."""
+        return self._native_backend.wait_background(float(timeout))
+
+
+class _Searchable:
+    """``search``/``asearch`` for backends that support them."""
+
+    def search(self, query, top_k=5, *, user_id=None, agent_name=None, category=None) -> list[dict[str, Any]]:
+        """Results as the host's memory tools consume them:
+        ``{id, content, category, confidence, source, score}``."""
+        limit = max(1, min(int(top_k), 100))
+        try:
+            hits = self._native_backend.search(str(query), limit, _user(user_id), agent_name, category or None)
+        except _native.NativeError as err:
+            if err.args[0] == "closed":
+                return []
+            raise host_error(err, "search", self) from None
+        return [
+            {
+                "id": hit["id"],
+                "content": hit["content"],
+                "category": hit["category"],
+                "confidence": hit.get("score"),
+                "source": hit.get("source") or hit["id"],
+                "score": hit.get("score"),
+            }
+            for hit in hits
+        ]
+
+    async def asearch(self, query, top_k=5, *, user_id=None, agent_name=None, category=None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(
+            self.search, query, top_k, user_id=user_id, agent_name=agent_name, category=category
+        )
+
+
+class LocalMemoryManager(_Searchable, _MemgateManager):
+    """memgate's embedded store (SQLite + FTS5) under the host's storage root
+    (``<storage_path>/local/memgate.sqlite3``). Keys: ``max_injection_chars``,
+    ``injection_query``, ``recall_top_k``, ``standing_memories``,
+    ``busy_timeout_ms``. Recall uses the host's query when it passes one.
+    Search is supported, so tool mode works; passive capture stays on in
+    tool mode (the store learns from captured turns)."""
+
+    memgate_backend: ClassVar[str] = "local"
+    supports_search: ClassVar[bool] = True
+    requires_passive_writes_in_tool_mode: ClassVar[bool] = True
+
+
+class OpenVikingMemoryManager(_Searchable, _MemgateManager):
+    """A remote OpenViking server with one USER API key, configured exactly
+    like DeerFlow's built-in ``openviking`` backend. Middleware mode only
+    (``from_config(mode="tool")`` raises before reading the config)."""
+
+    memgate_backend: ClassVar[str] = "openviking"
+    supports_search: ClassVar[bool] = True
+    requires_passive_writes_in_tool_mode: ClassVar[bool] = False
+
+
+class PowerContextMemoryManager(_MemgateManager):
+    """One authenticated owner bound to one PowerContext Scope (the RFC).
+    ``backend_config`` must be ``{}`` (the host's ``storage_path`` aside);
+    the binding comes from ``POWERCONTEXT_DEERFLOW_*``. Recall needs the
+    host's query; passive capture (``add``, ``aadd``, ``add_nowait``) is an
+    explicit no-op: nothing is uploaded, nothing is learned; saving is the
+    explicit ``remember`` tool."""
+
+    memgate_backend: ClassVar[str] = "powercontext"
+    supports_search: ClassVar[bool] = False
+    requires_passive_writes_in_tool_mode: ClassVar[bool] = False
+
+    def add(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
+        """Passive capture is off with PowerContext: nothing is sent."""
+
+    def add_nowait(self, thread_id, messages, *, agent_name=None, user_id=None) -> None:
+        """Passive capture is off with PowerContext: nothing is sent."""
+
+    async def aadd(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
+        """Passive capture is off with PowerContext: nothing is sent."""

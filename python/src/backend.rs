@@ -1,0 +1,432 @@
+//! `Backend`: one memgate backend (`local`, `openviking`, `powercontext`)
+//! behind the Python memory managers.
+//!
+//! Every method converts its Python arguments while attached to the
+//! interpreter, then detaches (releases the GIL) for the backend's I/O on the
+//! shared Tokio runtime. The host's keep-hook is a Python callable the
+//! backend calls from Rust, re-attaching only for that call.
+
+use crate::convert;
+use crate::errors;
+use crate::runtime::runtime;
+use memgate_core::setup::{process_env, EnvSource};
+use memgate_core::tool::call_remember;
+use memgate_core::{
+    BackendContext, Caller, CaptureKind, CaptureRequest, KeepHiddenHook, MemoryBackend,
+    MemoryError, MemoryMode, RecallRequest, SearchQuery, UserId, WarmStatus,
+};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+/// Where backends read environment variables (the PowerContext binding, the
+/// OpenViking key). One process-wide source by default, so a manager and the
+/// `remember` tool built in one process share one PowerContext settings
+/// snapshot; tests pass their own.
+#[pyclass(frozen, module = "memgate._native")]
+pub struct Environment {
+    source: EnvSource,
+}
+
+/// The process environment, one `Arc` for the life of the process.
+fn process_source() -> EnvSource {
+    static PROCESS: OnceLock<EnvSource> = OnceLock::new();
+    PROCESS.get_or_init(process_env).clone()
+}
+
+#[pymethods]
+impl Environment {
+    /// The process environment (the same source every time).
+    #[staticmethod]
+    fn process() -> Self {
+        Self {
+            source: process_source(),
+        }
+    }
+
+    /// A fixed set of variables, read instead of the process environment.
+    #[staticmethod]
+    fn from_mapping(vars: HashMap<String, String>) -> Self {
+        Self {
+            source: Arc::new(move |name| vars.get(name).cloned()),
+        }
+    }
+}
+
+/// Captures `add_nowait` started in the background, so shutdown can drain them.
+#[derive(Default)]
+struct Background {
+    running: Mutex<usize>,
+    idle: Condvar,
+}
+
+impl Background {
+    fn start(&self) {
+        *self.running.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    }
+
+    fn finish(&self) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        *running -= 1;
+        if *running == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Waits until nothing runs or `deadline` passes; true when idle.
+    fn wait_idle(&self, deadline: Instant) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        while *running > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            running = self
+                .idle
+                .wait_timeout(running, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
+/// The host's keep-hook, settable after construction (`from_config` hands it
+/// over once the manager exists). Empty: hidden messages are not kept.
+#[derive(Default)]
+struct KeepHook(RwLock<Option<Py<PyAny>>>);
+
+impl KeepHook {
+    /// Calls the hook with the message's `additional_kwargs` as a dict.
+    /// A hook that raises keeps nothing and is reported as unraisable.
+    fn keeps(&self, kwargs: &Map<String, Value>) -> bool {
+        let hook = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let Some(hook) = hook.as_ref() else {
+            return false;
+        };
+        Python::try_attach(|py| {
+            let hook = hook.bind(py);
+            let verdict = convert::to_py(py, &Value::Object(kwargs.clone()))
+                .and_then(|arg| hook.call1((arg,)))
+                .and_then(|result| result.is_truthy());
+            verdict.unwrap_or_else(|err| {
+                err.write_unraisable(py, Some(hook));
+                false
+            })
+        })
+        .unwrap_or(false)
+    }
+}
+
+/// One memgate backend, shared by the manager's sync and async methods.
+#[pyclass(frozen, module = "memgate._native")]
+pub struct Backend {
+    inner: Arc<dyn MemoryBackend>,
+    keep_hook: Arc<KeepHook>,
+    background: Arc<Background>,
+    /// Reports background capture failures to Python (`(code, message)`).
+    on_background_error: Option<Py<PyAny>>,
+}
+
+fn caller(user: Option<&str>, agent: Option<&str>, thread: Option<&str>) -> Caller {
+    Caller {
+        user: UserId::from_host(user),
+        agent: agent.map(str::to_owned),
+        thread: thread.map(str::to_owned),
+    }
+}
+
+fn parse_mode(mode: &str) -> PyResult<MemoryMode> {
+    match mode {
+        "middleware" => Ok(MemoryMode::Middleware),
+        "tool" => Ok(MemoryMode::Tool),
+        _ => Err(PyValueError::new_err(format!(
+            "memory.mode must be 'middleware' or 'tool' (got {mode:?})"
+        ))),
+    }
+}
+
+fn parse_kind(kind: &str) -> PyResult<CaptureKind> {
+    match kind {
+        "after_turn" => Ok(CaptureKind::AfterTurn),
+        "before_compaction" => Ok(CaptureKind::BeforeCompaction),
+        _ => Err(PyValueError::new_err(format!(
+            "capture kind must be 'after_turn' or 'before_compaction' (got {kind:?})"
+        ))),
+    }
+}
+
+/// Seconds as a duration (NaN and negatives mean no time at all).
+fn seconds(timeout: f64) -> Duration {
+    Duration::try_from_secs_f64(timeout.max(0.0)).unwrap_or(Duration::ZERO)
+}
+
+impl Backend {
+    fn open_inner(
+        manager_class: &str,
+        config: &Map<String, Value>,
+        ctx: &BackendContext,
+    ) -> memgate_core::Result<Arc<dyn MemoryBackend>> {
+        Ok(match manager_class {
+            "local" => Arc::new(memgate_store::LocalBackend::from_backend_config(
+                config, ctx,
+            )?),
+            "openviking" => Arc::new(
+                memgate_openviking::OpenVikingBackend::from_backend_config(config, ctx)?,
+            ),
+            "powercontext" => Arc::new(
+                memgate_powercontext::PowerContextBackend::from_backend_config(config, ctx)?,
+            ),
+            other => {
+                return Err(MemoryError::Config(format!(
+                    "unknown memgate backend `{other}`; valid names are local, openviking, powercontext"
+                )))
+            }
+        })
+    }
+
+    /// The backend itself (for the pure-Rust benchmark).
+    pub(crate) fn inner(&self) -> &Arc<dyn MemoryBackend> {
+        &self.inner
+    }
+
+    /// Runs a backend future with the GIL released.
+    fn run<T: Send>(
+        &self,
+        py: Python<'_>,
+        fut: impl std::future::Future<Output = memgate_core::Result<T>> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| runtime().block_on(fut)).map_err(errors::to_py)
+    }
+}
+
+#[pymethods]
+impl Backend {
+    /// Builds the named backend from its `backend_config` (the host's dict,
+    /// with `storage_path` already resolved), the memory mode and the
+    /// storage root. No network I/O (`warm` checks health).
+    #[staticmethod]
+    #[pyo3(signature = (manager_class, backend_config, mode, storage_path, environment=None, on_background_error=None))]
+    fn open(
+        py: Python<'_>,
+        manager_class: &str,
+        backend_config: &Bound<'_, PyAny>,
+        mode: &str,
+        storage_path: &str,
+        environment: Option<&Environment>,
+        on_background_error: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let config = match convert::to_json(backend_config)? {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            _ => return Err(PyValueError::new_err("backend_config must be a mapping")),
+        };
+        let keep_hook = Arc::new(KeepHook::default());
+        let hook = Arc::clone(&keep_hook);
+        let keep_hidden: KeepHiddenHook = Arc::new(move |kwargs| hook.keeps(kwargs));
+        let ctx = BackendContext::new(storage_path)
+            .with_mode(parse_mode(mode)?)
+            .with_env(environment.map_or_else(process_source, |e| e.source.clone()))
+            .with_keep_hidden(keep_hidden);
+        let inner = py
+            .detach(|| {
+                let _entered = runtime().enter();
+                Self::open_inner(manager_class, &config, &ctx)
+            })
+            .map_err(errors::to_py)?;
+        Ok(Self {
+            inner,
+            keep_hook,
+            background: Arc::default(),
+            on_background_error,
+        })
+    }
+
+    /// Sets (or clears, with `None`) the host's `should_keep_hidden_message`.
+    fn set_keep_hidden(&self, hook: Option<Py<PyAny>>) {
+        *self.keep_hook.0.write().unwrap_or_else(|p| p.into_inner()) = hook;
+    }
+
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name().to_owned()
+    }
+
+    /// What the backend can do, as a dict of flags.
+    fn capabilities<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        convert::serialize_to_py(py, &self.inner.capabilities())
+    }
+
+    /// The block to inject for the caller: unwrapped text, empty for nothing.
+    #[pyo3(signature = (user, agent=None, thread=None, query=None))]
+    fn recall(
+        &self,
+        py: Python<'_>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+        query: Option<&str>,
+    ) -> PyResult<String> {
+        let request = RecallRequest {
+            caller: caller(user, agent, thread),
+            query: query.map(str::to_owned),
+        };
+        let backend = &self.inner;
+        Ok(self.run(py, backend.recall(&request))?.text)
+    }
+
+    /// Captures a transcript snapshot (`after_turn`) or a compaction head
+    /// (`before_compaction`); returns `(stored, already_known, filtered)`.
+    #[pyo3(signature = (thread, messages, user=None, agent=None, kind="after_turn", trace_id=None))]
+    #[allow(clippy::too_many_arguments)] // the host contract's arguments, one each
+    fn capture(
+        &self,
+        py: Python<'_>,
+        thread: &str,
+        messages: &Bound<'_, PyAny>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        kind: &str,
+        trace_id: Option<String>,
+    ) -> PyResult<(usize, usize, usize)> {
+        let request = CaptureRequest {
+            caller: caller(user, agent, Some(thread)),
+            messages: convert::messages(messages)?,
+            kind: parse_kind(kind)?,
+            trace_id,
+        };
+        let backend = &self.inner;
+        let report = self.run(py, backend.capture(&request))?;
+        Ok((report.stored, report.already_known, report.filtered))
+    }
+
+    /// Like `capture`, but returns once the messages are read: the capture
+    /// runs on the runtime, failures go to `on_background_error`, and
+    /// `shutdown` drains it.
+    #[pyo3(signature = (thread, messages, user=None, agent=None, kind="after_turn"))]
+    fn capture_in_background(
+        &self,
+        thread: &str,
+        messages: &Bound<'_, PyAny>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        kind: &str,
+    ) -> PyResult<()> {
+        let request = CaptureRequest {
+            caller: caller(user, agent, Some(thread)),
+            messages: convert::messages(messages)?,
+            kind: parse_kind(kind)?,
+            trace_id: None,
+        };
+        let backend = Arc::clone(&self.inner);
+        let background = Arc::clone(&self.background);
+        let report_to = self
+            .on_background_error
+            .as_ref()
+            .map(|f| f.clone_ref(messages.py()));
+        background.start();
+        runtime().spawn(async move {
+            if let Err(err) = backend.capture(&request).await {
+                let (code, message) = (err.code(), err.to_string());
+                tracing::error!(code, "background capture failed: {message}");
+                if let Some(report_to) = report_to {
+                    Python::try_attach(|py| {
+                        if let Err(e) = report_to.bind(py).call1((code, message)) {
+                            e.write_unraisable(py, Some(report_to.bind(py)));
+                        }
+                    });
+                }
+            }
+            background.finish();
+        });
+        Ok(())
+    }
+
+    /// Waits up to `timeout` seconds for background captures; true when none runs.
+    fn wait_background(&self, py: Python<'_>, timeout: f64) -> bool {
+        let deadline = Instant::now() + seconds(timeout);
+        py.detach(|| self.background.wait_idle(deadline))
+    }
+
+    /// Search results as dicts `{id, content, category, score, source}`.
+    #[pyo3(signature = (query, top_k=5, user=None, agent=None, kind=None))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        query: &str,
+        top_k: usize,
+        user: Option<&str>,
+        agent: Option<&str>,
+        kind: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, None);
+        let search = SearchQuery {
+            query: query.to_owned(),
+            top_k,
+            kind: kind.map(str::to_owned),
+        };
+        let backend = &self.inner;
+        let hits = self.run(py, backend.search(&who, &search))?;
+        convert::serialize_to_py(py, &hits)
+    }
+
+    /// One `remember` tool call: the model's arguments (only `text` and
+    /// `kind`), the host's principal. Returns `(is_error, content)`.
+    #[pyo3(signature = (arguments, user=None, agent=None, thread=None))]
+    fn call_remember_tool<'py>(
+        &self,
+        py: Python<'py>,
+        arguments: &Bound<'py, PyAny>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+    ) -> PyResult<(bool, Bound<'py, PyAny>)> {
+        let args = convert::to_json(arguments)?;
+        let principal = caller(user, agent, thread);
+        let backend = &self.inner;
+        let result =
+            py.detach(|| runtime().block_on(call_remember(backend.as_ref(), &principal, &args)));
+        Ok((result.is_error, convert::to_py(py, &result.content)?))
+    }
+
+    /// Start-up health: `("ready", None)`, `("degraded", reason)` or
+    /// `("nothing", None)`; a `fail_fast` failure raises.
+    fn warm(&self, py: Python<'_>) -> PyResult<(&'static str, Option<String>)> {
+        let backend = &self.inner;
+        Ok(match self.run(py, backend.warm())? {
+            WarmStatus::Ready => ("ready", None),
+            WarmStatus::Degraded { reason } => ("degraded", Some(reason)),
+            WarmStatus::NothingToWarm => ("nothing", None),
+        })
+    }
+
+    /// Stops new work, drains background captures and in-flight work within
+    /// `timeout` seconds in total, then releases resources. False when work
+    /// was still running at the deadline (the last of it releases them).
+    fn shutdown(&self, py: Python<'_>, timeout: f64) -> bool {
+        let deadline = Instant::now() + seconds(timeout);
+        let backend = &self.inner;
+        py.detach(|| {
+            let drained = self.background.wait_idle(deadline);
+            let left = deadline.saturating_duration_since(Instant::now());
+            runtime().block_on(backend.shutdown(left)) && drained
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<memgate backend {}>", self.inner.name())
+    }
+}
+
+/// The remember tool's spec (`{namespace, name, description, input_schema}`).
+#[pyfunction]
+pub fn remember_tool_spec<'py>(
+    py: Python<'py>,
+    namespace: &str,
+    store: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    convert::serialize_to_py(py, &memgate_core::tool::remember_spec(namespace, store))
+}

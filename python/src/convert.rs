@@ -1,0 +1,353 @@
+//! Python values to memgate's JSON model and back.
+//!
+//! Messages arrive as LangChain message objects or plain dicts. They are read
+//! the way the host's `_message_signature` reads them (a dict by key, an
+//! object by attribute) and handed to `memgate_core::Message`'s tolerant
+//! deserializer, so ids, roles, content strings or blocks, tool calls, tool
+//! results and `additional_kwargs` flags arrive unchanged. Values that JSON
+//! cannot hold become their `str()`, as `json.dumps(default=str)` does, so
+//! signatures match the host's byte for byte.
+
+use memgate_core::{Content, Message, Role, ToolCall};
+use pyo3::exceptions::PyValueError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::{Map, Number, Value};
+
+/// Nesting deeper than this is refused (a self-referencing list would
+/// otherwise never end; `json.dumps` refuses it too).
+const MAX_DEPTH: usize = 64;
+
+/// A Python value as JSON: `None`, bools, ints, floats, strings, lists,
+/// tuples and dicts map to their JSON forms; anything else to `str(value)`.
+/// Non-finite floats become `null` (JSON has no NaN).
+pub fn to_json(value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    to_json_at(value, 0)
+}
+
+fn to_json_at(value: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
+    if depth > MAX_DEPTH {
+        return Err(PyValueError::new_err(format!(
+            "value nests deeper than {MAX_DEPTH} levels (circular reference?)"
+        )));
+    }
+    if value.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return Ok(Value::String(s.to_str()?.to_owned()));
+    }
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if value.is_instance_of::<PyInt>() {
+        if let Ok(i) = value.extract::<i64>() {
+            return Ok(Value::Number(i.into()));
+        }
+        if let Ok(u) = value.extract::<u64>() {
+            return Ok(Value::Number(u.into()));
+        }
+        return Ok(Value::String(value.str()?.to_str()?.to_owned()));
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        return Ok(Number::from_f64(f.value()).map_or(Value::Null, Value::Number));
+    }
+    if let Ok(d) = value.cast::<PyDict>() {
+        let mut map = Map::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            map.insert(key_to_string(&k)?, to_json_at(&v, depth + 1)?);
+        }
+        return Ok(Value::Object(map));
+    }
+    if let Ok(l) = value.cast::<PyList>() {
+        let mut items = Vec::with_capacity(l.len());
+        for item in l.iter() {
+            items.push(to_json_at(&item, depth + 1)?);
+        }
+        return Ok(Value::Array(items));
+    }
+    if let Ok(t) = value.cast::<PyTuple>() {
+        let mut items = Vec::with_capacity(t.len());
+        for item in t.iter() {
+            items.push(to_json_at(&item, depth + 1)?);
+        }
+        return Ok(Value::Array(items));
+    }
+    Ok(Value::String(value.str()?.to_str()?.to_owned()))
+}
+
+/// A dict key as `json.dumps` writes it: strings as they are, `True`,
+/// `False` and `None` as `true`, `false`, `null`, other keys as `str()`.
+fn key_to_string(key: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(s) = key.cast::<PyString>() {
+        return Ok(s.to_str()?.to_owned());
+    }
+    if let Ok(b) = key.cast::<PyBool>() {
+        return Ok(if b.is_true() { "true" } else { "false" }.to_owned());
+    }
+    if key.is_none() {
+        return Ok("null".to_owned());
+    }
+    Ok(key.str()?.to_str()?.to_owned())
+}
+
+/// The fields of a message the host reads, in every spelling it accepts
+/// (DeerFlow's `_message_signature`: `type` or `role`, `tool_call_id` or
+/// `tool_id`, `name` or `tool_name`, `status` or `tool_status`).
+#[derive(Default)]
+struct Fields<'py> {
+    id: Option<Bound<'py, PyAny>>,
+    kind: Option<Bound<'py, PyAny>>,
+    role: Option<Bound<'py, PyAny>>,
+    content: Option<Bound<'py, PyAny>>,
+    tool_calls: Option<Bound<'py, PyAny>>,
+    tool_call_id: Option<Bound<'py, PyAny>>,
+    tool_id: Option<Bound<'py, PyAny>>,
+    name: Option<Bound<'py, PyAny>>,
+    tool_name: Option<Bound<'py, PyAny>>,
+    status: Option<Bound<'py, PyAny>>,
+    tool_status: Option<Bound<'py, PyAny>>,
+    additional_kwargs: Option<Bound<'py, PyAny>>,
+}
+
+const FIELD_NAMES: [&str; 12] = [
+    "id",
+    "type",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "tool_id",
+    "name",
+    "tool_name",
+    "status",
+    "tool_status",
+    "additional_kwargs",
+];
+
+impl<'py> Fields<'py> {
+    fn set(&mut self, key: &str, value: Bound<'py, PyAny>) {
+        let slot = match key {
+            "id" => &mut self.id,
+            "type" => &mut self.kind,
+            "role" => &mut self.role,
+            "content" => &mut self.content,
+            "tool_calls" => &mut self.tool_calls,
+            "tool_call_id" => &mut self.tool_call_id,
+            "tool_id" => &mut self.tool_id,
+            "name" => &mut self.name,
+            "tool_name" => &mut self.tool_name,
+            "status" => &mut self.status,
+            "tool_status" => &mut self.tool_status,
+            "additional_kwargs" => &mut self.additional_kwargs,
+            _ => return,
+        };
+        if !value.is_none() {
+            *slot = Some(value);
+        }
+    }
+
+    /// One pass over a mapping's items (a dict message, or a pydantic
+    /// model's `__dict__`): no per-field lookups, no exceptions.
+    fn from_dict(dict: &Bound<'py, PyDict>) -> PyResult<Self> {
+        let mut fields = Self::default();
+        for (key, value) in dict.iter() {
+            if let Ok(key) = key.cast::<PyString>() {
+                fields.set(key.to_str()?, value);
+            }
+        }
+        Ok(fields)
+    }
+
+    /// Any other object, read by attribute.
+    fn from_attributes(value: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let mut fields = Self::default();
+        for name in FIELD_NAMES {
+            if let Some(v) = value.getattr_opt(name)? {
+                fields.set(name, v);
+            }
+        }
+        Ok(fields)
+    }
+}
+
+fn optional_string(value: Option<Bound<'_, PyAny>>, field: &str) -> PyResult<Option<String>> {
+    match value {
+        None => Ok(None),
+        Some(v) => match v.cast::<PyString>() {
+            Ok(s) => Ok(Some(s.to_str()?.to_owned())),
+            Err(_) => Err(PyValueError::new_err(format!(
+                "message `{field}` must be a string"
+            ))),
+        },
+    }
+}
+
+/// One message, from a dict or a LangChain message object, with the rules
+/// of `memgate_core::Message`'s tolerant deserializer: the role is `type`,
+/// else `role` (non-empty); `None` anywhere reads as absent; a non-dict
+/// `additional_kwargs` reads as empty.
+pub fn message(value: &Bound<'_, PyAny>) -> PyResult<Message> {
+    let py = value.py();
+    let fields = if let Ok(dict) = value.cast::<PyDict>() {
+        Fields::from_dict(dict)?
+    } else {
+        match value.getattr_opt(intern!(py, "__dict__"))? {
+            Some(attrs) if attrs.is_instance_of::<PyDict>() => {
+                Fields::from_dict(attrs.cast::<PyDict>()?)?
+            }
+            _ => Fields::from_attributes(value)?,
+        }
+    };
+    let kind = optional_string(fields.kind, "type")?.filter(|s| !s.is_empty());
+    let role = optional_string(fields.role, "role")?.filter(|s| !s.is_empty());
+    let role = kind
+        .or(role)
+        .ok_or_else(|| PyValueError::new_err("message needs a non-empty `type` or `role`"))?;
+    let id = match fields.id {
+        None => None,
+        Some(v) if v.is_instance_of::<PyString>() => {
+            Some(v.cast::<PyString>()?.to_str()?.to_owned())
+        }
+        Some(v) if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() => {
+            Some(v.str()?.to_str()?.to_owned())
+        }
+        Some(_) => return Err(PyValueError::new_err("message `id` must be a string")),
+    };
+    let content = match fields.content {
+        None => Content::default(),
+        Some(v) => match to_json(&v)? {
+            Value::String(s) => Content::Text(s),
+            Value::Array(blocks) => Content::Blocks(blocks),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "message `content` must be a string or a list of blocks",
+                ))
+            }
+        },
+    };
+    let tool_calls = match fields.tool_calls {
+        None => Vec::new(),
+        Some(v) => tool_calls(&v)?,
+    };
+    let additional_kwargs = match fields.additional_kwargs {
+        Some(v) if v.is_instance_of::<PyDict>() => match to_json(&v)? {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        },
+        _ => Map::new(),
+    };
+    Ok(Message {
+        id,
+        role: Role::new(role),
+        content,
+        tool_calls,
+        tool_call_id: optional_string(fields.tool_call_id, "tool_call_id")?
+            .or(optional_string(fields.tool_id, "tool_id")?),
+        name: optional_string(fields.name, "name")?
+            .or(optional_string(fields.tool_name, "tool_name")?),
+        status: optional_string(fields.status, "status")?
+            .or(optional_string(fields.tool_status, "tool_status")?),
+        additional_kwargs,
+    })
+}
+
+/// LangChain tool calls (`{name, args, id, type}` dicts) read directly;
+/// any other shape goes through `ToolCall`'s deserializer for its rules.
+fn tool_calls(value: &Bound<'_, PyAny>) -> PyResult<Vec<ToolCall>> {
+    let invalid =
+        |e: serde_json::Error| PyValueError::new_err(format!("message `tool_calls`: {e}"));
+    let Ok(list) = value.cast::<PyList>() else {
+        return serde_json::from_value(to_json(value)?).map_err(invalid);
+    };
+    let mut calls = Vec::with_capacity(list.len());
+    for item in list.iter() {
+        let direct = item.cast::<PyDict>().ok().and_then(|d| {
+            let name = d.get_item("name").ok()??.cast_into::<PyString>().ok()?;
+            let id = match d.get_item("id").ok()? {
+                None => None,
+                Some(v) if v.is_none() => None,
+                Some(v) => Some(v.cast_into::<PyString>().ok()?),
+            };
+            let kind = match d.get_item("type").ok()? {
+                None => None,
+                Some(v) => Some(v.cast_into::<PyString>().ok()?),
+            };
+            Some((name, d.get_item("args").ok()?, id, kind))
+        });
+        let call = match direct {
+            Some((name, args, id, kind)) => {
+                let mut call = ToolCall::new(
+                    name.to_str()?,
+                    match args {
+                        Some(a) if !a.is_none() => to_json(&a)?,
+                        _ => Value::Object(Map::new()),
+                    },
+                    id.map(|i| i.to_str().map(str::to_owned)).transpose()?,
+                );
+                if let Some(kind) = kind {
+                    call.call_type = kind.to_str()?.to_owned();
+                }
+                call
+            }
+            None => serde_json::from_value(to_json(&item)?).map_err(invalid)?,
+        };
+        calls.push(call);
+    }
+    Ok(calls)
+}
+
+/// A transcript: any iterable of messages. Errors name the message index.
+pub fn messages(values: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
+    let mut out = Vec::with_capacity(values.len().unwrap_or(0));
+    for (i, item) in values.try_iter()?.enumerate() {
+        let item = item?;
+        out.push(message(&item).map_err(|e| {
+            PyValueError::new_err(format!("messages[{i}]: {}", e.value(values.py())))
+        })?);
+    }
+    Ok(out)
+}
+
+/// A JSON value as a Python object (dicts, lists, str, int, float, bool, None).
+pub fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.into_pyobject(py)?.into_any()
+            } else if let Some(u) = n.as_u64() {
+                u.into_pyobject(py)?.into_any()
+            } else {
+                n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any()
+            }
+        }
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_py(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (k, v) in map {
+                dict.set_item(k, to_py(py, v)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}
+
+/// Any serializable result as a Python object.
+pub fn serialize_to_py<'py, T: serde::Serialize>(
+    py: Python<'py>,
+    value: &T,
+) -> PyResult<Bound<'py, PyAny>> {
+    let json = serde_json::to_value(value)
+        .map_err(|e| PyValueError::new_err(format!("cannot represent the result: {e}")))?;
+    to_py(py, &json)
+}

@@ -1,0 +1,41 @@
+//! The host contract's identities and hashes, exposed so Python can check
+//! them against the spec's test vectors on LangChain objects: message
+//! signatures, sequence digests, OpenViking session and peer ids.
+
+use crate::{convert, errors};
+use pyo3::prelude::*;
+
+/// SHA-256 hex of a message's canonical payload (DeerFlow's `_message_signature`).
+#[pyfunction]
+pub fn message_signature(message: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(memgate_core::signature::message_signature(
+        &convert::message(message)?,
+    ))
+}
+
+/// The canonical JSON a signature hashes.
+#[pyfunction]
+pub fn signature_payload(message: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(memgate_core::signature::signature_payload(
+        &convert::message(message)?,
+    ))
+}
+
+/// SHA-256 over length-prefixed signatures (the cursor's prefix digest).
+#[pyfunction]
+pub fn sequence_digest(signatures: Vec<String>) -> String {
+    memgate_core::signature::sequence_digest(&signatures)
+}
+
+/// The OpenViking session id of one thread of one peer of the owner.
+#[pyfunction]
+pub fn openviking_session_id(owner_user_id: &str, peer_id: &str, thread_id: &str) -> String {
+    memgate_openviking::scope::session_id(owner_user_id, peer_id, thread_id)
+}
+
+/// The OpenViking peer of an agent (`None` = the default agent).
+#[pyfunction]
+#[pyo3(signature = (agent_name, default_peer_id="deerflow"))]
+pub fn openviking_peer_id(agent_name: Option<&str>, default_peer_id: &str) -> PyResult<String> {
+    memgate_openviking::scope::canonical_peer_id(agent_name, default_peer_id).map_err(errors::to_py)
+}

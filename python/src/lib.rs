@@ -1,0 +1,40 @@
+//! # memgate._native — the Rust side of memgate's Python package
+//!
+//! A small extension: [`backend::Backend`] wraps one memgate backend
+//! (`local`, `openviking`, `powercontext`) for the DeerFlow memory managers
+//! in `memgate.deerflow`, which are plain Python. [`convert`] reads
+//! LangChain messages; [`ids`] exposes the host contract's signatures and
+//! OpenViking ids; [`pylog`] forwards Rust log events to `logging`;
+//! [`bench`] is the pure-Rust side of the boundary benchmark.
+
+mod backend;
+mod bench;
+mod convert;
+mod errors;
+mod ids;
+mod pylog;
+mod runtime;
+
+use pyo3::prelude::*;
+
+/// Converting a transcript allocates and frees thousands of small values per
+/// call; mimalloc keeps that cheap (and off glibc's cross-thread paths).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    pylog::install();
+    m.add("NativeError", m.py().get_type::<errors::NativeError>())?;
+    m.add_class::<backend::Backend>()?;
+    m.add_class::<backend::Environment>()?;
+    m.add_function(wrap_pyfunction!(backend::remember_tool_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(ids::message_signature, m)?)?;
+    m.add_function(wrap_pyfunction!(ids::signature_payload, m)?)?;
+    m.add_function(wrap_pyfunction!(ids::sequence_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(ids::openviking_session_id, m)?)?;
+    m.add_function(wrap_pyfunction!(ids::openviking_peer_id, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::rust_baseline, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

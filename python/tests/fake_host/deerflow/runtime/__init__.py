@@ -1,0 +1,1 @@
+"""A stand-in for the DeerFlow package, for memgate's contract tests."""
