@@ -242,6 +242,25 @@ fn bad_input_exits_2_with_one_line() {
     assert!(stdout(&list).contains("kept"));
 }
 
+/// Runs `memgate config check` on `yaml` and asserts a one-line refusal
+/// (exit 2) containing `needle`; returns stderr.
+fn assert_config_refused(home: &Path, yaml: &str, needle: &str, env: &[(&str, &str)]) -> String {
+    let f = home.join("check.yaml");
+    std::fs::write(&f, yaml).unwrap();
+    let o = Command::new(BIN)
+        .args(["config", "check", f.to_str().unwrap()])
+        .current_dir(home)
+        .env("MEMGATE_HOME", home.join("state"))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{yaml}: {err}");
+    assert!(err.contains(needle), "{yaml}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{yaml}: {err}");
+    err
+}
+
 #[test]
 fn config_check_names_the_key_and_rule() {
     let home = tempfile::tempdir().unwrap();
@@ -270,11 +289,7 @@ fn config_check_names_the_key_and_rule() {
         ("memory: [\n", "invalid YAML"),
     ];
     for (yaml, needle) in cases {
-        let f = h.join("c.yaml");
-        std::fs::write(&f, yaml).unwrap();
-        let o = memgate(h, &["config", "check", f.to_str().unwrap()]);
-        assert_eq!(o.status.code(), Some(2), "{yaml}: {}", stderr(&o));
-        assert!(stderr(&o).contains(needle), "{yaml}: {}", stderr(&o));
+        assert_config_refused(h, yaml, needle, &[]);
     }
     let f = h.join("ok.yaml");
     std::fs::write(
@@ -517,22 +532,16 @@ fn config_check_shows_the_openviking_rules() {
         ),
     ];
     for (extra, needle) in cases {
-        let f = h.join("ov.yaml");
-        std::fs::write(
-            &f,
-            format!("memory:\n  manager_class: openviking\n  backend_config:\n    owner_user_id: alice\n{extra}"),
-        )
-        .unwrap();
-        let o = Command::new(BIN)
-            .args(["config", "check", f.to_str().unwrap()])
-            .current_dir(h)
-            .env("MEMGATE_HOME", h.join("state"))
-            .env("OPENVIKING_API_KEY", "user-key-for-config-check")
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(2), "{extra}: {}", stderr(&o));
-        assert!(stderr(&o).contains(needle), "{extra}: {}", stderr(&o));
-        assert!(!stderr(&o).contains("user-key-for-config-check"));
+        let yaml = format!(
+            "memory:\n  manager_class: openviking\n  backend_config:\n    owner_user_id: alice\n{extra}"
+        );
+        let err = assert_config_refused(
+            h,
+            &yaml,
+            needle,
+            &[("OPENVIKING_API_KEY", "user-key-for-config-check")],
+        );
+        assert!(!err.contains("user-key-for-config-check"));
     }
     let f = h.join("tool.yaml");
     std::fs::write(&f, "memory:\n  manager_class: openviking\n  mode: tool\n").unwrap();

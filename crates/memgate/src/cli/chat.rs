@@ -849,6 +849,33 @@ mod tests {
         ])
     }
 
+    fn content_of(m: &Value) -> String {
+        m["content"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// The messages of the model server's last request and the index of
+    /// its memory message, after checking that memory went out as a
+    /// user-role message and that no system message carries `needle`.
+    fn memory_message(model: &ScriptedModel, needle: &str) -> (Vec<Value>, usize) {
+        let requests = model.requests();
+        let messages = requests.last().unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .clone();
+        for m in messages.iter().filter(|m| m["role"] == "system") {
+            assert!(
+                !content_of(m).contains(needle),
+                "memory in a system message: {m}"
+            );
+        }
+        let at = messages
+            .iter()
+            .position(|m| content_of(m).starts_with("<memory>\n"))
+            .unwrap_or_else(|| panic!("no memory message went out: {messages:?}"));
+        assert_eq!(messages[at]["role"], "user");
+        (messages, at)
+    }
+
     /// What the RFC scenario observed, for backend-specific checks.
     struct Evidence {
         citation: String,
@@ -911,25 +938,10 @@ mod tests {
             "{out}"
         );
 
-        let requests = model.requests();
-        let messages = requests.last().unwrap()["messages"]
-            .as_array()
-            .unwrap()
-            .clone();
-        let text = |m: &Value| m["content"].as_str().unwrap_or_default().to_owned();
+        let (messages, memory_at) = memory_message(&model, "integer cents");
+        let text = content_of;
         assert_eq!(messages[0]["role"], "system");
-        for m in messages.iter().filter(|m| m["role"] == "system") {
-            assert!(
-                !text(m).contains("integer cents"),
-                "memory in a system message: {m}"
-            );
-        }
-        let memory_at = messages
-            .iter()
-            .position(|m| text(m).starts_with("<memory>\n"))
-            .unwrap_or_else(|| panic!("no memory message went out: {messages:?}"));
         let memory = &messages[memory_at];
-        assert_eq!(memory["role"], "user");
         let content = text(memory);
         assert!(content.ends_with("\n</memory>"), "{content}");
         assert!(content.contains(CONVENTION), "{content}");
@@ -1107,24 +1119,9 @@ mod tests {
         // Thread B: recalled on the first turn, sent as a user-role memory message.
         let out = turn(&mut chat, REFUND_REQUEST).await.unwrap();
         assert!(out.contains(" chars from openviking"), "{out}");
-        let requests = model.requests();
-        let messages = requests.last().unwrap()["messages"]
-            .as_array()
-            .unwrap()
-            .clone();
-        let text = |m: &Value| m["content"].as_str().unwrap_or_default().to_owned();
-        for m in messages.iter().filter(|m| m["role"] == "system") {
-            assert!(
-                !text(m).contains("integer cents"),
-                "memory in a system message: {m}"
-            );
-        }
-        let memory = messages
-            .iter()
-            .find(|m| text(m).starts_with("<memory>\n"))
-            .unwrap_or_else(|| panic!("no memory message went out: {messages:?}"));
-        assert_eq!(memory["role"], "user");
-        assert!(text(memory).contains("integer cents"), "{memory}");
+        let (messages, memory_at) = memory_message(&model, "integer cents");
+        let memory = &messages[memory_at];
+        assert!(content_of(memory).contains("integer cents"), "{memory}");
         let mut out = Vec::new();
         chat.finish(&mut out).await;
         assert!(backend.shutdown(Duration::from_secs(5)).await);
