@@ -12,8 +12,8 @@ use crate::runtime::runtime;
 use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::tool::call_remember;
 use memgate_core::{
-    BackendContext, Caller, CaptureKind, CaptureRequest, KeepHiddenHook, MemoryBackend,
-    MemoryError, MemoryMode, RecallRequest, SearchQuery, UserId, WarmStatus,
+    BackendContext, Caller, CaptureKind, CaptureRequest, FactPatch, KeepHiddenHook, MemoryBackend,
+    MemoryError, MemoryMode, RecallRequest, RememberRequest, SearchQuery, UserId, WarmStatus,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -371,6 +371,88 @@ impl Backend {
         let backend = &self.inner;
         let hits = self.run(py, backend.search(&who, &search))?;
         convert::serialize_to_py(py, &hits)
+    }
+
+    /// Saves one explicit memory (a "fact"): the outcome as a dict
+    /// `{outcome: stored | already_present | unknown | failed, citation?, reason?}`.
+    #[pyo3(signature = (kind, text, user=None, agent=None))]
+    fn remember<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        text: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let request = RememberRequest::new(kind, text).map_err(errors::to_py)?;
+        let who = caller(user, agent, None);
+        let backend = &self.inner;
+        let outcome = self.run(py, backend.remember(&who, &request))?;
+        convert::serialize_to_py(py, &outcome)
+    }
+
+    /// The caller's explicit memories, oldest first, as dicts
+    /// `{id, kind, text, state, version, created_at, updated_at}`.
+    #[pyo3(signature = (user=None, agent=None, include_retired=false))]
+    fn list_facts<'py>(
+        &self,
+        py: Python<'py>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        include_retired: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, None);
+        let backend = &self.inner;
+        let facts = self.run(py, backend.list_facts(&who, include_retired))?;
+        convert::serialize_to_py(py, &facts)
+    }
+
+    /// One explicit memory by id (retired ones too); `not_found` otherwise.
+    #[pyo3(signature = (id, user=None, agent=None))]
+    fn get_fact<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, None);
+        let backend = &self.inner;
+        let fact = self.run(py, backend.get_fact(&who, id))?;
+        convert::serialize_to_py(py, &fact)
+    }
+
+    /// Revises an explicit memory's kind and/or text (history is kept).
+    #[pyo3(signature = (id, user=None, agent=None, kind=None, text=None))]
+    fn revise_fact<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+        kind: Option<String>,
+        text: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, None);
+        let patch = FactPatch { kind, text };
+        let backend = &self.inner;
+        let fact = self.run(py, backend.revise_fact(&who, id, &patch))?;
+        convert::serialize_to_py(py, &fact)
+    }
+
+    /// Retires an explicit memory: no longer recalled, never erased.
+    #[pyo3(signature = (id, user=None, agent=None))]
+    fn retire_fact<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, None);
+        let backend = &self.inner;
+        let fact = self.run(py, backend.retire_fact(&who, id))?;
+        convert::serialize_to_py(py, &fact)
     }
 
     /// One `remember` tool call: the model's arguments (only `text` and

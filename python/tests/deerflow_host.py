@@ -13,12 +13,15 @@ drive the managers exactly the way the Gateway does:
   transcript snapshot;
 - ``memory_flush_hook``: the summarization hook (§3.2), the compacted head,
   called synchronously even from the async compaction path;
-- ``gateway_startup`` / ``gateway_shutdown``: the lifespan (§1.8).
+- ``gateway_startup`` / ``gateway_shutdown``: the lifespan (§1.8);
+- ``memory_search`` / ``memory_add`` / ``memory_update`` / ``memory_delete``:
+  tool mode's four memory tools (§4), JSON strings, no exception escaping.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -184,6 +187,72 @@ async def gateway_shutdown(manager, timeout: float) -> bool | Exception:
         return exc
     await asyncio.to_thread(manager.close)
     return flushed
+
+
+def _tool_scope(runtime: Runtime) -> dict[str, Any]:
+    """The memory tools' scope (§4): a truthy ``agent_name`` from the
+    runtime context, else None; the runtime's user."""
+    agent = runtime.context.get("agent_name")
+    return {"agent_name": str(agent) if agent else None, "user_id": runtime.context.get("user_id")}
+
+
+def memory_search(manager, runtime: Runtime, query, category=None, limit=10) -> str:
+    """Tool mode's ``memory_search`` (§4)."""
+    try:
+        results = manager.search(query, top_k=limit, category=category, **_tool_scope(runtime))
+    except Exception as exc:  # noqa: BLE001 - no exception escapes a tool
+        return json.dumps({"error": str(exc)}, ensure_ascii=False)
+    return json.dumps({"results": results, "count": len(results)}, ensure_ascii=False)
+
+
+def memory_add(manager, runtime: Runtime, content, category="context", confidence=0.7) -> str:
+    """Tool mode's ``memory_add`` (§4): strip, duplicate check against
+    ``get_memory``'s facts (stripped, casefolded), then ``create_fact``."""
+    content = (content or "").strip()
+    if not content:
+        return json.dumps({"error": "empty content"})
+    scope = _tool_scope(runtime)
+    try:
+        document = manager.get_memory(**scope)
+        wanted = content.casefold()
+        if any(str(f.get("content", "")).strip().casefold() == wanted for f in document.get("facts", [])):
+            return json.dumps({"error": "Duplicate fact"})
+        try:
+            _, fact_id = manager.create_fact(content, category, confidence, **scope)
+        except NotImplementedError:
+            return json.dumps({"error": f"memory backend {type(manager).__name__} does not support create_fact"})
+        if fact_id is None:
+            return json.dumps({"error": "fact not stored: the capacity policy evicted it"})
+        return json.dumps({"fact_id": fact_id, "status": "added"})
+    except Exception as exc:  # noqa: BLE001 - ValueError and the rest become the error text
+        return json.dumps({"error": str(exc)}, ensure_ascii=False)
+
+
+def _fact_tool(method: str, fact_id, status: str, call) -> str:
+    try:
+        call()
+    except KeyError as exc:
+        return json.dumps({"error": f"Fact not found: {exc.args[0] if exc.args else ''}"})
+    except NotImplementedError:
+        return json.dumps({"error": f"memory backend does not support {method}"})
+    except Exception as exc:  # noqa: BLE001
+        return json.dumps({"error": str(exc)}, ensure_ascii=False)
+    return json.dumps({"fact_id": fact_id, "status": status})
+
+
+def memory_update(manager, runtime: Runtime, fact_id, content=None, category=None, confidence=None) -> str:
+    """Tool mode's ``memory_update`` (§4)."""
+    return _fact_tool(
+        "update_fact",
+        fact_id,
+        "updated",
+        lambda: manager.update_fact(fact_id, content, category, confidence, **_tool_scope(runtime)),
+    )
+
+
+def memory_delete(manager, runtime: Runtime, fact_id) -> str:
+    """Tool mode's ``memory_delete`` (§4)."""
+    return _fact_tool("delete_fact", fact_id, "deleted", lambda: manager.delete_fact(fact_id, **_tool_scope(runtime)))
 
 
 class LoopLagProbe:

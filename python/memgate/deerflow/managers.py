@@ -274,13 +274,151 @@ class _Searchable:
         )
 
 
-class LocalMemoryManager(_Searchable, _MemgateManager):
+def _fact_entry(fact: dict[str, Any]) -> dict[str, Any]:
+    """A memgate fact as a DeerMem fact. memgate keeps no confidence score
+    and no source thread, so neither is invented (the Gateway's model fills
+    its own defaults)."""
+    return {"id": fact["id"], "content": fact["text"], "category": fact["kind"], "createdAt": fact["created_at"]}
+
+
+def _memory_document(facts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The DeerMem document the Gateway's ``MemoryResponse`` reads: the
+    caller's active facts; the summary sections stay empty (memgate writes
+    no summaries)."""
+    empty = {"summary": "", "updatedAt": ""}
+    return {
+        "version": "1.0",
+        "lastUpdated": max((f["updated_at"] for f in facts), default=""),
+        "user": {k: dict(empty) for k in ("workContext", "personalContext", "topOfMind")},
+        "history": {k: dict(empty) for k in ("recentMonths", "earlierContext", "longTermBackground")},
+        "facts": [_fact_entry(f) for f in facts],
+    }
+
+
+def _check_confidence(confidence: Any) -> None:
+    """``confidence`` is accepted for the host's signature and not stored;
+    a value outside 0..1 is still refused, as DeerMem refuses it."""
+    if confidence is None:
+        return
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 <= confidence <= 1.0:
+        raise ValueError(f"confidence must be a number between 0 and 1 (got {confidence!r})")
+
+
+def _imported_facts(memory_data: Any) -> list[tuple[str, str]]:
+    """``(category, content)`` for every fact of a DeerMem document, all
+    checked before anything is stored; errors name the fact."""
+    if not isinstance(memory_data, dict):
+        raise ValueError("memory_data must be a dict (a DeerMem memory document)")
+    facts = memory_data.get("facts", [])
+    if not isinstance(facts, list):
+        raise ValueError("memory_data.facts must be a list")
+    out = []
+    for i, fact in enumerate(facts):
+        if not isinstance(fact, dict):
+            raise ValueError(f"memory_data.facts[{i}] must be a dict")
+        content, category = fact.get("content"), fact.get("category") or "context"
+        if not isinstance(content, str) or not content.strip():
+            raise ValueError(f"memory_data.facts[{i}].content must be a non-empty string")
+        if not isinstance(category, str):
+            raise ValueError(f"memory_data.facts[{i}].category must be a string")
+        out.append((category, content))
+    return out
+
+
+def _has_summaries(memory_data: dict[str, Any]) -> bool:
+    """True when a DeerMem document's user or history sections hold text."""
+    for part in ("user", "history"):
+        sections = memory_data.get(part)
+        if isinstance(sections, dict) and any(
+            isinstance(v, dict) and str(v.get("summary") or "").strip() for v in sections.values()
+        ):
+            return True
+    return False
+
+
+class _FactStore:
+    """The host's memory document and fact operations over memgate's
+    explicit memories: the Gateway's ``/api/memory`` routes and tool mode's
+    ``memory_add``/``memory_update``/``memory_delete``. A fact's id is its
+    memgate citation. Deleting retires (no longer recalled, kept in the
+    history); nothing is ever erased, so ``clear_memory`` stays unsupported."""
+
+    def get_memory(self, *, user_id=None, agent_name=None) -> dict[str, Any]:
+        return self._document("get_memory", user_id, agent_name)
+
+    def export_memory(self, *, user_id=None, agent_name=None) -> dict[str, Any]:
+        return self._document("export_memory", user_id, agent_name)
+
+    def reload_memory(self, *, user_id=None, agent_name=None) -> dict[str, Any]:
+        """memgate reads the store on every call: nothing is cached to reload."""
+        return self._document("reload_memory", user_id, agent_name)
+
+    def create_fact(self, content, category="context", confidence=0.5, *, agent_name=None, user_id=None):
+        """Saves ``content`` as an explicit memory of kind ``category``.
+        Returns ``(document, fact_id)``; an identical active fact is not
+        stored twice (its id is returned)."""
+        if not isinstance(content, str) or not content.strip():
+            raise ValueError("content must be a non-empty string")
+        _check_confidence(confidence)
+        outcome = self._call(
+            "create_fact", self._native_backend.remember, str(category or "context"), content, _user(user_id), agent_name
+        )
+        if outcome["outcome"] not in ("stored", "already_present"):
+            raise MemoryManagerError(f"create_fact {outcome['outcome']}: {outcome.get('reason', '')}")
+        return self._document("create_fact", user_id, agent_name), outcome.get("citation")
+
+    def update_fact(self, fact_id, content=None, category=None, confidence=None, *, agent_name=None, user_id=None):
+        """Revises a fact (history is kept); omitted fields stay as they are.
+        An unknown or deleted id raises ``KeyError``."""
+        _check_confidence(confidence)
+        self._active_fact("update_fact", fact_id, user_id, agent_name)
+        if content is not None or category is not None:
+            self._call(
+                "update_fact", self._native_backend.revise_fact, str(fact_id), _user(user_id), agent_name, category, content
+            )
+        return self._document("update_fact", user_id, agent_name)
+
+    def delete_fact(self, fact_id, *, agent_name=None, user_id=None) -> dict[str, Any]:
+        """Retires a fact: it is no longer recalled or listed. An unknown id
+        raises ``KeyError``, as does a deleted one."""
+        self._active_fact("delete_fact", fact_id, user_id, agent_name)
+        self._call("delete_fact", self._native_backend.retire_fact, str(fact_id), _user(user_id), agent_name)
+        return self._document("delete_fact", user_id, agent_name)
+
+    def import_memory(self, memory_data, *, user_id=None, agent_name=None) -> dict[str, Any]:
+        """Merges a DeerMem document's facts (new ids; an identical active
+        fact is not duplicated). Every fact is checked before any is stored.
+        Summaries are not imported: memgate keeps none."""
+        facts = _imported_facts(memory_data)
+        if _has_summaries(memory_data):
+            logger.warning("memgate import_memory: summary sections are not imported (memgate keeps facts only)")
+        for category, content in facts:
+            outcome = self._call(
+                "import_memory", self._native_backend.remember, category, content, _user(user_id), agent_name
+            )
+            if outcome["outcome"] not in ("stored", "already_present"):
+                raise MemoryManagerError(f"import_memory {outcome['outcome']}: {outcome.get('reason', '')}")
+        return self._document("import_memory", user_id, agent_name)
+
+    def _active_fact(self, method, fact_id, user_id, agent_name) -> dict[str, Any]:
+        """The fact, or ``KeyError``: to the host a deleted (retired) fact is gone."""
+        fact = self._call(method, self._native_backend.get_fact, str(fact_id), _user(user_id), agent_name)
+        if fact["state"] != "active":
+            raise KeyError(f"memory {fact_id} was deleted")
+        return fact
+
+    def _document(self, method, user_id, agent_name) -> dict[str, Any]:
+        return _memory_document(self._call(method, self._native_backend.list_facts, _user(user_id), agent_name))
+
+
+class LocalMemoryManager(_FactStore, _Searchable, _MemgateManager):
     """memgate's embedded store (SQLite + FTS5) under the host's storage root
     (``<storage_path>/local/memgate.sqlite3``). Keys: ``max_injection_chars``,
     ``injection_query``, ``recall_top_k``, ``standing_memories``,
     ``busy_timeout_ms``. Recall uses the host's query when it passes one.
-    Search is supported, so tool mode works; passive capture stays on in
-    tool mode (the store learns from captured turns)."""
+    Search and the fact operations are supported, so tool mode's four
+    memory tools work; passive capture stays on in tool mode (the store
+    learns from captured turns)."""
 
     memgate_backend: ClassVar[str] = "local"
     supports_search: ClassVar[bool] = True

@@ -1,0 +1,133 @@
+"""The local manager's memory document and fact operations, driven the way
+DeerFlow drives them: tool mode's four memory tools (§4) and the Gateway's
+``/api/memory`` calls (get, import, export), with runtime-scoped identity."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deerflow_host import Runtime, memory_add, memory_delete, memory_search, memory_update
+from memgate.deerflow import LocalMemoryManager
+
+ALICE = Runtime(context={"user_id": "alice", "thread_id": "t1"})
+BOB = Runtime(context={"user_id": "bob", "thread_id": "t2"})
+CONVENTION = "Refunds in integer cents, tested with pytest."
+
+
+@pytest.fixture
+def manager(tmp_path):
+    m = LocalMemoryManager.from_config({"storage_path": str(tmp_path)}, mode="tool")
+    yield m
+    m.close()
+
+
+def contents(document):
+    return [f["content"] for f in document["facts"]]
+
+
+def test_memory_tools_add_search_update_delete_on_the_local_store(manager):
+    added = json.loads(memory_add(manager, ALICE, "  Refunds in integer cents.  ", category="convention"))
+    assert added["status"] == "added" and added["fact_id"]
+    fact_id = added["fact_id"]
+
+    document = manager.get_memory(user_id="alice")
+    assert document["facts"] == [
+        {"id": fact_id, "content": "Refunds in integer cents.", "category": "convention",
+         "createdAt": document["facts"][0]["createdAt"]}
+    ]
+    assert document["lastUpdated"].startswith("20")
+    assert json.loads(memory_add(manager, ALICE, "refunds in INTEGER cents.")) == {"error": "Duplicate fact"}
+
+    found = json.loads(memory_search(manager, ALICE, "refunds cents", category="convention"))
+    assert found["count"] == 1 and found["results"][0]["id"] == fact_id
+
+    assert json.loads(memory_update(manager, ALICE, fact_id, content=CONVENTION)) == {
+        "fact_id": fact_id, "status": "updated"}
+    assert contents(manager.get_memory(user_id="alice")) == [CONVENTION]
+    assert manager.get_memory(user_id="alice")["facts"][0]["category"] == "convention"
+    assert CONVENTION in manager.get_context("alice")
+
+    assert json.loads(memory_delete(manager, ALICE, fact_id)) == {"fact_id": fact_id, "status": "deleted"}
+    assert manager.get_memory(user_id="alice")["facts"] == []
+    assert "integer cents" not in manager.get_context("alice", query="refunds integer cents")
+
+
+def test_unknown_fact_ids_are_not_found(manager):
+    assert json.loads(memory_update(manager, ALICE, "mem_404", content="x"))["error"].startswith("Fact not found")
+    assert json.loads(memory_delete(manager, ALICE, "mem_404"))["error"].startswith("Fact not found")
+    with pytest.raises(KeyError):
+        manager.update_fact("mem_404", confidence=0.9, user_id="alice")
+
+
+def test_a_deleted_fact_is_gone_to_the_host(manager):
+    fact_id = json.loads(memory_add(manager, ALICE, "Uses the staging cluster."))["fact_id"]
+    assert json.loads(memory_delete(manager, ALICE, fact_id))["status"] == "deleted"
+    assert json.loads(memory_delete(manager, ALICE, fact_id))["error"].startswith("Fact not found")
+    assert json.loads(memory_update(manager, ALICE, fact_id, content="x"))["error"].startswith("Fact not found")
+    # Saying it again stores it anew.
+    again = json.loads(memory_add(manager, ALICE, "Uses the staging cluster."))
+    assert again["status"] == "added" and again["fact_id"] != fact_id
+
+
+def test_facts_belong_to_one_user_and_agent(manager):
+    fact_id = json.loads(memory_add(manager, ALICE, "Deploys go through Helm."))["fact_id"]
+    assert manager.get_memory(user_id="bob")["facts"] == []
+    assert manager.get_memory(user_id="alice", agent_name="researcher")["facts"] == []
+    assert json.loads(memory_delete(manager, BOB, fact_id))["error"].startswith("Fact not found")
+    assert json.loads(memory_update(manager, BOB, fact_id, content="hijacked"))["error"].startswith("Fact not found")
+    assert contents(manager.get_memory(user_id="alice")) == ["Deploys go through Helm."]
+
+
+def test_bad_fact_arguments_name_the_rule_and_keep_what_was_stored(manager):
+    _, fact_id = manager.create_fact("Lives in Lisbon.", "personal", user_id="alice")
+    assert fact_id
+    for call, words in [
+        (lambda: manager.create_fact("   ", user_id="alice"), "content"),
+        (lambda: manager.create_fact("x", confidence=1.5, user_id="alice"), "confidence"),
+        (lambda: manager.create_fact("x", "k" * 129, user_id="alice"), "kind"),
+        (lambda: manager.update_fact(fact_id, content="  ", user_id="alice"), "text"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            call()
+    assert contents(manager.get_memory(user_id="alice")) == ["Lives in Lisbon."]
+    assert json.loads(memory_add(manager, ALICE, "   ")) == {"error": "empty content"}
+
+
+def test_a_category_only_update_keeps_the_content(manager):
+    _, fact_id = manager.create_fact("Prefers short answers.", user_id="alice")
+    assert manager.get_memory(user_id="alice")["facts"][0]["category"] == "context"
+    manager.update_fact(fact_id, category="preference", user_id="alice")
+    [fact] = manager.get_memory(user_id="alice")["facts"]
+    assert (fact["id"], fact["content"], fact["category"]) == (fact_id, "Prefers short answers.", "preference")
+
+
+def test_import_merges_a_deermem_document_and_refuses_a_bad_one_whole(manager):
+    deermem = {
+        "version": "1.0",
+        "user": {"workContext": {"summary": "", "updatedAt": ""}},
+        "facts": [
+            {"id": "fact_1", "content": "Works on the billing team.", "category": "context", "confidence": 0.9},
+            {"id": "fact_2", "content": "Uses pytest.", "category": "preference"},
+        ],
+    }
+    merged = manager.import_memory(deermem, user_id="alice")
+    assert sorted(contents(merged)) == ["Uses pytest.", "Works on the billing team."]
+    again = manager.import_memory(deermem, user_id="alice")
+    assert len(again["facts"]) == 2
+    assert manager.export_memory(user_id="alice") == manager.get_memory(user_id="alice")
+
+    bad = {"facts": [{"content": "Would be new."}, {"content": ""}]}
+    with pytest.raises(ValueError, match=r"facts\[1\]\.content"):
+        manager.import_memory(bad, user_id="alice")
+    with pytest.raises(ValueError, match="memory_data.facts must be a list"):
+        manager.import_memory({"facts": "nope"}, user_id="alice")
+    assert sorted(contents(manager.get_memory(user_id="alice"))) == ["Uses pytest.", "Works on the billing team."]
+
+
+def test_an_empty_store_gives_the_gateway_an_empty_document(manager):
+    document = manager.get_memory(user_id="alice")
+    assert document["facts"] == [] and document["lastUpdated"] == ""
+    assert set(document) == {"version", "lastUpdated", "user", "history", "facts"}
+    assert manager.reload_memory(user_id="alice") == document
