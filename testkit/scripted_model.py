@@ -28,7 +28,9 @@ A rule answers with "reply": either {"content": "text"} or
 {"tool_calls": [{"name": "...", "arguments": {...} | "raw json text"}],
  "content": optional text}. In content, {{user}} is replaced by the latest
 user message and {{tool_result}} by the latest tool result. Optional
-"chunk_chars" (default 8) sets the size of streamed content pieces.
+"chunk_chars" (default 8) sets the size of streamed content pieces, and
+"pause_seconds" (default 0) a pause after the first streamed piece (before
+the whole answer when not streaming): a slow model, to interrupt mid-answer.
 
 No rule matching is an HTTP 400 with an error naming the latest user text.
 With --require-key, requests without `Authorization: Bearer KEY` get a 401
@@ -181,9 +183,11 @@ class Handler(BaseHTTPRequestHandler):
                 "type": "function",
                 "function": {"name": call["name"], "arguments": arguments},
             })
+        pause = float(reply.get("pause_seconds", 0))
         if body.get("stream"):
-            self.stream(content, calls, int(reply.get("chunk_chars", 8)))
+            self.stream(content, calls, int(reply.get("chunk_chars", 8)), pause)
         else:
+            time.sleep(pause)
             message = {"role": "assistant", "content": content}
             if calls:
                 message["tool_calls"] = calls
@@ -197,7 +201,7 @@ class Handler(BaseHTTPRequestHandler):
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
             })
 
-    def stream(self, content, calls, chunk_chars):
+    def stream(self, content, calls, chunk_chars, pause=0.0):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -218,6 +222,8 @@ class Handler(BaseHTTPRequestHandler):
         step = max(1, chunk_chars)
         for i in range(0, len(text), step):
             chunk({"content": text[i:i + step]})
+            if i == 0 and pause > 0:
+                time.sleep(pause)
         for index, call in enumerate(calls):
             # The first delta names the call; its arguments follow in pieces.
             chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
@@ -241,6 +247,12 @@ class Server(ThreadingHTTPServer):
         self.log_lock = threading.Lock()
         self.required_key = required_key
         self.counter = Counter()
+
+    def handle_error(self, request, client_address):
+        # A client that hangs up mid-answer (an interrupted chat) is normal.
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
     def log_request_body(self, raw):
         line = raw.replace(b"\r", b" ").replace(b"\n", b" ")

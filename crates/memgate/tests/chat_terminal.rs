@@ -34,7 +34,10 @@ impl ScriptedModel {
              "reply": {"tool_calls": [{"name": "memgate_remember",
                  "arguments": {"text": "Order service conventions: money amounts are integer cents; use pytest for backend tests."}}]}},
             {"when": {"user_contains": "refund"},
-             "reply": {"content": "Refunds in integer cents, tested with pytest."}}
+             "reply": {"content": "Refunds in integer cents, tested with pytest."}},
+            {"when": {"user_contains": "slowly"},
+             "reply": {"content": "Thinking about it at great length...", "pause_seconds": 60}},
+            {"when": {"user_contains": "lisbon"}, "reply": {"content": "Noted: Lisbon."}}
         ]);
         std::fs::write(&script, rules.to_string()).unwrap();
         let log = dir.join("requests.jsonl");
@@ -254,27 +257,17 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-#[test]
-fn chat_in_a_terminal_shows_what_it_recalled_and_saved() {
-    if !tmux_available() {
-        if std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref() == Ok("1") {
-            panic!("tmux is not installed but MEMGATE_REQUIRE_REAL_SERVERS=1 (apt-get install -y tmux)");
-        }
-        println!(
-            "chat_in_a_terminal_shows_what_it_recalled_and_saved: skipped: tmux is not installed"
-        );
-        return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let model = ScriptedModel::start(home.path());
+/// `memgate chat` in a tmux pane (200x60) with a fresh home; the shell
+/// around it prints `memgate-exit=<status>` when it ends.
+fn chat_in_tmux(home: &Path, model: &ScriptedModel, name: &str) -> Tmux {
     let mut command =
         String::from("env -u MEMGATE_CONFIG -u MEMGATE_URL -u MEMGATE_AGENT TERM=xterm");
-    for (k, v) in chat_env(home.path(), &model.url, KEY) {
+    for (k, v) in chat_env(home, &model.url, KEY) {
         command.push_str(&format!(" {k}={}", quote(&v)));
     }
     command.push_str(&format!(" {} chat; echo memgate-exit=$?", quote(BIN)));
     let tmux = Tmux {
-        socket: format!("memgate-chat-test-{}", std::process::id()),
+        socket: format!("memgate-{name}-{}", std::process::id()),
     };
     tmux.run(&[
         "new-session",
@@ -286,10 +279,35 @@ fn chat_in_a_terminal_shows_what_it_recalled_and_saved() {
         "-y",
         "60",
         "-c",
-        home.path().to_str().unwrap(),
+        home.to_str().unwrap(),
         &command,
     ]);
     tmux.run(&["set-option", "-t", "chat", "remain-on-exit", "on"]);
+    tmux
+}
+
+/// Skips (or, in CI, fails) a terminal test when tmux is missing.
+fn tmux_or_skip(test: &str) -> bool {
+    if tmux_available() {
+        return true;
+    }
+    if std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref() == Ok("1") {
+        panic!(
+            "tmux is not installed but MEMGATE_REQUIRE_REAL_SERVERS=1 (apt-get install -y tmux)"
+        );
+    }
+    println!("{test}: skipped: tmux is not installed");
+    false
+}
+
+#[test]
+fn chat_in_a_terminal_shows_what_it_recalled_and_saved() {
+    if !tmux_or_skip("chat_in_a_terminal_shows_what_it_recalled_and_saved") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(home.path());
+    let tmux = chat_in_tmux(home.path(), &model, "chat-test");
 
     let screen = tmux.wait_for_screen("you> ", 1);
     assert!(
@@ -349,4 +367,53 @@ fn chat_in_a_terminal_shows_what_it_recalled_and_saved() {
         .as_str()
         .unwrap()
         .starts_with("<memory>\n"));
+}
+
+#[test]
+fn ctrl_c_drops_a_running_turn_and_at_the_prompt_leaves_after_the_capture() {
+    if !tmux_or_skip("ctrl_c_drops_a_running_turn_and_at_the_prompt_leaves_after_the_capture") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let model = ScriptedModel::start(home.path());
+    let tmux = chat_in_tmux(home.path(), &model, "chat-ctrl-c");
+    tmux.wait_for_screen("you> ", 1);
+
+    // Mid-answer: the model has sent its first piece and then goes quiet.
+    tmux.type_line("Answer slowly: what is a good name for a cat?");
+    tmux.wait_for_screen("Thinking", 1);
+    tmux.run(&["send-keys", "-t", "chat", "C-c"]);
+    let screen = tmux.wait_for_screen("you> ", 2);
+    assert!(
+        screen.contains("(interrupted: this turn was dropped)"),
+        "{screen}"
+    );
+
+    // The chat goes on without the dropped turn.
+    tmux.type_line("I moved to Lisbon last spring.");
+    tmux.wait_for_screen("Noted: Lisbon.", 1);
+    tmux.wait_for_screen("you> ", 3);
+    let last = model.requests().pop().unwrap();
+    assert!(!last.to_string().contains("Answer slowly"), "{last}");
+
+    // At the prompt, Ctrl-C leaves cleanly once the turn's capture is done.
+    tmux.run(&["send-keys", "-t", "chat", "C-c"]);
+    let screen = tmux.wait_for_screen("memgate-exit=", 1);
+    assert!(screen.contains("memgate-exit=0"), "{screen}");
+
+    let search = |query: &str| {
+        let o = Command::new(BIN)
+            .args(["search", query])
+            .env_remove("MEMGATE_CONFIG")
+            .env_remove("MEMGATE_URL")
+            .env_remove("MEMGATE_AGENT")
+            .env("MEMGATE_HOME", home.path().join("state"))
+            .env("MEMGATE_USER", "alice")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert!(search("Lisbon").contains("I moved to Lisbon last spring."));
+    assert!(!search("good name for a cat").contains("Answer slowly"));
 }

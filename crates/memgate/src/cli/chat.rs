@@ -6,7 +6,9 @@
 //! (shown as `recalled: …`), the `remember` tool offered when the backend
 //! can remember (its outcome shown as `saved: …`, from the store's answer),
 //! and capture of the transcript after each turn. Answers stream (SSE).
-//! `/new` starts a new thread, `/quit` (or end of input) leaves.
+//! `/new` starts a new thread, `/quit` (or end of input, or Ctrl-C at the
+//! prompt) leaves once running captures are done; Ctrl-C during a turn drops
+//! that turn.
 //!
 //! The endpoint comes from `MEMGATE_CHAT_BASE_URL`, `MEMGATE_CHAT_MODEL` and
 //! the optional `MEMGATE_CHAT_API_KEY`; the key is only ever sent in the
@@ -25,10 +27,9 @@ use memgate_host::{
 };
 use serde_json::{json, Value};
 use std::fmt;
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt;
 
 pub const ENV_BASE_URL: &str = "MEMGATE_CHAT_BASE_URL";
 pub const ENV_MODEL: &str = "MEMGATE_CHAT_MODEL";
@@ -87,13 +88,21 @@ pub async fn run_with_settings(
     let mut out = std::io::stdout();
     session.banner(&mut out);
 
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut lines = stdin_lines();
     loop {
         print_flush(&mut out, "you> ");
-        let line = match lines.next_line().await {
-            Ok(Some(line)) => line,
-            Ok(None) => break,
-            Err(e) => return Err(MemoryError::backend(format!("cannot read input: {e}"))),
+        // Ctrl-C at the prompt leaves like /quit.
+        let line = tokio::select! {
+            line = lines.recv() => line,
+            _ = tokio::signal::ctrl_c() => {
+                line_out(&mut out, "");
+                break;
+            }
+        };
+        let line = match line {
+            Some(Ok(line)) => line,
+            None => break,
+            Some(Err(e)) => return Err(MemoryError::backend(format!("cannot read input: {e}"))),
         };
         match line.trim() {
             "" => {}
@@ -103,14 +112,46 @@ pub async fn run_with_settings(
                 line_out(&mut out, "commands: /new (new thread), /quit")
             }
             input => {
-                if let Err(e) = session.turn(input, &mut out).await {
-                    line_out(&mut out, &format!("error: {e}"));
+                // Ctrl-C during a turn drops that turn (as a model failure
+                // does) and returns to the prompt.
+                let before = session.transcript.len();
+                let finished = tokio::select! {
+                    result = session.turn(input, &mut out) => Some(result),
+                    _ = tokio::signal::ctrl_c() => None,
+                };
+                match finished {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => line_out(&mut out, &format!("error: {e}")),
+                    None => {
+                        session.transcript.truncate(before);
+                        line_out(&mut out, "\n(interrupted: this turn was dropped)");
+                    }
                 }
             }
         }
     }
-    session.finish(&mut out).await;
+    // Captures already running finish before the chat leaves; a second
+    // Ctrl-C leaves at once.
+    tokio::select! {
+        () = session.finish(&mut out) => {}
+        _ = tokio::signal::ctrl_c() => line_out(&mut out, "(left without waiting for the last capture)"),
+    }
     Ok(())
+}
+
+/// Lines of standard input, read on a thread of their own: a read still
+/// blocked at the prompt when Ctrl-C ends the chat must not hold the process
+/// (a Tokio stdin read would keep the runtime's shutdown waiting for Enter).
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            if tx.blocking_send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 fn seconds(field: &str, value: f64) -> Result<Duration> {
