@@ -12,9 +12,11 @@ use crate::runtime::runtime;
 use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::tool::call_remember;
 use memgate_core::{
-    BackendContext, Caller, CaptureKind, CaptureRequest, FactPatch, KeepHiddenHook, MemoryBackend,
-    MemoryError, MemoryMode, RecallRequest, RememberRequest, SearchQuery, UserId, WarmStatus,
+    BackendContext, Caller, CaptureKind, CaptureReport, CaptureRequest, FactPatch, KeepHiddenHook,
+    MemoryBackend, MemoryError, MemoryMode, RecallRequest, RememberRequest, SearchQuery, UserId,
+    WarmStatus,
 };
+use memgate_store::{LocalBackend, Streamed};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde_json::{Map, Value};
@@ -125,6 +127,8 @@ impl KeepHook {
 #[pyclass(frozen, module = "memgate._native")]
 pub struct Backend {
     inner: Arc<dyn MemoryBackend>,
+    /// `inner` again when it is the local store.
+    local: Option<Arc<LocalBackend>>,
     keep_hook: Arc<KeepHook>,
     background: Arc<Background>,
     /// Reports background capture failures to Python (`(code, message)`).
@@ -164,16 +168,38 @@ fn seconds(timeout: f64) -> Duration {
     Duration::try_from_secs_f64(timeout.max(0.0)).unwrap_or(Duration::ZERO)
 }
 
+/// A capture running on the runtime.
+type Capturing = tokio::task::JoinHandle<memgate_core::Result<CaptureReport>>;
+
+fn task_failed(err: tokio::task::JoinError) -> MemoryError {
+    MemoryError::backend(format!("capture task failed: {err}"))
+}
+
+/// A capture report as Python gets it: `(stored, already_known, filtered)`.
+fn report_tuple(report: &CaptureReport) -> (usize, usize, usize) {
+    (report.stored, report.already_known, report.filtered)
+}
+
+/// Messages per hand-off to a streamed local capture: few enough that the
+/// store starts early, enough that waking it is not the cost.
+const STREAM_BATCH: usize = 32;
+
+/// A backend as opened, with the local store's own handle when it is that one.
+type Opened = (Arc<dyn MemoryBackend>, Option<Arc<LocalBackend>>);
+
 impl Backend {
+    /// The named backend, and the local store again when it is that one
+    /// (for [`Self::capture_streamed`]).
     fn open_inner(
         manager_class: &str,
         config: &Map<String, Value>,
         ctx: &BackendContext,
-    ) -> memgate_core::Result<Arc<dyn MemoryBackend>> {
-        Ok(match manager_class {
-            "local" => Arc::new(memgate_store::LocalBackend::from_backend_config(
-                config, ctx,
-            )?),
+    ) -> memgate_core::Result<Opened> {
+        if manager_class == "local" {
+            let local = Arc::new(LocalBackend::from_backend_config(config, ctx)?);
+            return Ok((local.clone(), Some(local)));
+        }
+        let remote: Arc<dyn MemoryBackend> = match manager_class {
             "openviking" => Arc::new(
                 memgate_openviking::OpenVikingBackend::from_backend_config(config, ctx)?,
             ),
@@ -185,12 +211,56 @@ impl Backend {
                     "unknown memgate backend `{other}`; valid names are local, openviking, powercontext"
                 )))
             }
-        })
+        };
+        Ok((remote, None))
     }
 
     /// The backend itself (for the pure-Rust benchmark).
     pub(crate) fn inner(&self) -> &Arc<dyn MemoryBackend> {
         &self.inner
+    }
+
+    /// Reads `messages` and starts their capture on the runtime. With the
+    /// local store each batch of messages is stored while the next ones are
+    /// still being read: reading LangChain objects needs the GIL and costs
+    /// about as much as the store's work, so the two overlap instead of
+    /// adding up. Other backends get the transcript once it is read. A
+    /// message that cannot be read fails this call and stores nothing.
+    fn start_capture(
+        &self,
+        who: Caller,
+        kind: CaptureKind,
+        messages: &Bound<'_, PyAny>,
+        trace_id: Option<String>,
+    ) -> PyResult<Capturing> {
+        let Some(local) = &self.local else {
+            let request = CaptureRequest {
+                caller: who,
+                messages: convert::messages(messages)?,
+                kind,
+                trace_id,
+            };
+            let backend = Arc::clone(&self.inner);
+            return Ok(runtime().spawn(async move { backend.capture(&request).await }));
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let store = Arc::clone(local);
+        let task = runtime().spawn(async move { store.capture_streamed(who, trace_id, rx).await });
+        // A store that refused early has hung up; its error is the answer.
+        let mut batch = Vec::with_capacity(STREAM_BATCH);
+        let read = convert::for_each_message(messages, |m| {
+            batch.push(m);
+            if batch.len() == STREAM_BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(STREAM_BATCH));
+                let _ = tx.send(Streamed::Messages(full));
+            }
+        });
+        let _ = tx.send(Streamed::Messages(batch));
+        let _ = tx.send(match &read {
+            Ok(()) => Streamed::End,
+            Err(_) => Streamed::Failed(MemoryError::invalid("messages", "could not be read")),
+        });
+        read.map(|()| task)
     }
 
     /// Runs a backend future with the GIL released.
@@ -231,7 +301,7 @@ impl Backend {
             .with_mode(parse_mode(mode)?)
             .with_env(environment.map_or_else(process_source, |e| e.source.clone()))
             .with_keep_hidden(keep_hidden);
-        let inner = py
+        let (inner, local) = py
             .detach(|| {
                 let _entered = runtime().enter();
                 Self::open_inner(manager_class, &config, &ctx)
@@ -239,6 +309,7 @@ impl Backend {
             .map_err(errors::to_py)?;
         Ok(Self {
             inner,
+            local,
             keep_hook,
             background: Arc::default(),
             on_background_error,
@@ -292,15 +363,51 @@ impl Backend {
         kind: &str,
         trace_id: Option<String>,
     ) -> PyResult<(usize, usize, usize)> {
-        let request = CaptureRequest {
-            caller: caller(user, agent, Some(thread)),
-            messages: convert::messages(messages)?,
-            kind: parse_kind(kind)?,
-            trace_id,
-        };
-        let backend = &self.inner;
-        let report = self.run(py, backend.capture(&request))?;
-        Ok((report.stored, report.already_known, report.filtered))
+        let who = caller(user, agent, Some(thread));
+        let task = self.start_capture(who, parse_kind(kind)?, messages, trace_id)?;
+        let report = py
+            .detach(|| runtime().block_on(task))
+            .map_err(task_failed)
+            .and_then(|r| r)
+            .map_err(errors::to_py)?;
+        Ok(report_tuple(&report))
+    }
+
+    /// Like `capture`, for a caller on an event loop: returns once the
+    /// messages are read, and calls `done(code, message, report)` from
+    /// another thread when the capture ends (`code` None on success, the
+    /// report a `(stored, already_known, filtered)` tuple or None).
+    /// `shutdown` waits for it.
+    #[pyo3(signature = (thread, messages, done, user=None, agent=None, kind="after_turn", trace_id=None))]
+    #[allow(clippy::too_many_arguments)] // the host contract's arguments, one each
+    fn capture_then(
+        &self,
+        thread: &str,
+        messages: &Bound<'_, PyAny>,
+        done: Py<PyAny>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        kind: &str,
+        trace_id: Option<String>,
+    ) -> PyResult<()> {
+        let who = caller(user, agent, Some(thread));
+        let task = self.start_capture(who, parse_kind(kind)?, messages, trace_id)?;
+        let background = Arc::clone(&self.background);
+        background.start();
+        runtime().spawn(async move {
+            let outcome = task.await.map_err(task_failed).and_then(|r| r);
+            Python::try_attach(|py| {
+                let args = match &outcome {
+                    Ok(report) => (None, None, Some(report_tuple(report))),
+                    Err(err) => (Some(err.code()), Some(err.to_string()), None),
+                };
+                if let Err(e) = done.bind(py).call1(args) {
+                    e.write_unraisable(py, Some(done.bind(py)));
+                }
+            });
+            background.finish();
+        });
+        Ok(())
     }
 
     /// Like `capture`, but returns once the messages are read: the capture
@@ -315,13 +422,8 @@ impl Backend {
         agent: Option<&str>,
         kind: &str,
     ) -> PyResult<()> {
-        let request = CaptureRequest {
-            caller: caller(user, agent, Some(thread)),
-            messages: convert::messages(messages)?,
-            kind: parse_kind(kind)?,
-            trace_id: None,
-        };
-        let backend = Arc::clone(&self.inner);
+        let who = caller(user, agent, Some(thread));
+        let task = self.start_capture(who, parse_kind(kind)?, messages, None)?;
         let background = Arc::clone(&self.background);
         let report_to = self
             .on_background_error
@@ -329,7 +431,7 @@ impl Backend {
             .map(|f| f.clone_ref(messages.py()));
         background.start();
         runtime().spawn(async move {
-            if let Err(err) = backend.capture(&request).await {
+            if let Err(err) = task.await.map_err(task_failed).and_then(|r| r) {
                 let (code, message) = (err.code(), err.to_string());
                 tracing::error!(code, "background capture failed: {message}");
                 if let Some(report_to) = report_to {

@@ -301,13 +301,21 @@ fn tool_calls(value: &Bound<'_, PyAny>) -> PyResult<Vec<ToolCall>> {
 /// A transcript: any iterable of messages. Errors name the message index.
 pub fn messages(values: &Bound<'_, PyAny>) -> PyResult<Vec<Message>> {
     let mut out = Vec::with_capacity(values.len().unwrap_or(0));
+    for_each_message(values, |m| out.push(m))?;
+    Ok(out)
+}
+
+/// Hands each message of a transcript to `each` as soon as it is read (a
+/// streamed capture stores it while the rest is still being converted).
+/// Errors name the message index.
+pub fn for_each_message(values: &Bound<'_, PyAny>, mut each: impl FnMut(Message)) -> PyResult<()> {
     for (i, item) in values.try_iter()?.enumerate() {
         let item = item?;
-        out.push(message(&item).map_err(|e| {
+        each(message(&item).map_err(|e| {
             PyValueError::new_err(format!("messages[{i}]: {}", e.value(values.py())))
         })?);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A JSON value as a Python object (dicts, lists, str, int, float, bool, None).

@@ -289,3 +289,50 @@ def test_gateway_warm_and_shutdown_flush_drain_background_work(tmp_path):
     reopened = LocalMemoryManager.from_config({"storage_path": str(tmp_path)})
     assert "I ride a red bike" in reopened.get_context("alice", query="bike"), "the drained capture was kept"
     reopened.close()
+
+
+def test_a_long_transcript_streams_into_the_store_once(manager):
+    """Local capture stores messages while later ones are still being read
+    (in batches); the result is the whole-transcript capture's."""
+    backend = manager._native_backend
+    talk = [HumanMessage(f"question {i} about tomatoes", id=f"h{i}") if i % 2 == 0
+            else AIMessage(f"answer {i} about watering", id=f"a{i}") for i in range(101)]
+    talk.insert(50, SystemMessage("You are helpful."))
+    assert backend.capture("long", talk, "alice") == (101, 0, 1)
+    assert backend.capture("long", iter(talk), "alice") == (0, 101, 1)
+    assert backend.capture("long", talk + [HumanMessage("one more", id="h-last")], "alice") == (1, 101, 1)
+
+
+def test_an_unreadable_message_stores_nothing_of_the_transcript(manager):
+    # Long enough that the first messages reach the store before the bad one is read.
+    good = finished_first_turn("x1", None) + [HumanMessage(f"filler {i}", id=f"f{i}") for i in range(60)]
+    bad = good[:50] + [{"type": "human", "content": 42}] + good[50:]
+    with pytest.raises(ValueError, match=r"messages\[50\]: message `content` must be a string or a list of blocks"):
+        manager.add("t-bad", bad, user_id="alice")
+    assert "Lisbon" not in manager.get_context("alice", query="refund service Lisbon Helm")
+    manager.add("t-bad", good, user_id="alice")
+    assert "Lisbon" in manager.get_context("alice", query="refund service Lisbon Helm")
+
+
+def test_aadd_answers_as_add_does(tmp_path, caplog):
+    """``aadd`` reads the messages on the loop and awaits the capture's end:
+    read errors and store refusals raise as from ``add``; after shutdown the
+    write is logged and dropped."""
+    m = LocalMemoryManager.from_config({"storage_path": str(tmp_path)})
+    bad = [HumanMessage("fine", id="a"), {"type": "human", "content": 42}]
+
+    async def main():
+        with pytest.raises(ValueError, match=r"messages\[1\]"):
+            await m.aadd("t1", bad, user_id="alice")
+        with pytest.raises(ValueError, match="a capture requires a non-empty thread id"):
+            await m.aadd("", [HumanMessage("x", id="b")], user_id="alice")
+        await m.aadd("t1", [HumanMessage("I keep bees in Porto", id="c")], user_id="alice")
+        # Awaited means stored: the next read sees it.
+        return m.get_context("alice", query="bees Porto fine")
+
+    text = asyncio.run(main())
+    assert "I keep bees in Porto" in text and "fine" not in text
+    assert m.shutdown_flush(5.0)
+    with caplog.at_level("WARNING", logger="memgate.deerflow"):
+        asyncio.run(m.aadd("t1", [HumanMessage("too late", id="d")], user_id="alice"))
+    assert "write ignored after shutdown" in caplog.text

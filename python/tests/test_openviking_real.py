@@ -21,7 +21,7 @@ from conftest import real_server
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 import memgate
-from deerflow_host import Runtime, after_agent, gateway_startup, inject_dynamic_context, memory_flush_hook
+from deerflow_host import Runtime, aafter_agent, after_agent, gateway_startup, inject_dynamic_context, memory_flush_hook
 from memgate.deerflow import MemoryManagerError, OpenVikingMemoryManager
 
 INJECTION_QUERY = "user profile preferences important entities events ongoing goals constraints and prior decisions"
@@ -168,6 +168,21 @@ def test_compaction_head_then_full_transcript_sends_each_message_once(server, en
     remote = session(server, sid)
     assert remote["total_message_count"] == 8, "the head was not sent twice"
     assert remote["commit_count"] == 2
+    manager.close()
+
+
+def test_async_after_run_capture_sends_then_returns(server, environment, tmp_path):
+    """``aafter_agent`` (the host's async path): when ``aadd`` returns the
+    server has the new messages, and a replay sends nothing."""
+    environment(OPENVIKING_API_KEY=server["keys"]["alice"])
+    manager = OpenVikingMemoryManager.from_config(seed_config(server["url"], str(tmp_path)))
+    runtime = Runtime({"user_id": "alice", "thread_id": "async-run"})
+    transcript = [HumanMessage("I review pull requests on Fridays.", id="h0"), AIMessage("Noted.", id="a0")]
+    asyncio.run(aafter_agent(manager, runtime, transcript))
+    sid = memgate.openviking_session_id("alice", "deerflow", "async-run")
+    assert session(server, sid)["total_message_count"] == 2
+    asyncio.run(aafter_agent(manager, runtime, transcript))
+    assert session(server, sid)["total_message_count"] == 2
     manager.close()
 
 

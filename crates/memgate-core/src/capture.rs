@@ -93,8 +93,13 @@ pub fn host_default_keep_hidden(kwargs: &Map<String, Value>) -> bool {
 pub fn captureable<'a>(messages: &'a [Message], keep: Option<&KeepHiddenHook>) -> Vec<&'a Message> {
     messages
         .iter()
-        .filter(|m| !m.is_hidden() || keep.is_some_and(|hook| hook(&m.additional_kwargs)))
+        .filter(|m| is_captureable(m, keep))
         .collect()
+}
+
+/// [`captureable`] for one message.
+pub fn is_captureable(message: &Message, keep: Option<&KeepHiddenHook>) -> bool {
+    !message.is_hidden() || keep.is_some_and(|hook| hook(&message.additional_kwargs))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! even if the caller stopped waiting, so `shutdown` can drain it before
 //! checkpointing and closing the file.
 
+use crate::capture::Streamed;
 use crate::config::{LocalConfig, ResolvedConfig};
 use crate::store::MemoryStore;
 use async_trait::async_trait;
@@ -18,6 +19,7 @@ use memgate_core::{
 use serde_json::{Map, Value};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -108,6 +110,21 @@ impl LocalBackend {
     /// The synchronous store underneath.
     pub fn store(&self) -> &Arc<MemoryStore> {
         &self.store
+    }
+
+    /// Captures a transcript that arrives one message at a time (see
+    /// [`MemoryStore::capture_streamed`]): a host converting messages from
+    /// another representation sends each as it is ready, and the store works
+    /// in parallel instead of after the whole conversion.
+    pub async fn capture_streamed(
+        &self,
+        caller: Caller,
+        trace_id: Option<String>,
+        items: Receiver<Streamed>,
+    ) -> Result<CaptureReport> {
+        caller.require_thread()?;
+        self.run(move |s| s.capture_streamed(&caller, trace_id.as_deref(), items))
+            .await
     }
 
     /// Runs `work` against the store on the blocking pool.

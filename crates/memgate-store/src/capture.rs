@@ -22,13 +22,16 @@ use crate::schema::db_error;
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
 use memgate_core::budget::prefix_bytes;
-use memgate_core::capture::captureable;
+use memgate_core::capture::is_captureable;
 use memgate_core::signature::message_signature;
 use memgate_core::time::now_rfc3339;
-use memgate_core::{CaptureReport, CaptureRequest, Message, RoleKind};
+use memgate_core::{Caller, CaptureReport, CaptureRequest, Message, RoleKind};
 use memgate_core::{MemoryError, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
+use std::borrow::Borrow;
+use std::cell::Cell;
+use std::sync::mpsc::{Receiver, RecvError};
 
 /// Memory keeps the first 64 KiB of a message (the signature still covers
 /// all of it); a pasted log does not need to be recalled in full.
@@ -148,44 +151,156 @@ pub(crate) fn insert_turn(
     }
 }
 
+/// One item of a streamed capture ([`MemoryStore::capture_streamed`]).
+#[derive(Debug)]
+pub enum Streamed {
+    /// The next messages of the transcript (a few at a time: one hand-off
+    /// per message would cost more than the message).
+    Messages(Vec<Message>),
+    /// The transcript is complete: commit.
+    End,
+    /// The sender could not produce the transcript: store nothing.
+    Failed(MemoryError),
+}
+
+/// A streamed transcript as messages; a sender that hangs up before
+/// [`Streamed::End`] counts as a failure, so a half-read transcript is never
+/// committed.
+struct Feed {
+    items: Receiver<Streamed>,
+    batch: std::vec::IntoIter<Message>,
+    done: bool,
+}
+
+impl Iterator for Feed {
+    type Item = Result<Message>;
+
+    fn next(&mut self) -> Option<Result<Message>> {
+        loop {
+            if let Some(m) = self.batch.next() {
+                return Some(Ok(m));
+            }
+            if self.done {
+                return None;
+            }
+            let last = match self.items.recv() {
+                Ok(Streamed::Messages(batch)) => {
+                    self.batch = batch.into_iter();
+                    continue;
+                }
+                Ok(Streamed::End) => None,
+                Ok(Streamed::Failed(e)) => Some(Err(e)),
+                Err(RecvError) => Some(Err(MemoryError::backend(
+                    "the transcript stream stopped before its end",
+                ))),
+            };
+            self.done = true;
+            return last;
+        }
+    }
+}
+
 impl MemoryStore {
     /// Stores the new turns of a snapshot (or compaction head) in one
     /// transaction. Requires a thread.
     pub fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
-        let thread = request.caller.require_thread()?;
-        let key = ScopeKey::of(&request.caller);
+        request.caller.require_thread()?;
         let captured_at = now_rfc3339();
-        let kept = captureable(&request.messages, self.keep_hidden.as_ref());
-        let turns: Vec<NewTurn> = kept
-            .iter()
-            .filter_map(|m| storable(m, &captured_at))
+        let seen = Cell::new(0);
+        // Signatures are computed before the write lock is taken.
+        let turns: Vec<Result<NewTurn>> = self
+            .turns_of(request.messages.iter().map(Ok), &captured_at, &seen)
             .collect();
-        let mut report = CaptureReport {
-            filtered: request.messages.len() - turns.len(),
-            ..CaptureReport::default()
+        self.store_turns(
+            &request.caller,
+            request.trace_id.as_deref(),
+            turns.into_iter(),
+            &seen,
+        )
+    }
+
+    /// [`Self::capture`] for a transcript that arrives one message at a time
+    /// (a host still converting it): each new turn is written as it arrives,
+    /// so the host's conversion and the store's work overlap. The write lock
+    /// is held from the first storable turn to [`Streamed::End`]. A
+    /// [`Streamed::Failed`] item, or a sender gone before the end, stores
+    /// nothing.
+    pub fn capture_streamed(
+        &self,
+        caller: &Caller,
+        trace_id: Option<&str>,
+        items: Receiver<Streamed>,
+    ) -> Result<CaptureReport> {
+        caller.require_thread()?;
+        let captured_at = now_rfc3339();
+        let seen = Cell::new(0);
+        let feed = Feed {
+            items,
+            batch: Vec::new().into_iter(),
+            done: false,
         };
-        if turns.is_empty() {
+        let turns = self.turns_of(feed, &captured_at, &seen);
+        self.store_turns(caller, trace_id, turns, &seen)
+    }
+
+    /// The storable turns of `messages`, in order; `seen` counts messages.
+    fn turns_of<'a, M: Borrow<Message>>(
+        &'a self,
+        messages: impl Iterator<Item = Result<M>> + 'a,
+        captured_at: &'a str,
+        seen: &'a Cell<usize>,
+    ) -> impl Iterator<Item = Result<NewTurn>> + 'a {
+        let keep = self.keep_hidden.as_ref();
+        messages.filter_map(move |message| {
+            let message = match message {
+                Ok(m) => m,
+                Err(e) => return Some(Err(e)),
+            };
+            let message = message.borrow();
+            seen.set(seen.get() + 1);
+            is_captureable(message, keep)
+                .then(|| storable(message, captured_at))
+                .flatten()
+                .map(Ok)
+        })
+    }
+
+    /// Writes `turns` in one transaction, opened by the first of them (none:
+    /// no transaction); an `Err` turn rolls it back.
+    fn store_turns(
+        &self,
+        caller: &Caller,
+        trace_id: Option<&str>,
+        turns: impl Iterator<Item = Result<NewTurn>>,
+        seen: &Cell<usize>,
+    ) -> Result<CaptureReport> {
+        let thread = caller.require_thread()?;
+        let mut turns = turns.peekable();
+        let mut report = CaptureReport::default();
+        if turns.peek().is_none() {
             self.check_usable()?;
-            return Ok(report);
-        }
-        self.write(|tx, index| {
-            let scope = key.ensure(tx)?;
-            let mut seq = next_seq(tx, scope, thread)?;
-            for turn in &turns {
-                if insert_turn(tx, index, scope, thread, seq, turn)? {
-                    seq += 1;
-                    report.stored += 1;
-                } else {
-                    report.already_known += 1;
+        } else {
+            let key = ScopeKey::of(caller);
+            self.write(|tx, index| {
+                let scope = key.ensure(tx)?;
+                let mut seq = next_seq(tx, scope, thread)?;
+                for turn in turns {
+                    if insert_turn(tx, index, scope, thread, seq, &turn?)? {
+                        seq += 1;
+                        report.stored += 1;
+                    } else {
+                        report.already_known += 1;
+                    }
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })?;
+        }
+        report.filtered = seen.get() - report.stored - report.already_known;
         tracing::debug!(
             stored = report.stored,
             already_known = report.already_known,
             filtered = report.filtered,
-            trace_id = request.trace_id.as_deref().unwrap_or(""),
+            trace_id = trace_id.unwrap_or(""),
             "local store capture"
         );
         Ok(report)

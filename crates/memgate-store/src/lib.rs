@@ -40,6 +40,7 @@ pub mod terms;
 pub mod transfer;
 
 pub use backend::LocalBackend;
+pub use capture::Streamed;
 pub use config::{LocalConfig, ResolvedConfig, DEFAULT_INJECTION_QUERY};
 pub use ranking::{Origin, Ranked};
 pub use store::MemoryStore;

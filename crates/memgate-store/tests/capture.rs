@@ -5,7 +5,7 @@ mod common;
 use common::{alice, capture, recall_of, TestStore};
 use memgate_core::capture::host_default_keep_hidden;
 use memgate_core::{CaptureKind, CaptureReport, KeepHiddenHook, Message, ToolCall};
-use memgate_store::{LocalConfig, MemoryStore};
+use memgate_store::{LocalConfig, MemoryStore, Streamed};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -217,4 +217,83 @@ fn an_empty_capture_still_names_what_it_filtered() {
         ))
         .unwrap();
     assert_eq!(r, report(0, 0, 2));
+}
+
+/// Sends `messages` over a channel as a host converting them would, then
+/// `last` (normally `End`), and runs the streamed capture.
+fn streamed(
+    t: &TestStore,
+    thread: &str,
+    messages: Vec<Message>,
+    last: Option<Streamed>,
+) -> memgate_core::Result<CaptureReport> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sender = std::thread::spawn(move || {
+        // A store that refuses early hangs up; the sender just stops.
+        for batch in messages.chunks(2) {
+            if tx.send(Streamed::Messages(batch.to_vec())).is_err() {
+                return;
+            }
+        }
+        if let Some(last) = last {
+            let _ = tx.send(last);
+        }
+    });
+    let report = t
+        .store
+        .capture_streamed(&alice().with_thread(thread), None, rx);
+    sender.join().unwrap();
+    report
+}
+
+#[test]
+fn a_streamed_capture_stores_what_the_whole_capture_stores() {
+    let t = TestStore::new();
+    let mut all = turns(6);
+    all.insert(2, Message::system("You are a helpful agent."));
+    let first = streamed(&t, "t1", all[..5].to_vec(), Some(Streamed::End)).unwrap();
+    assert_eq!(first, report(4, 0, 1));
+    // The whole-transcript capture sees the streamed turns as known.
+    let whole = t
+        .store
+        .capture(&capture(&alice(), "t1", all.clone()))
+        .unwrap();
+    assert_eq!(whole, report(2, 4, 1));
+    let again = streamed(&t, "t1", all.clone(), Some(Streamed::End)).unwrap();
+    assert_eq!(again, report(0, 6, 1));
+    assert_eq!(exported_texts(&t).len(), 6);
+}
+
+#[test]
+fn a_streamed_capture_that_fails_or_stops_early_stores_nothing() {
+    let t = TestStore::new();
+    let failed = streamed(
+        &t,
+        "t1",
+        turns(4),
+        Some(Streamed::Failed(memgate_core::MemoryError::invalid(
+            "messages[4]",
+            "must be a message",
+        ))),
+    )
+    .unwrap_err();
+    assert_eq!(failed.code(), "invalid_input");
+    assert!(failed.to_string().contains("messages[4]"), "{failed}");
+    let cut = streamed(&t, "t1", turns(4), None).unwrap_err();
+    assert!(cut.to_string().contains("stopped before its end"), "{cut}");
+    assert!(exported_texts(&t).is_empty());
+    // The same transcript, sent whole, is then stored in full.
+    let done = streamed(&t, "t1", turns(4), Some(Streamed::End)).unwrap();
+    assert_eq!(done, report(4, 0, 0));
+}
+
+#[test]
+fn a_streamed_capture_needs_a_thread_and_an_open_store() {
+    let t = TestStore::new();
+    let (_tx, rx) = std::sync::mpsc::channel();
+    let err = t.store.capture_streamed(&alice(), None, rx).unwrap_err();
+    assert_eq!(err.code(), "invalid_input");
+    t.store.close().unwrap();
+    let err = streamed(&t, "t1", turns(2), Some(Streamed::End)).unwrap_err();
+    assert_eq!(err.code(), "closed");
 }

@@ -11,8 +11,10 @@ Three drop-in managers over memgate's Rust backends:
 - ``LocalMemoryManager``: memgate's embedded SQLite store.
 
 Each follows the host contract (deerflow-memory-contract §1–3): sync
-methods release the GIL for the backend's I/O; async methods run the sync
-path in a worker thread, so the event loop never waits on memory;
+methods release the GIL for the backend's I/O; ``aget_context`` and
+``asearch`` run the sync path in a worker thread and ``aadd`` reads the
+messages and awaits a capture that runs off the loop, so the event loop
+never waits on memory I/O;
 ``add_nowait`` called on an event-loop thread (the host's compaction hook)
 reads the messages and returns, the capture finishing in the background
 (``shutdown_flush`` drains it). Unsupported operations raise
@@ -101,6 +103,11 @@ def _on_event_loop_thread() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _settle(future: asyncio.Future, outcome: tuple) -> None:
+    if not future.done():  # the awaiting task may have been cancelled
+        future.set_result(outcome)
 
 
 def _report_background_error(code: str, message: str) -> None:
@@ -193,14 +200,41 @@ class _MemgateManager(MemoryManager):
             self._capture("add_nowait", thread_id, messages, agent_name, user_id, None, "before_compaction")
 
     async def aadd(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
-        snapshot = list(messages)
-        await asyncio.to_thread(
-            self.add, thread_id, snapshot, agent_name=agent_name, user_id=user_id, trace_id=trace_id
-        )
+        """``add`` for the event loop: the messages are read here (reading
+        them needs the GIL wherever it runs, so a worker thread would stall
+        the loop just as long), then the capture runs off the loop and this
+        awaits its end."""
+        loop = asyncio.get_running_loop()
+        finished = loop.create_future()
+
+        def done(code, message, report):  # called from a memgate thread
+            try:
+                loop.call_soon_threadsafe(_settle, finished, (code, message, report))
+            except RuntimeError:  # the loop is closed: nobody awaits the outcome
+                pass
+
+        try:
+            self._native_backend.capture_then(
+                "" if thread_id is None else str(thread_id),
+                messages,
+                done,
+                _user(user_id),
+                agent_name,
+                "after_turn",
+                None if trace_id is None else str(trace_id),
+            )
+        except _native.NativeError as err:
+            self._capture_failed("aadd", err)
+            return
+        code, message, report = await finished
+        if code is not None:
+            self._capture_failed("aadd", _native.NativeError(code, message))
+            return
+        self._captured("aadd", report)
 
     def _capture(self, method, thread_id, messages, agent_name, user_id, trace_id, kind) -> None:
         try:
-            stored, known, filtered = self._native_backend.capture(
+            report = self._native_backend.capture(
                 "" if thread_id is None else str(thread_id),
                 messages,
                 _user(user_id),
@@ -209,10 +243,20 @@ class _MemgateManager(MemoryManager):
                 None if trace_id is None else str(trace_id),
             )
         except _native.NativeError as err:
-            if err.args[0] == "closed":
-                logger.warning("memgate %s write ignored after shutdown", self.memgate_backend)
-                return
-            raise host_error(err, method, self) from None
+            self._capture_failed(method, err)
+            return
+        self._captured(method, report)
+
+    def _capture_failed(self, method, err: _native.NativeError) -> None:
+        """A write after shutdown is logged and dropped; anything else raises."""
+        if err.args[0] == "closed":
+            logger.warning("memgate %s write ignored after shutdown", self.memgate_backend)
+            return
+        raise host_error(err, method, self) from None
+
+    @staticmethod
+    def _captured(method, report) -> None:
+        stored, known, filtered = report
         logger.debug("memgate %s captured %d new, %d known, %d filtered", method, stored, known, filtered)
 
     # Lifecycle.
