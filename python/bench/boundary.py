@@ -11,7 +11,9 @@ dir) and the same 1,000-message LangChain transcript:
   with no Python in the loop (``_native.rust_baseline``; messages converted
   once, before timing).
 
-The difference of the medians is what the boundary adds per call.
+Each iteration times the Rust pair and then the Python pair, and what the
+boundary adds per call is the median of the per-iteration differences, so
+slow drift on the machine does not land on one side only.
 
 Run (after installing the wheel):  python python/bench/boundary.py [--iterations 200] [--messages 1000]
 """
@@ -59,34 +61,79 @@ def transcript(size: int) -> list:
     return messages[:size]
 
 
-def timed_pairs(recall, capture, iterations: int) -> tuple[list[float], list[float]]:
-    """Recall then capture, alternating, as the Rust baseline does."""
-    recall_times, capture_times = [], []
-    for _ in range(iterations):
-        start = time.perf_counter()
-        recall()
-        recall_times.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        capture()
-        capture_times.append(time.perf_counter() - start)
-    return recall_times, capture_times
+def rust_once(backend, messages, query) -> tuple[float, float]:
+    """One recall and one capture timed inside Rust: ``(recall_s, capture_s)``."""
+    recall, capture = _native.rust_baseline(backend, messages, "bench", 1, "alice", None, query)
+    return recall[0], capture[0]
 
 
-async def timed_pairs_async(recall, capture, iterations: int) -> tuple[list[float], list[float]]:
-    recall_times, capture_times = [], []
-    for _ in range(iterations):
-        start = time.perf_counter()
-        await recall()
-        recall_times.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        await capture()
-        capture_times.append(time.perf_counter() - start)
-    return recall_times, capture_times
+def timed(call) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+async def atimed(call) -> float:
+    start = time.perf_counter()
+    await call()
+    return time.perf_counter() - start
+
+
+KEYS = ("rs_recall", "rs_capture", "py_recall", "py_capture")
+
+
+def paired(manager, messages, query, iterations: int) -> dict[str, list[float]]:
+    """Each iteration times the pure-Rust pair and the sync Python pair, in
+    alternating order, so drift (other load, CPU frequency, warm caches) hits
+    both sides of a difference alike."""
+    backend = manager._native_backend
+
+    def python_pair():
+        return (timed(lambda: manager.get_context("alice", query=query)),
+                timed(lambda: manager.add("bench", messages, user_id="alice")))
+
+    times: dict[str, list[float]] = {k: [] for k in KEYS}
+    for i in range(iterations):
+        if i % 2:
+            py = python_pair()
+            rs = rust_once(backend, messages, query)
+        else:
+            rs = rust_once(backend, messages, query)
+            py = python_pair()
+        for key, value in zip(KEYS, (*rs, *py)):
+            times[key].append(value)
+    return times
+
+
+async def paired_async(manager, messages, query, iterations: int) -> dict[str, list[float]]:
+    """As ``paired``, with the async methods awaited on a running loop."""
+    backend = manager._native_backend
+
+    async def python_pair():
+        return (await atimed(lambda: manager.aget_context("alice", query=query)),
+                await atimed(lambda: manager.aadd("bench", messages, user_id="alice")))
+
+    times: dict[str, list[float]] = {k: [] for k in KEYS}
+    for i in range(iterations):
+        if i % 2:
+            py = await python_pair()
+            rs = rust_once(backend, messages, query)
+        else:
+            rs = rust_once(backend, messages, query)
+            py = await python_pair()
+        for key, value in zip(KEYS, (*rs, *py)):
+            times[key].append(value)
+    return times
 
 
 def summary(times: list[float]) -> tuple[float, float]:
     ordered = sorted(times)
     return statistics.median(ordered) * 1e3, ordered[int(len(ordered) * 0.95) - 1] * 1e3
+
+
+def added(python: list[float], rust: list[float]) -> float:
+    """Median of the per-iteration differences, in ms."""
+    return statistics.median(p - r for p, r in zip(python, rust)) * 1e3
 
 
 def main() -> None:
@@ -102,46 +149,34 @@ def main() -> None:
         manager.add("bench", messages, user_id="alice")  # the store now holds the thread
         backend = manager._native_backend
 
-        def recall():
-            manager.get_context("alice", query=query)
-
-        def capture():
-            manager.add("bench", messages, user_id="alice")
-
         for _ in range(10):  # warm caches on both paths
-            recall(), capture()
-        _native.rust_baseline(backend, messages, "bench", 10, "alice", None, query)
+            manager.get_context("alice", query=query)
+            manager.add("bench", messages, user_id="alice")
+            rust_once(manager._native_backend, messages, query)
 
-        rs_recall, rs_capture = _native.rust_baseline(backend, messages, "bench", args.iterations, "alice", None, query)
-        py_recall, py_capture = timed_pairs(recall, capture, args.iterations)
-        as_recall, as_capture = asyncio.run(
-            timed_pairs_async(
-                lambda: manager.aget_context("alice", query=query),
-                lambda: manager.aadd("bench", messages, user_id="alice"),
-                args.iterations,
-            )
-        )
+        sync = paired(manager, messages, query, args.iterations)
+        asyn = asyncio.run(paired_async(manager, messages, query, args.iterations))
         manager.shutdown_flush(5.0)
 
     print(f"memgate Python boundary benchmark: {args.messages}-message LangChain transcript, local backend, "
-          f"{args.iterations} calls each; {platform.python_implementation()} {platform.python_version()}, "
+          f"{args.iterations} paired calls each; {platform.python_implementation()} {platform.python_version()}, "
           f"{platform.machine()}")
     print(f"{'operation':<40} {'median ms':>10} {'p95 ms':>10}")
     rows = [
-        ("recall  - pure Rust", rs_recall),
-        ("recall  - Python get_context", py_recall),
-        ("recall  - Python aget_context", as_recall),
-        ("capture - pure Rust", rs_capture),
-        ("capture - Python add", py_capture),
-        ("capture - Python aadd", as_capture),
+        ("recall  - pure Rust", sync["rs_recall"] + asyn["rs_recall"]),
+        ("recall  - Python get_context", sync["py_recall"]),
+        ("recall  - Python aget_context", asyn["py_recall"]),
+        ("capture - pure Rust", sync["rs_capture"] + asyn["rs_capture"]),
+        ("capture - Python add", sync["py_capture"]),
+        ("capture - Python aadd", asyn["py_capture"]),
     ]
     for name, times in rows:
         median, p95 = summary(times)
         print(f"{name:<40} {median:>10.3f} {p95:>10.3f}")
-    print("added by the Python boundary (median, sync / async):")
-    for op, rust, sync, asyn in (("recall", rs_recall, py_recall, as_recall), ("capture", rs_capture, py_capture, as_capture)):
-        base = summary(rust)[0]
-        print(f"  {op:<8} {summary(sync)[0] - base:+.3f} ms / {summary(asyn)[0] - base:+.3f} ms per call")
+    print("added by the Python boundary (median of paired differences, sync / async):")
+    for op in ("recall", "capture"):
+        print(f"  {op:<8} {added(sync['py_' + op], sync['rs_' + op]):+.3f} ms / "
+              f"{added(asyn['py_' + op], asyn['rs_' + op]):+.3f} ms per call")
 
 
 if __name__ == "__main__":
