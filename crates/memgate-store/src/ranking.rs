@@ -237,8 +237,8 @@ fn candidates(
             "rowid ASC" // memory n is rowid -n: the newest is the lowest
         }
     };
-    args.push((pool as i64).into());
-    sql.push_str(&format!(" ORDER BY {order} LIMIT ?{}", args.len()));
+    // The limit is written into the SQL, not bound (see [`bounded_count`]).
+    sql.push_str(&format!(" ORDER BY {order} LIMIT {pool}"));
     conn.prepare_cached(&sql)
         .and_then(|mut s| {
             s.query_map(params_from_iter(args), |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -248,12 +248,18 @@ fn candidates(
 }
 
 /// How many documents match `expr`, counting no further than `limit`.
+///
+/// The limit is part of the SQL text, not a bound parameter: SQLite hands a
+/// LIMIT on a virtual table to its planner, and a statement whose plan saw
+/// a bound value is re-prepared whenever its bindings are cleared, which
+/// rusqlite's statement cache does on every return. Bound, it cost a full
+/// re-prepare of each FTS5 query on every recall.
 fn bounded_count(conn: &Connection, expr: &str, limit: usize) -> Result<usize> {
-    conn.prepare_cached(
+    conn.prepare_cached(&format!(
         "SELECT count(*) FROM
-             (SELECT 1 FROM recall_index WHERE recall_index MATCH ?1 LIMIT ?2)",
-    )
-    .and_then(|mut s| s.query_row(params![expr, limit as i64], |r| r.get::<_, i64>(0)))
+             (SELECT 1 FROM recall_index WHERE recall_index MATCH ?1 LIMIT {limit})"
+    ))
+    .and_then(|mut s| s.query_row(params![expr], |r| r.get::<_, i64>(0)))
     .map(|n| n as usize)
     .map_err(db_error)
 }
@@ -415,5 +421,71 @@ fn smooth_neighbours(ranked: &mut [Ranked]) {
         .collect();
     for (r, b) in ranked.iter_mut().zip(bonus) {
         r.score += b;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LocalConfig;
+    use crate::store::MemoryStore;
+    use memgate_core::{Caller, CaptureKind, CaptureRequest, Message};
+    use rusqlite::StatementStatus;
+
+    /// Each FTS5 query is prepared once per connection and then reused: a
+    /// re-prepare on every call (what a bound LIMIT caused) doubles the
+    /// planning work of a recall.
+    #[test]
+    fn fts5_queries_are_not_re_prepared_on_every_recall() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
+        let user = Caller::new("u");
+        let messages = (0..200)
+            .map(|i| {
+                Message::human(format!("word{} topic{} tomatoes", i % 37, i % 11))
+                    .with_id(format!("m{i}"))
+            })
+            .collect();
+        let request = CaptureRequest {
+            caller: user.clone().with_thread("t"),
+            messages,
+            kind: CaptureKind::AfterTurn,
+            trace_id: None,
+        };
+        store.capture(&request).unwrap();
+        store
+            .read(|conn| {
+                let scope: i64 = conn
+                    .query_row("SELECT id FROM scopes", [], |r| r.get(0))
+                    .map_err(db_error)?;
+                let common = CommonTerms::default();
+                for i in 0..20 {
+                    let query = format!("word{} topic{}", i % 37, i % 11);
+                    assert!(!rank(conn, &common, scope, &query, 10, None)?.is_empty());
+                }
+                for sql in [
+                    format!(
+                        "SELECT count(*) FROM
+             (SELECT 1 FROM recall_index WHERE recall_index MATCH ?1 LIMIT {})",
+                        POSTINGS_BUDGET + 1
+                    ),
+                    format!(
+                        "SELECT rowid, rank FROM recall_index WHERE recall_index MATCH ?1 \
+                         AND rank MATCH ?2 ORDER BY rank LIMIT {}",
+                        candidate_pool(10)
+                    ),
+                ] {
+                    let statement = conn.prepare_cached(&sql).map_err(db_error)?;
+                    let runs = statement.get_status(StatementStatus::Run);
+                    assert!(runs >= 20, "{sql}: ran {runs} times");
+                    assert!(
+                        statement.get_status(StatementStatus::RePrepare) <= 1,
+                        "{sql}"
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 }
