@@ -263,6 +263,17 @@ impl Backend {
         read.map(|()| task)
     }
 
+    /// Runs a backend future with the GIL released; its result as Python
+    /// values (dicts, lists, strings).
+    fn answer<'py, T: serde::Serialize + Send>(
+        &self,
+        py: Python<'py>,
+        fut: impl std::future::Future<Output = memgate_core::Result<T>> + Send,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let value = self.run(py, fut)?;
+        convert::serialize_to_py(py, &value)
+    }
+
     /// Runs a backend future with the GIL released.
     fn run<T: Send>(
         &self,
@@ -470,9 +481,7 @@ impl Backend {
             top_k,
             kind: kind.map(str::to_owned),
         };
-        let backend = &self.inner;
-        let hits = self.run(py, backend.search(&who, &search))?;
-        convert::serialize_to_py(py, &hits)
+        self.answer(py, self.inner.search(&who, &search))
     }
 
     /// Saves one explicit memory (a "fact"): the outcome as a dict
@@ -488,9 +497,7 @@ impl Backend {
     ) -> PyResult<Bound<'py, PyAny>> {
         let request = RememberRequest::new(kind, text).map_err(errors::to_py)?;
         let who = caller(user, agent, None);
-        let backend = &self.inner;
-        let outcome = self.run(py, backend.remember(&who, &request))?;
-        convert::serialize_to_py(py, &outcome)
+        self.answer(py, self.inner.remember(&who, &request))
     }
 
     /// The caller's explicit memories, oldest first, as dicts
@@ -504,9 +511,7 @@ impl Backend {
         include_retired: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let who = caller(user, agent, None);
-        let backend = &self.inner;
-        let facts = self.run(py, backend.list_facts(&who, include_retired))?;
-        convert::serialize_to_py(py, &facts)
+        self.answer(py, self.inner.list_facts(&who, include_retired))
     }
 
     /// One explicit memory by id (retired ones too); `not_found` otherwise.
@@ -519,9 +524,7 @@ impl Backend {
         agent: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let who = caller(user, agent, None);
-        let backend = &self.inner;
-        let fact = self.run(py, backend.get_fact(&who, id))?;
-        convert::serialize_to_py(py, &fact)
+        self.answer(py, self.inner.get_fact(&who, id))
     }
 
     /// Revises an explicit memory's kind and/or text (history is kept).
@@ -537,9 +540,7 @@ impl Backend {
     ) -> PyResult<Bound<'py, PyAny>> {
         let who = caller(user, agent, None);
         let patch = FactPatch { kind, text };
-        let backend = &self.inner;
-        let fact = self.run(py, backend.revise_fact(&who, id, &patch))?;
-        convert::serialize_to_py(py, &fact)
+        self.answer(py, self.inner.revise_fact(&who, id, &patch))
     }
 
     /// Retires an explicit memory: no longer recalled, never erased.
@@ -552,9 +553,7 @@ impl Backend {
         agent: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let who = caller(user, agent, None);
-        let backend = &self.inner;
-        let fact = self.run(py, backend.retire_fact(&who, id))?;
-        convert::serialize_to_py(py, &fact)
+        self.answer(py, self.inner.retire_fact(&who, id))
     }
 
     /// One `remember` tool call: the model's arguments (only `text` and
