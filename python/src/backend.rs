@@ -171,8 +171,10 @@ fn seconds(timeout: f64) -> Duration {
 /// A capture running on the runtime.
 type Capturing = tokio::task::JoinHandle<memgate_core::Result<CaptureReport>>;
 
-fn task_failed(err: tokio::task::JoinError) -> MemoryError {
-    MemoryError::backend(format!("capture task failed: {err}"))
+/// How a started capture ended (a task that panicked is a backend failure).
+async fn outcome(task: Capturing) -> memgate_core::Result<CaptureReport> {
+    task.await
+        .map_err(|e| MemoryError::backend(format!("capture task failed: {e}")))?
 }
 
 /// A capture report as Python gets it: `(stored, already_known, filtered)`.
@@ -189,7 +191,7 @@ type Opened = (Arc<dyn MemoryBackend>, Option<Arc<LocalBackend>>);
 
 impl Backend {
     /// The named backend, and the local store again when it is that one
-    /// (for [`Self::capture_streamed`]).
+    /// (for [`Self::start_capture`]).
     fn open_inner(
         manager_class: &str,
         config: &Map<String, Value>,
@@ -377,9 +379,7 @@ impl Backend {
         let who = caller(user, agent, Some(thread));
         let task = self.start_capture(who, parse_kind(kind)?, messages, trace_id)?;
         let report = py
-            .detach(|| runtime().block_on(task))
-            .map_err(task_failed)
-            .and_then(|r| r)
+            .detach(|| runtime().block_on(outcome(task)))
             .map_err(errors::to_py)?;
         Ok(report_tuple(&report))
     }
@@ -406,9 +406,9 @@ impl Backend {
         let background = Arc::clone(&self.background);
         background.start();
         runtime().spawn(async move {
-            let outcome = task.await.map_err(task_failed).and_then(|r| r);
+            let ended = outcome(task).await;
             Python::try_attach(|py| {
-                let args = match &outcome {
+                let args = match &ended {
                     Ok(report) => (None, None, Some(report_tuple(report))),
                     Err(err) => (Some(err.code()), Some(err.to_string()), None),
                 };
@@ -442,7 +442,7 @@ impl Backend {
             .map(|f| f.clone_ref(messages.py()));
         background.start();
         runtime().spawn(async move {
-            if let Err(err) = task.await.map_err(task_failed).and_then(|r| r) {
+            if let Err(err) = outcome(task).await {
                 let (code, message) = (err.code(), err.to_string());
                 tracing::error!(code, "background capture failed: {message}");
                 if let Some(report_to) = report_to {

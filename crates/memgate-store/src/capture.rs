@@ -231,7 +231,6 @@ impl MemoryStore {
         trace_id: Option<&str>,
         items: Receiver<Streamed>,
     ) -> Result<CaptureReport> {
-        caller.require_thread()?;
         let captured_at = now_rfc3339();
         let seen = Cell::new(0);
         let feed = Feed {

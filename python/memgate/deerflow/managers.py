@@ -97,6 +97,15 @@ def _user(user_id: Any) -> str | None:
     return None if user_id is None else str(user_id)
 
 
+def _thread(thread_id: Any) -> str:
+    """The host's thread id as a string (absent: empty, which capture refuses)."""
+    return "" if thread_id is None else str(thread_id)
+
+
+def _trace(trace_id: Any) -> str | None:
+    return None if trace_id is None else str(trace_id)
+
+
 def _on_event_loop_thread() -> bool:
     try:
         asyncio.get_running_loop()
@@ -190,7 +199,7 @@ class _MemgateManager(MemoryManager):
             self._call(
                 "add_nowait",
                 self._native_backend.capture_in_background,
-                "" if thread_id is None else str(thread_id),
+                _thread(thread_id),
                 messages,
                 _user(user_id),
                 agent_name,
@@ -215,13 +224,13 @@ class _MemgateManager(MemoryManager):
 
         try:
             self._native_backend.capture_then(
-                "" if thread_id is None else str(thread_id),
+                _thread(thread_id),
                 messages,
                 done,
                 _user(user_id),
                 agent_name,
                 "after_turn",
-                None if trace_id is None else str(trace_id),
+                _trace(trace_id),
             )
         except _native.NativeError as err:
             self._capture_failed("aadd", err)
@@ -235,12 +244,12 @@ class _MemgateManager(MemoryManager):
     def _capture(self, method, thread_id, messages, agent_name, user_id, trace_id, kind) -> None:
         try:
             report = self._native_backend.capture(
-                "" if thread_id is None else str(thread_id),
+                _thread(thread_id),
                 messages,
                 _user(user_id),
                 agent_name,
                 kind,
-                None if trace_id is None else str(trace_id),
+                _trace(trace_id),
             )
         except _native.NativeError as err:
             self._capture_failed(method, err)
@@ -404,12 +413,8 @@ class _FactStore:
         if not isinstance(content, str) or not content.strip():
             raise ValueError("content must be a non-empty string")
         _check_confidence(confidence)
-        outcome = self._call(
-            "create_fact", self._native_backend.remember, str(category or "context"), content, _user(user_id), agent_name
-        )
-        if outcome["outcome"] not in ("stored", "already_present"):
-            raise MemoryManagerError(f"create_fact {outcome['outcome']}: {outcome.get('reason', '')}")
-        return self._document("create_fact", user_id, agent_name), outcome.get("citation")
+        fact_id = self._remember("create_fact", str(category or "context"), content, user_id, agent_name)
+        return self._document("create_fact", user_id, agent_name), fact_id
 
     def update_fact(self, fact_id, content=None, category=None, confidence=None, *, agent_name=None, user_id=None):
         """Revises a fact (history is kept); omitted fields stay as they are.
@@ -437,12 +442,16 @@ class _FactStore:
         if _has_summaries(memory_data):
             logger.warning("memgate import_memory: summary sections are not imported (memgate keeps facts only)")
         for category, content in facts:
-            outcome = self._call(
-                "import_memory", self._native_backend.remember, category, content, _user(user_id), agent_name
-            )
-            if outcome["outcome"] not in ("stored", "already_present"):
-                raise MemoryManagerError(f"import_memory {outcome['outcome']}: {outcome.get('reason', '')}")
+            self._remember("import_memory", category, content, user_id, agent_name)
         return self._document("import_memory", user_id, agent_name)
+
+    def _remember(self, method, kind, text, user_id, agent_name) -> str | None:
+        """Saves one fact; its id (also when it was already present). An
+        outcome other than stored or already present raises."""
+        outcome = self._call(method, self._native_backend.remember, kind, text, _user(user_id), agent_name)
+        if outcome["outcome"] not in ("stored", "already_present"):
+            raise MemoryManagerError(f"{method} {outcome['outcome']}: {outcome.get('reason', '')}")
+        return outcome.get("citation")
 
     def _active_fact(self, method, fact_id, user_id, agent_name) -> dict[str, Any]:
         """The fact, or ``KeyError``: to the host a deleted (retired) fact is gone."""
