@@ -9,19 +9,21 @@
 use crate::convert;
 use crate::errors;
 use crate::runtime::runtime;
+use memgate_assembly::{
+    AssembledBackend, BackendSetup, Deadlines, ManagerClass, MemoryConfig, Operation,
+};
 use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::tool::call_remember;
 use memgate_core::{
-    BackendContext, Caller, CaptureKind, CaptureReport, CaptureRequest, FactPatch, KeepHiddenHook,
-    MemoryBackend, MemoryError, MemoryMode, RecallRequest, RememberRequest, SearchQuery, UserId,
-    WarmStatus,
+    Caller, CaptureKind, CaptureReport, CaptureRequest, FactPatch, KeepHiddenHook, MemoryBackend,
+    MemoryError, MemoryMode, RecallRequest, RememberRequest, SearchQuery, UserId, WarmStatus,
 };
 use memgate_store::{LocalBackend, Streamed};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Where backends read environment variables (the PowerContext binding, the
@@ -58,44 +60,6 @@ impl Environment {
     }
 }
 
-/// Captures `add_nowait` started in the background, so shutdown can drain them.
-#[derive(Default)]
-struct Background {
-    running: Mutex<usize>,
-    idle: Condvar,
-}
-
-impl Background {
-    fn start(&self) {
-        *self.running.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-    }
-
-    fn finish(&self) {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        *running -= 1;
-        if *running == 0 {
-            self.idle.notify_all();
-        }
-    }
-
-    /// Waits until nothing runs or `deadline` passes; true when idle.
-    fn wait_idle(&self, deadline: Instant) -> bool {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        while *running > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            running = self
-                .idle
-                .wait_timeout(running, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        true
-    }
-}
-
 /// The host's keep-hook, settable after construction (`from_config` hands it
 /// over once the manager exists). Empty: hidden messages are not kept.
 #[derive(Default)]
@@ -124,13 +88,15 @@ impl KeepHook {
 }
 
 /// One memgate backend, shared by the manager's sync and async methods.
+/// Built by the assembly's one factory, so Python calls pass the same gates,
+/// deadlines and drain as every other surface; background captures hold a
+/// ticket of the assembly's in-flight work, which `shutdown` drains.
 #[pyclass(frozen, module = "memgate._native")]
 pub struct Backend {
-    inner: Arc<dyn MemoryBackend>,
-    /// `inner` again when it is the local store.
+    inner: Arc<AssembledBackend>,
+    /// The local store's own handle, for streamed captures.
     local: Option<Arc<LocalBackend>>,
     keep_hook: Arc<KeepHook>,
-    background: Arc<Background>,
     /// Reports background capture failures to Python (`(code, message)`).
     on_background_error: Option<Py<PyAny>>,
 }
@@ -186,39 +152,9 @@ fn report_tuple(report: &CaptureReport) -> (usize, usize, usize) {
 /// store starts early, enough that waking it is not the cost.
 const STREAM_BATCH: usize = 32;
 
-/// A backend as opened, with the local store's own handle when it is that one.
-type Opened = (Arc<dyn MemoryBackend>, Option<Arc<LocalBackend>>);
-
 impl Backend {
-    /// The named backend, and the local store again when it is that one
-    /// (for [`Self::start_capture`]).
-    fn open_inner(
-        manager_class: &str,
-        config: &Map<String, Value>,
-        ctx: &BackendContext,
-    ) -> memgate_core::Result<Opened> {
-        if manager_class == "local" {
-            let local = Arc::new(LocalBackend::from_backend_config(config, ctx)?);
-            return Ok((local.clone(), Some(local)));
-        }
-        let remote: Arc<dyn MemoryBackend> = match manager_class {
-            "openviking" => Arc::new(
-                memgate_openviking::OpenVikingBackend::from_backend_config(config, ctx)?,
-            ),
-            "powercontext" => Arc::new(
-                memgate_powercontext::PowerContextBackend::from_backend_config(config, ctx)?,
-            ),
-            other => {
-                return Err(MemoryError::Config(format!(
-                    "unknown memgate backend `{other}`; valid names are local, openviking, powercontext"
-                )))
-            }
-        };
-        Ok((remote, None))
-    }
-
     /// The backend itself (for the pure-Rust benchmark).
-    pub(crate) fn inner(&self) -> &Arc<dyn MemoryBackend> {
+    pub(crate) fn inner(&self) -> &Arc<AssembledBackend> {
         &self.inner
     }
 
@@ -235,19 +171,28 @@ impl Backend {
         messages: &Bound<'_, PyAny>,
         trace_id: Option<String>,
     ) -> PyResult<Capturing> {
-        let Some(local) = &self.local else {
+        let ticket = self.inner.admit().map_err(errors::to_py)?;
+        let backend = Arc::clone(&self.inner);
+        let local = self.local.as_ref().filter(|_| backend.gates().captures());
+        let Some(local) = local else {
             let request = CaptureRequest {
                 caller: who,
                 messages: convert::messages(messages)?,
                 kind,
                 trace_id,
             };
-            let backend = Arc::clone(&self.inner);
-            return Ok(runtime().spawn(async move { backend.capture(&request).await }));
+            return Ok(runtime()
+                .spawn(async move { backend.capture_admitted(ticket, &request).await }));
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let store = Arc::clone(local);
-        let task = runtime().spawn(async move { store.capture_streamed(who, trace_id, rx).await });
+        let task = runtime().spawn(async move {
+            let streamed = store.capture_streamed(who, trace_id, rx);
+            let result = backend
+                .run_admitted(ticket, Operation::Capture, streamed)
+                .await;
+            backend.soften_write_deadline(result)
+        });
         // A store that refused early has hung up; its error is the answer.
         let mut batch = Vec::with_capacity(STREAM_BATCH);
         let read = convert::for_each_message(messages, |m| {
@@ -291,8 +236,12 @@ impl Backend {
     /// Builds the named backend from its `backend_config` (the host's dict,
     /// with `storage_path` already resolved), the memory mode and the
     /// storage root. No network I/O (`warm` checks health).
+    /// `enabled`, `injection_enabled` and `deadlines` (a dict shaped like
+    /// `memory.deadlines`) are the assembly's gates and total deadlines;
+    /// DeerFlow gates on its own config, so its managers keep the defaults.
     #[staticmethod]
-    #[pyo3(signature = (manager_class, backend_config, mode, storage_path, environment=None, on_background_error=None))]
+    #[pyo3(signature = (manager_class, backend_config, mode, storage_path, environment=None, on_background_error=None, enabled=true, injection_enabled=true, deadlines=None))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments from Python, one each
     fn open(
         py: Python<'_>,
         manager_class: &str,
@@ -301,6 +250,9 @@ impl Backend {
         storage_path: &str,
         environment: Option<&Environment>,
         on_background_error: Option<Py<PyAny>>,
+        enabled: bool,
+        injection_enabled: bool,
+        deadlines: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let config = match convert::to_json(backend_config)? {
             Value::Object(map) => map,
@@ -310,21 +262,36 @@ impl Backend {
         let keep_hook = Arc::new(KeepHook::default());
         let hook = Arc::clone(&keep_hook);
         let keep_hidden: KeepHiddenHook = Arc::new(move |kwargs| hook.keeps(kwargs));
-        let ctx = BackendContext::new(storage_path)
-            .with_mode(parse_mode(mode)?)
-            .with_env(environment.map_or_else(process_source, |e| e.source.clone()))
-            .with_keep_hidden(keep_hidden);
-        let (inner, local) = py
+        let deadlines = match deadlines {
+            None => Deadlines::default(),
+            Some(d) => serde_json::from_value(convert::to_json(d)?)
+                .map_err(|e| PyValueError::new_err(format!("deadlines: {e}")))?,
+        };
+        let memory = MemoryConfig {
+            manager_class: ManagerClass::parse(manager_class)
+                .map_err(|e| errors::to_py(MemoryError::Config(e)))?,
+            mode: parse_mode(mode)?,
+            backend_config: config,
+            enabled,
+            injection_enabled,
+            deadlines,
+            ..MemoryConfig::default()
+        };
+        let setup = BackendSetup::new(
+            storage_path,
+            environment.map_or_else(process_source, |e| e.source.clone()),
+        )
+        .with_keep_hidden(keep_hidden);
+        let opened = py
             .detach(|| {
                 let _entered = runtime().enter();
-                Self::open_inner(manager_class, &config, &ctx)
+                memgate_assembly::open(&memory, &setup)
             })
             .map_err(errors::to_py)?;
         Ok(Self {
-            inner,
-            local,
+            inner: opened.backend,
+            local: opened.local,
             keep_hook,
-            background: Arc::default(),
             on_background_error,
         })
     }
@@ -403,8 +370,8 @@ impl Backend {
     ) -> PyResult<()> {
         let who = caller(user, agent, Some(thread));
         let task = self.start_capture(who, parse_kind(kind)?, messages, trace_id)?;
-        let background = Arc::clone(&self.background);
-        background.start();
+        // Held until `done` has run, so `shutdown` waits for the answer too.
+        let answering = self.inner.admit().map_err(errors::to_py)?;
         runtime().spawn(async move {
             let ended = outcome(task).await;
             Python::try_attach(|py| {
@@ -416,7 +383,7 @@ impl Backend {
                     e.write_unraisable(py, Some(done.bind(py)));
                 }
             });
-            background.finish();
+            drop(answering);
         });
         Ok(())
     }
@@ -435,12 +402,11 @@ impl Backend {
     ) -> PyResult<()> {
         let who = caller(user, agent, Some(thread));
         let task = self.start_capture(who, parse_kind(kind)?, messages, None)?;
-        let background = Arc::clone(&self.background);
         let report_to = self
             .on_background_error
             .as_ref()
             .map(|f| f.clone_ref(messages.py()));
-        background.start();
+        let reporting = self.inner.admit().map_err(errors::to_py)?;
         runtime().spawn(async move {
             if let Err(err) = outcome(task).await {
                 let (code, message) = (err.code(), err.to_string());
@@ -453,15 +419,17 @@ impl Backend {
                     });
                 }
             }
-            background.finish();
+            drop(reporting);
         });
         Ok(())
     }
 
-    /// Waits up to `timeout` seconds for background captures; true when none runs.
+    /// Waits up to `timeout` seconds for background captures (and any other
+    /// running operation); true when none runs.
     fn wait_background(&self, py: Python<'_>, timeout: f64) -> bool {
         let deadline = Instant::now() + seconds(timeout);
-        py.detach(|| self.background.wait_idle(deadline))
+        let work = Arc::clone(self.inner.work());
+        py.detach(|| runtime().block_on(work.wait_idle(deadline)) == 0)
     }
 
     /// Search results as dicts `{id, content, category, score, source}`.
@@ -590,13 +558,8 @@ impl Backend {
     /// `timeout` seconds in total, then releases resources. False when work
     /// was still running at the deadline (the last of it releases them).
     fn shutdown(&self, py: Python<'_>, timeout: f64) -> bool {
-        let deadline = Instant::now() + seconds(timeout);
         let backend = &self.inner;
-        py.detach(|| {
-            let drained = self.background.wait_idle(deadline);
-            let left = deadline.saturating_duration_since(Instant::now());
-            runtime().block_on(backend.shutdown(left)) && drained
-        })
+        py.detach(|| runtime().block_on(backend.drain(seconds(timeout))).drained())
     }
 
     fn __repr__(&self) -> String {

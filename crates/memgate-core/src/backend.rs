@@ -10,7 +10,7 @@ use crate::facts::{Fact, FactPatch, ImportReport, MemoryExport, SearchHit, Searc
 use crate::identity::Caller;
 use crate::recall::{Recall, RecallRequest};
 use crate::remember::{RememberOutcome, RememberRequest};
-use crate::{MemoryError, Result};
+use crate::{FailurePolicy, MemoryError, Result};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -49,6 +49,12 @@ pub trait MemoryBackend: Send + Sync + 'static {
     fn name(&self) -> &str;
 
     fn capabilities(&self) -> Capabilities;
+
+    /// How this backend's configuration treats failed reads and writes
+    /// (OpenViking's `failure_policy`; recall fails open elsewhere).
+    fn failure_policy(&self) -> FailurePolicy {
+        FailurePolicy::default()
+    }
 
     /// A bounded, ready-to-inject block for the caller; empty when there is
     /// nothing, when the caller may not read, or (fail-open) on failure.

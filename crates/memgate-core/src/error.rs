@@ -5,6 +5,7 @@
 //!
 //! Messages never carry secrets or user text; they name the field and the rule.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 pub type Result<T, E = MemoryError> = std::result::Result<T, E>;
@@ -102,9 +103,145 @@ impl MemoryError {
     }
 }
 
+/// An error as it crosses a process boundary (the HTTP API, and so the CLI's
+/// `--url`): the stable code, the rendered message, and the variant's own
+/// fields, so the far side rebuilds exactly the same error instead of
+/// parsing text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct WireError {
+    /// Stable machine-readable code (`invalid_input`, `unsupported`, …).
+    pub code: String,
+    /// The error as a person reads it.
+    pub message: String,
+    /// `invalid_input`: the field that broke a rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// `invalid_input`: the rule it broke.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// `unsupported`: the operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    /// `unsupported`: the backend that lacks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// Every other variant: its text without the prefix `message` adds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl WireError {
+    /// An error of the transport itself (not a memory error): its code and
+    /// message only.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            field: None,
+            rule: None,
+            operation: None,
+            backend: None,
+            detail: None,
+        }
+    }
+}
+
+impl MemoryError {
+    /// The wire form; [`MemoryError::from_wire`] turns it back.
+    pub fn to_wire(&self) -> WireError {
+        let mut wire = WireError::new(self.code(), self.to_string());
+        match self {
+            Self::InvalidInput { field, rule } => {
+                wire.field = Some(field.clone());
+                wire.rule = Some(rule.clone());
+            }
+            Self::Unsupported { operation, backend } => {
+                wire.operation = Some(operation.clone());
+                wire.backend = Some(backend.clone());
+            }
+            Self::Config(d)
+            | Self::RejectedIdentity(d)
+            | Self::Conflict(d)
+            | Self::Corruption(d)
+            | Self::NotFound(d)
+            | Self::DeadlineExceeded(d)
+            | Self::Closed(d)
+            | Self::Backend(d) => wire.detail = Some(d.clone()),
+        }
+        wire
+    }
+
+    /// Rebuilds the error a peer sent. A code this version does not know, or
+    /// a body missing the variant's fields, becomes a backend failure that
+    /// keeps the peer's message.
+    pub fn from_wire(wire: WireError) -> Self {
+        let detail = wire.detail.clone();
+        let rebuilt = match (wire.code.as_str(), detail) {
+            ("invalid_input", _) => match (wire.field.clone(), wire.rule.clone()) {
+                (Some(field), Some(rule)) => Some(Self::InvalidInput { field, rule }),
+                _ => None,
+            },
+            ("unsupported", _) => match (wire.operation.clone(), wire.backend.clone()) {
+                (Some(operation), Some(backend)) => Some(Self::Unsupported { operation, backend }),
+                _ => None,
+            },
+            ("invalid_config", Some(d)) => Some(Self::Config(d)),
+            ("rejected_identity", Some(d)) => Some(Self::RejectedIdentity(d)),
+            ("conflict", Some(d)) => Some(Self::Conflict(d)),
+            ("corruption", Some(d)) => Some(Self::Corruption(d)),
+            ("not_found", Some(d)) => Some(Self::NotFound(d)),
+            ("deadline_exceeded", Some(d)) => Some(Self::DeadlineExceeded(d)),
+            ("closed", Some(d)) => Some(Self::Closed(d)),
+            ("backend_failure", Some(d)) => Some(Self::Backend(d)),
+            _ => None,
+        };
+        rebuilt.unwrap_or(Self::Backend(wire.message))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One of every variant, with text that would double up if a message
+    /// were fed back into a constructor.
+    fn every_variant() -> Vec<MemoryError> {
+        vec![
+            MemoryError::invalid("caller.user", "must not contain NUL"),
+            MemoryError::Config("memory.mode: unknown".into()),
+            MemoryError::RejectedIdentity("powercontext refused the caller".into()),
+            MemoryError::Conflict("conflict: revision 3".into()),
+            MemoryError::Corruption("cursor unreadable".into()),
+            MemoryError::NotFound("mem_3".into()),
+            MemoryError::unsupported("import", "openviking"),
+            MemoryError::DeadlineExceeded("recall did not finish".into()),
+            MemoryError::Closed("local".into()),
+            MemoryError::backend("not supported by the moon"),
+        ]
+    }
+
+    #[test]
+    fn every_variant_round_trips_exactly_through_its_wire_form() {
+        let variants = every_variant();
+        let codes: std::collections::BTreeSet<&str> = variants.iter().map(|e| e.code()).collect();
+        assert_eq!(codes.len(), variants.len(), "one test case per variant");
+        for original in variants {
+            let json = serde_json::to_string(&original.to_wire()).unwrap();
+            let back = MemoryError::from_wire(serde_json::from_str(&json).unwrap());
+            assert_eq!(back.to_string(), original.to_string(), "{json}");
+            assert_eq!(back.code(), original.code());
+            assert_eq!(format!("{back:?}"), format!("{original:?}"));
+        }
+    }
+
+    #[test]
+    fn unknown_or_incomplete_wire_errors_keep_the_peer_message() {
+        let e = MemoryError::from_wire(WireError::new("teapot", "I am a teapot"));
+        assert!(matches!(&e, MemoryError::Backend(m) if m == "I am a teapot"));
+        let e = MemoryError::from_wire(WireError::new("invalid_input", "invalid x: y"));
+        assert!(matches!(&e, MemoryError::Backend(m) if m == "invalid x: y"));
+    }
 
     #[test]
     fn unsupported_reads_like_the_host_contract() {

@@ -111,17 +111,90 @@ impl From<String> for UserId {
 
 /// Who is asking: the host-resolved user, the agent (`None` = the host's
 /// default agent) and the conversation thread, when there is one.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// In process, hosts build it with [`Caller::new`] / [`UserId::from_host`]
+/// (where a missing id becomes `default`). On the wire (the HTTP API) it is
+/// strict: an object with a non-empty `user` string (the fallback is spelled
+/// `"default"`), optional `agent` and `thread`, no other field, and every id
+/// free of control characters and at most [`MAX_ID_BYTES`] bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "schema", schemars(deny_unknown_fields))]
 pub struct Caller {
-    /// Absent, `null` or `""` means the host's `default` fallback.
-    #[serde(default)]
+    /// The host-resolved user id; `default` is the host's missing-identity fallback.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 512)))]
     pub user: UserId,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 512)))]
     pub agent: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 512)))]
     pub thread: Option<String>,
+}
+
+/// The longest user, agent, thread or message id accepted on the wire.
+pub const MAX_ID_BYTES: usize = 512;
+
+/// Why `value` cannot be an id, if it cannot: empty, too long, or holding a
+/// control character (NUL included), which no host id contains and which
+/// would end up in file names, URLs and logs.
+pub fn id_defect(value: &str) -> Option<String> {
+    if value.is_empty() {
+        Some("must not be empty".to_owned())
+    } else if value.len() > MAX_ID_BYTES {
+        Some(format!(
+            "must be at most {MAX_ID_BYTES} bytes (got {})",
+            value.len()
+        ))
+    } else if value.chars().any(char::is_control) {
+        Some("must not contain control characters (NUL, newlines, …)".to_owned())
+    } else {
+        None
+    }
+}
+
+impl<'de> Deserialize<'de> for Caller {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, MapAccess, Visitor};
+
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Fields {
+            user: String,
+            #[serde(default)]
+            agent: Option<String>,
+            #[serde(default)]
+            thread: Option<String>,
+        }
+
+        /// Only an object: a derived struct would also read from a sequence.
+        struct ObjectOnly;
+        impl<'de> Visitor<'de> for ObjectOnly {
+            type Value = Fields;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object {\"user\": …, \"agent\"?: …, \"thread\"?: …}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Fields, A::Error> {
+                Fields::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+
+        let fields = d.deserialize_map(ObjectOnly)?;
+        for (name, value) in [
+            ("user", Some(&fields.user)),
+            ("agent", fields.agent.as_ref()),
+            ("thread", fields.thread.as_ref()),
+        ] {
+            if let Some(rule) = value.and_then(|v| id_defect(v)) {
+                return Err(D::Error::custom(format!("caller.{name} {rule}")));
+            }
+        }
+        Ok(Caller {
+            user: UserId(fields.user),
+            agent: fields.agent,
+            thread: fields.thread,
+        })
+    }
 }
 
 impl Caller {
@@ -189,13 +262,45 @@ mod tests {
     }
 
     #[test]
-    fn caller_json_applies_the_fallback_and_rejects_unknown_fields() {
-        let c: Caller = serde_json::from_str(r#"{"user":null,"thread":"t"}"#).unwrap();
+    fn caller_json_is_strict() {
+        let c: Caller = serde_json::from_str(r#"{"user":"default","thread":"t"}"#).unwrap();
         assert!(c.user.is_default_fallback());
-        let c: Caller = serde_json::from_str(r#"{}"#).unwrap();
-        assert!(c.user.is_default_fallback());
-        let e = serde_json::from_str::<Caller>(r#"{"user":"a","scope":"x"}"#).unwrap_err();
-        assert!(e.to_string().contains("unknown field `scope`"), "{e}");
+        assert_eq!(c.thread.as_deref(), Some("t"));
+        let c: Caller = serde_json::from_str(r#"{"user":"a","agent":null}"#).unwrap();
+        assert_eq!(c.agent, None);
+        for (body, expect) in [
+            (r#"{}"#, "missing field `user`"),
+            (r#"{"user":null}"#, "invalid type: null"),
+            (r#"{"user":""}"#, "caller.user must not be empty"),
+            (r#"[]"#, "expected an object"),
+            (r#"["alice"]"#, "expected an object"),
+            (r#"{"user":"a","scope":"x"}"#, "unknown field `scope`"),
+            (
+                r#"{"user":"a\u0000b"}"#,
+                "caller.user must not contain control characters",
+            ),
+            (
+                r#"{"user":"a","thread":""}"#,
+                "caller.thread must not be empty",
+            ),
+        ] {
+            let e = serde_json::from_str::<Caller>(body)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(expect), "{body}: {e}");
+        }
+        let long = format!(
+            r#"{{"user":"a","thread":"{}"}}"#,
+            "t".repeat(MAX_ID_BYTES + 1)
+        );
+        let e = serde_json::from_str::<Caller>(&long)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("caller.thread must be at most 512 bytes"), "{e}");
+        // What the HTTP client sends reads back as the same caller.
+        let c = Caller::new("alice").with_agent("coder").with_thread("t1");
+        let back: Caller = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
     }
 
     #[test]

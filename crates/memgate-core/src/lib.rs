@@ -21,7 +21,8 @@
 //! - [`budget`]: character and UTF-8 byte budgets that never cut a character;
 //! - [`setup`]: what the host hands a backend at construction;
 //! - [`tool`]: the explicit-save `remember` model tool for any backend;
-//! - [`noop`]: the backend that stores nothing.
+//! - [`noop`]: the backend that stores nothing;
+//! - [`work`]: in-flight work and its bounded drain.
 
 pub mod backend;
 pub mod budget;
@@ -40,14 +41,15 @@ pub mod setup;
 pub mod signature;
 pub mod time;
 pub mod tool;
+pub mod work;
 
 pub use backend::{Capabilities, MemoryBackend, WarmStatus};
 pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook};
-pub use error::{MemoryError, Result};
+pub use error::{MemoryError, Result, WireError};
 pub use facts::{Fact, FactPatch, FactState, ImportReport, MemoryExport, SearchHit, SearchQuery};
 pub use identity::{Caller, UserId, DEFAULT_USER_ID};
 pub use message::{Content, Message, Role, RoleKind, ToolCall};
-pub use policy::{ReadPolicy, StartupPolicy, WritePolicy};
+pub use policy::{FailurePolicy, ReadPolicy, StartupPolicy, WritePolicy};
 pub use recall::{Recall, RecallRequest, RecalledItem};
 pub use remember::{Citation, RememberOutcome, RememberRequest};
 pub use setup::{BackendContext, MemoryMode};

@@ -37,6 +37,29 @@ pub enum StartupPolicy {
     Warn,
 }
 
+/// A backend's read, write and start-up policies together, as its
+/// configuration says. The assembly applies them to its own total deadline,
+/// so a recall (or a start-up check) that runs out of time is treated like
+/// any other failed one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailurePolicy {
+    pub read: ReadPolicy,
+    pub write: WritePolicy,
+    pub startup: StartupPolicy,
+}
+
+impl Default for FailurePolicy {
+    /// Recall fails open (a host turn never fails for memory); writes raise,
+    /// so nothing looks stored when it was not; an unhealthy start fails.
+    fn default() -> Self {
+        Self {
+            read: ReadPolicy::FailOpen,
+            write: WritePolicy::Raise,
+            startup: StartupPolicy::FailFast,
+        }
+    }
+}
+
 /// Errors a policy may soften: failures of the backend itself, not of the
 /// caller's identity or input, and not corruption (which must fail closed).
 fn is_softenable(err: &MemoryError) -> bool {

@@ -38,7 +38,10 @@ async fn main() -> memgate_core::Result<()> {
         &serde_json::Map::new(),
         &BackendContext::new(dir.path()),
     )?;
-    let host = MemoryHost::new(Arc::new(backend), HostSettings::default());
+    let host = MemoryHost::new(
+        memgate_assembly::AssembledBackend::with_defaults(Arc::new(backend)),
+        HostSettings::default(),
+    );
 
     // The host authenticates its user; identity never comes from the model.
     let first = Caller::new("alice").with_thread("thread-1");

@@ -42,7 +42,10 @@ async fn main() -> memgate_core::Result<()> {
     println!("memgate-host overhead ({memories} memories in the local store)");
 
     // A frozen turn: the transcript already has today's reminder.
-    let host = MemoryHost::new(local.clone(), HostSettings::default());
+    let host = MemoryHost::new(
+        memgate_assembly::AssembledBackend::with_defaults(local.clone()),
+        HostSettings::default(),
+    );
     let mut frozen = long_thread(200);
     host.injector()
         .prepare_turn(&alice.clone().with_thread("t"), &mut frozen)
@@ -65,7 +68,10 @@ async fn main() -> memgate_core::Result<()> {
         ),
         ("first turn, local store", local.clone()),
     ] {
-        let host = MemoryHost::new(backend, HostSettings::default());
+        let host = MemoryHost::new(
+            memgate_assembly::AssembledBackend::with_defaults(backend),
+            HostSettings::default(),
+        );
         let figures = measure(2_000, || {
             let host = host.clone();
             async move {
@@ -82,7 +88,10 @@ async fn main() -> memgate_core::Result<()> {
     }
 
     // Capture: the hand-off the caller waits for, and the capture itself.
-    let host = MemoryHost::new(local, HostSettings::default());
+    let host = MemoryHost::new(
+        memgate_assembly::AssembledBackend::with_defaults(local),
+        HostSettings::default(),
+    );
     let mut handoff = Vec::new();
     let mut total = Vec::new();
     for i in 0..500 {

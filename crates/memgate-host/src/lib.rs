@@ -17,7 +17,9 @@
 //!   and dispatched with the host's [`ToolContext`] principal, never with
 //!   identity from model arguments.
 //!
-//! [`MemoryHost`] bundles them with one backend and one [`HostSettings`]
+//! [`MemoryHost`] bundles them with one assembled backend (from
+//! `memgate_assembly::open_backend`, so gates, deadlines and the drain are
+//! the service's) and one [`HostSettings`]
 //! (`enabled`, `injection_enabled`, the tool switch, the recall deadline).
 //! [`clock`] supplies the reminder date; tests use [`ManualClock`].
 //!
@@ -25,7 +27,7 @@
 //! given one explicitly with [`CaptureHooks::with_runtime`]).
 //!
 //! ```no_run
-//! # async fn turn(backend: std::sync::Arc<dyn memgate_core::MemoryBackend>) {
+//! # async fn turn(backend: std::sync::Arc<memgate_assembly::AssembledBackend>) {
 //! use memgate_core::{Caller, Message};
 //! use memgate_host::{HostSettings, MemoryHost, ToolContext};
 //!

@@ -186,7 +186,10 @@ fn futures_lite_block_on<F: std::future::Future>(fut: F) -> F::Output {
 async fn the_local_store_keeps_a_captured_turn_once_and_never_the_injected_memory() {
     let (local, _dir) = local_backend();
     let backend = Arc::new(Spy::new(local));
-    let host = MemoryHost::new(backend.clone(), HostSettings::default());
+    let host = MemoryHost::new(
+        memgate_assembly::AssembledBackend::with_defaults(backend.clone()),
+        HostSettings::default(),
+    );
     let caller = alice();
     let mut snapshot = vec![Message::human("The refund window is 30 days.").with_id("h1")];
     host.injector().prepare_turn(&caller, &mut snapshot).await;

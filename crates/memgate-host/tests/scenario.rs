@@ -24,7 +24,11 @@ const SAVED_STATEMENT: &str =
 #[tokio::test]
 async fn a_saved_convention_is_recalled_in_a_new_thread_as_hidden_user_memory() {
     let (local, _dir) = local_backend();
-    let host = MemoryHost::new(Arc::new(local), HostSettings::default()).with_clock(clock());
+    let host = MemoryHost::new(
+        memgate_assembly::AssembledBackend::with_defaults(Arc::new(local)),
+        HostSettings::default(),
+    )
+    .with_clock(clock());
 
     // Thread A: the user asks to remember; the model calls the tool.
     let thread_a = Caller::new("alice").with_thread("thread-a");
@@ -104,7 +108,11 @@ async fn an_explicit_memory_is_recalled_even_without_shared_words() {
     // no word with the convention, so only the store's rule that a user's
     // explicit memories are always recalled (matched ones first) finds it.
     let (local, _dir) = local_backend();
-    let host = MemoryHost::new(Arc::new(local), HostSettings::default()).with_clock(clock());
+    let host = MemoryHost::new(
+        memgate_assembly::AssembledBackend::with_defaults(Arc::new(local)),
+        HostSettings::default(),
+    )
+    .with_clock(clock());
     let ctx = ToolContext::new(Caller::new("alice").with_thread("thread-a"));
     let result = host
         .tools()

@@ -177,7 +177,7 @@ async fn tools_are_offered_only_when_switched_on_and_the_backend_can_remember() 
 
     // The host facade wires the tool switch from its settings.
     let host = MemoryHost::new(
-        local,
+        memgate_assembly::AssembledBackend::with_defaults(local),
         HostSettings {
             remember_tool: false,
             ..HostSettings::default()

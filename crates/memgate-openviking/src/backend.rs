@@ -178,6 +178,14 @@ impl MemoryBackend for OpenVikingBackend {
         }
     }
 
+    fn failure_policy(&self) -> memgate_core::FailurePolicy {
+        memgate_core::FailurePolicy {
+            read: self.inner.config.read_policy,
+            write: self.inner.config.write_policy,
+            startup: self.inner.config.startup_policy,
+        }
+    }
+
     /// Recalls with the configured `injection_query`, the host contract's
     /// fixed query: `request.query` is ignored by this backend. With a thread
     /// the search is bound to that thread's session, otherwise it is a

@@ -273,6 +273,13 @@ pub fn base_url_defect(base_url: &str, allow_insecure_http: bool) -> Option<&'st
     let Some(host) = url.host_str().filter(|h| !h.is_empty()) else {
         return Some(NOT_ABSOLUTE);
     };
+    // The HTTP client would send `user:password@` as Basic auth next to the
+    // API key; credentials belong in api_key_env, never in the URL.
+    if !url.username().is_empty() || url.password().is_some() {
+        return Some(
+            "OpenViking base_url must not carry credentials (user:password@); put the USER key in the variable api_key_env names",
+        );
+    }
     if scheme == "http"
         && !allow_insecure_http
         && !PLAIN_HTTP_HOSTS.contains(&host.to_ascii_lowercase().as_str())
@@ -730,6 +737,15 @@ mod tests {
         assert!(base_url_defect("http://host.docker.internal:1933", true).is_none());
         let c = parse(&with(base(), "base_url", json!("http://127.0.0.1:1933///"))).unwrap();
         assert_eq!(c.base_url, "http://127.0.0.1:1933");
+        for with_credentials in [
+            "https://u:pw@openviking.example",
+            "https://u@openviking.example",
+            "http://:pw@localhost:1933",
+        ] {
+            let defect = base_url_defect(with_credentials, false).unwrap();
+            assert!(defect.contains("must not carry credentials"), "{defect}");
+            assert!(!defect.contains("pw"), "{defect}");
+        }
     }
 
     #[test]

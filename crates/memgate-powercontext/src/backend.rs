@@ -158,9 +158,16 @@ impl MemoryBackend for PowerContextBackend {
             return Ok(Recall::empty());
         };
         match self.prepare(query).await {
+            // The prepared context is one opaque block, listed as one item
+            // so `recall --json` shows what was injected.
             Ok(Some(text)) => Ok(Recall {
+                items: vec![memgate_core::RecalledItem {
+                    citation: None,
+                    kind: "prepared_context".to_owned(),
+                    text: text.clone(),
+                    score: None,
+                }],
                 text,
-                items: Vec::new(),
             }),
             Ok(None) => Ok(Recall::empty()),
             Err(problem) => {

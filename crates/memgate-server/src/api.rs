@@ -11,12 +11,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RememberBody {
-    #[serde(default)]
+    /// Required on every operation: whose memory this is.
     pub caller: Caller,
     /// Memory kind, 1–128 characters (default `fact`).
     #[serde(default = "default_kind")]
     pub kind: String,
     /// 1–8192 UTF-8 bytes after NFC normalization and trimming.
+    #[schemars(length(min = 1))]
     pub text: String,
 }
 
@@ -28,8 +29,9 @@ fn default_kind() -> String {
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchBody {
-    #[serde(default)]
+    /// Required on every operation: whose memory this is.
     pub caller: Caller,
+    #[schemars(length(min = 1))]
     pub query: String,
     /// 1–100 (default 5).
     #[serde(default = "default_top_k")]
@@ -57,7 +59,7 @@ pub struct SearchResults {
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListFactsBody {
-    #[serde(default)]
+    /// Required on every operation: whose memory this is.
     pub caller: Caller,
     /// Include retired entries (kept with their history).
     #[serde(default)]
@@ -74,8 +76,9 @@ pub struct FactList {
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FactIdBody {
-    #[serde(default)]
+    /// Required on every operation: whose memory this is.
     pub caller: Caller,
+    #[schemars(length(min = 1))]
     pub id: String,
 }
 
@@ -83,8 +86,9 @@ pub struct FactIdBody {
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReviseBody {
-    #[serde(default)]
+    /// Required on every operation: whose memory this is.
     pub caller: Caller,
+    #[schemars(length(min = 1))]
     pub id: String,
     /// New kind; omitted = unchanged.
     #[serde(default)]
@@ -107,7 +111,7 @@ impl ReviseBody {
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExportBody {
-    #[serde(default)]
+    /// Required on every operation: whose memory this is.
     pub caller: Caller,
 }
 
@@ -115,7 +119,7 @@ pub struct ExportBody {
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportBody {
-    #[serde(default)]
+    /// Required on every operation: whose memory this is.
     pub caller: Caller,
     pub data: MemoryExport,
 }
@@ -131,15 +135,9 @@ pub struct Health {
     pub injection_enabled: bool,
 }
 
-/// Every error body: `{"error":{"code","message"}}`.
+/// Every error body: `{"error":{"code","message", …the variant's fields}}`,
+/// so a client rebuilds the same error (see `memgate_core::WireError`).
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
-pub struct ErrorDetail {
-    /// Stable machine-readable code (`invalid_input`, `unsupported`, …).
-    pub code: String,
-    pub message: String,
+    pub error: memgate_core::WireError,
 }

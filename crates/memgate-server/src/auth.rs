@@ -54,6 +54,9 @@ pub fn check_bind(addr: SocketAddr, token: Option<&BearerToken>) -> Result<(), S
     }
 }
 
+/// How much of a refused request's body is read before answering 401.
+const UNAUTHORIZED_BODY_DRAIN: usize = 64 * 1024;
+
 /// Middleware: requires `Authorization: Bearer <token>` when a token is set.
 pub async fn require_bearer(
     State(token): State<Option<BearerToken>>,
@@ -67,6 +70,10 @@ pub async fn require_bearer(
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         if !presented.is_some_and(|p| token.matches(p)) {
+            // Read what the client is sending before answering, so a
+            // keep-alive client gets its 401 rather than a connection closed
+            // under it mid-upload. Bounded: a larger body just closes.
+            let _ = axum::body::to_bytes(request.into_body(), UNAUTHORIZED_BODY_DRAIN).await;
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",

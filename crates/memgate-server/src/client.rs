@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use memgate_core::{
     Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch, ImportReport,
     MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome,
-    RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+    RememberRequest, Result, SearchHit, SearchQuery, WarmStatus, WireError,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -92,7 +92,7 @@ impl HttpBackend {
             });
         }
         Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
-            Ok(body) => error_from_code(&body.error.code, body.error.message),
+            Ok(body) => error_from_wire(body.error),
             Err(_) => MemoryError::backend(format!("memgate answered {path} with HTTP {status}")),
         })
     }
@@ -102,27 +102,15 @@ fn unreachable(base: &str, e: &reqwest::Error) -> MemoryError {
     MemoryError::backend(format!("cannot reach memgate at {base}: {e}"))
 }
 
-/// Rebuilds the error a server reported, keeping its message.
-fn error_from_code(code: &str, message: String) -> MemoryError {
-    match code {
-        "invalid_input" | "body_too_large" | "unsupported_media_type" => {
-            MemoryError::InvalidInput {
-                field: "request".into(),
-                rule: message,
-            }
+/// Rebuilds the error a server reported: memory errors exactly, from their
+/// wire fields; the HTTP layer's own refusals as the nearest memory error.
+fn error_from_wire(wire: WireError) -> MemoryError {
+    match wire.code.as_str() {
+        "body_too_large" | "unsupported_media_type" => {
+            MemoryError::invalid("request", wire.message)
         }
-        "invalid_config" => MemoryError::Config(message),
-        "rejected_identity" | "unauthorized" => MemoryError::RejectedIdentity(message),
-        "not_found" => MemoryError::NotFound(message),
-        "conflict" => MemoryError::Conflict(message),
-        "corruption" => MemoryError::Corruption(message),
-        "deadline_exceeded" => MemoryError::DeadlineExceeded(message),
-        "closed" => MemoryError::Closed(message),
-        "unsupported" => match message.split_once(" not supported by ") {
-            Some((op, backend)) => MemoryError::unsupported(op, backend),
-            None => MemoryError::unsupported(message, "remote backend"),
-        },
-        _ => MemoryError::Backend(message),
+        "unauthorized" => MemoryError::RejectedIdentity(wire.message),
+        _ => MemoryError::from_wire(wire),
     }
 }
 

@@ -1,34 +1,34 @@
 //! Mapping memory errors and request rejections to HTTP answers, always as
-//! `{"error":{"code","message"}}`.
+//! `{"error":{"code","message",…}}` with the memory error's own fields.
 
-use crate::api::{ErrorBody, ErrorDetail};
+use crate::api::ErrorBody;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use memgate_core::MemoryError;
+use memgate_core::{MemoryError, WireError};
 use serde::de::DeserializeOwned;
 
 /// An error answer.
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
-    pub message: String,
+    pub error: WireError,
 }
 
 impl ApiError {
+    /// An error of the HTTP layer itself (auth, body limits, media type).
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
-            code,
-            message: message.into(),
+            error: WireError::new(code, message),
         }
     }
 
-    pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+    /// Bad input, naming the field and the rule.
+    pub fn invalid(field: &str, rule: impl Into<String>) -> Self {
+        MemoryError::invalid(field, rule).into()
     }
 }
 
@@ -49,37 +49,35 @@ pub fn status_of(err: &MemoryError) -> StatusCode {
 
 impl From<MemoryError> for ApiError {
     fn from(err: MemoryError) -> Self {
-        Self::new(status_of(&err), err.code(), err.to_string())
+        Self {
+            status: status_of(&err),
+            error: err.to_wire(),
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code: self.code.to_owned(),
-                message: self.message,
-            },
-        };
-        (self.status, Json(body)).into_response()
+        (self.status, Json(ErrorBody { error: self.error })).into_response()
     }
 }
 
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         let status = rejection.status();
-        let code = match status {
-            StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-            _ => "invalid_input",
-        };
-        // 422 (valid JSON, wrong shape) and 400 (not JSON) are both bad input.
-        let status = if status == StatusCode::UNPROCESSABLE_ENTITY {
-            StatusCode::BAD_REQUEST
-        } else {
-            status
-        };
-        Self::new(status, code, rejection.body_text())
+        match status {
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                Self::new(status, "body_too_large", rejection.body_text())
+            }
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => Self::new(
+                status,
+                "unsupported_media_type",
+                "the request body must be JSON (content-type: application/json)",
+            ),
+            // 422 (valid JSON, wrong shape) and 400 (not JSON) are both bad
+            // input; serde's text names the path of the offending field.
+            _ => MemoryError::invalid("body", rejection.body_text()).into(),
+        }
     }
 }
 

@@ -21,8 +21,7 @@ pub mod auth;
 pub mod client;
 pub mod error;
 pub mod mcp;
-pub mod metrics;
 pub mod openapi;
 pub mod routes;
 
-pub use routes::{router, ServerState, Switches};
+pub use routes::{router, ServerState, DEFAULT_BODY_READ_TIMEOUT};

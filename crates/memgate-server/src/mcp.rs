@@ -7,6 +7,7 @@
 //! identity (arguments naming a user, agent, scope or token are refused). A
 //! tool whose capability the backend lacks is not listed.
 
+use memgate_assembly::AssembledBackend;
 use memgate_core::tool::{call_remember, remember_spec, ToolResult};
 use memgate_core::{Caller, MemoryBackend, MemoryError, RecallRequest, SearchQuery};
 use rmcp::model::{
@@ -35,7 +36,10 @@ pub struct MemoryMcp {
 
 impl MemoryMcp {
     /// `principal` comes from the server's configuration: the bound owner.
-    pub fn new(backend: Arc<dyn MemoryBackend>, principal: Caller) -> Self {
+    /// The backend is the assembled one, so MCP calls pass the same gates,
+    /// deadlines and drain as every other surface.
+    pub fn new(backend: Arc<AssembledBackend>, principal: Caller) -> Self {
+        let backend: Arc<dyn MemoryBackend> = backend;
         let caps = backend.capabilities();
         let mut tools = Vec::new();
         if caps.remember {

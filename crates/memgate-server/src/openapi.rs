@@ -138,7 +138,15 @@ const ERRORS: &[(&str, &str)] = &[
     ("403", "The caller's identity is refused by the backend."),
     ("404", "No such entry in the caller's scope."),
     ("413", "Request body over the configured limit."),
+    (
+        "415",
+        "The request body is not JSON (content-type must be application/json).",
+    ),
     ("501", "The backend does not support this operation."),
+    (
+        "503",
+        "The service is shutting down and accepts no new work.",
+    ),
     ("502", "The backend failed."),
     ("504", "The backend did not answer within its deadline."),
 ];

@@ -5,7 +5,6 @@ use crate::api::*;
 use crate::auth::{require_bearer, BearerToken};
 use crate::error::{ApiError, JsonBody};
 use crate::mcp::{self, McpEndpoint};
-use crate::metrics::Metrics;
 use crate::openapi;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
@@ -13,6 +12,7 @@ use axum::middleware::from_fn_with_state;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use memgate_assembly::{AssembledBackend, WorkTracker};
 use memgate_core::{
     CaptureReport, CaptureRequest, Fact, ImportReport, MemoryBackend, MemoryError, Recall,
     RecallRequest, RememberOutcome, RememberRequest, SearchQuery,
@@ -20,46 +20,35 @@ use memgate_core::{
 use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
-
-/// The host-level gates of the `memory:` section.
-#[derive(Clone, Copy, Debug)]
-pub struct Switches {
-    /// `memory.enabled`: capture and recall injection happen at all.
-    pub enabled: bool,
-    /// `memory.injection_enabled`: recall happens.
-    pub injection_enabled: bool,
-}
-
-impl Default for Switches {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            injection_enabled: true,
-        }
-    }
-}
+use std::time::Duration;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 /// Everything the handlers share.
 #[derive(Clone)]
 pub struct ServerState {
-    pub backend: Arc<dyn MemoryBackend>,
-    pub switches: Switches,
-    pub metrics: Arc<Metrics>,
+    /// The assembled backend: gates, deadlines, drain and metrics included.
+    pub backend: Arc<AssembledBackend>,
     pub token: Option<BearerToken>,
     pub max_body_bytes: usize,
+    /// How long a client may take to send its request body.
+    pub body_read_timeout: Duration,
+    /// Requests being served (their handlers have started), for the drain.
+    pub requests: Arc<WorkTracker>,
     /// `/mcp` (streamable HTTP), when MCP is enabled.
     pub mcp: Option<McpEndpoint>,
 }
 
+/// Default time a client has to send its whole request body.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl ServerState {
-    pub fn new(backend: Arc<dyn MemoryBackend>) -> Self {
+    pub fn new(backend: Arc<AssembledBackend>) -> Self {
         Self {
             backend,
-            switches: Switches::default(),
-            metrics: Arc::new(Metrics::default()),
             token: None,
             max_body_bytes: 4 * 1024 * 1024,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            requests: WorkTracker::new(),
             mcp: None,
         }
     }
@@ -89,41 +78,38 @@ pub fn router(state: ServerState) -> Router {
         .route("/openapi.json", get(openapi_document))
         .merge(guarded)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .layer(RequestBodyTimeoutLayer::new(state.body_read_timeout))
+        .layer(from_fn_with_state(
+            Arc::clone(&state.requests),
+            track_request,
+        ))
         .with_state(state)
 }
 
-/// Runs one backend call, records its outcome and latency, and answers.
-async fn observed<T: Serialize>(
-    state: &ServerState,
-    operation: &'static str,
+/// Counts requests in flight, so a drain can say how many it cut off.
+async fn track_request(
+    State(requests): State<Arc<WorkTracker>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match requests.admit() {
+        Some(_ticket) => next.run(request).await,
+        None => ApiError::from(MemoryError::Closed("memgate serve".to_owned())).into_response(),
+    }
+}
+
+/// Answers with a backend call's result (the assembly has observed it).
+async fn answer<T: Serialize>(
     call: impl Future<Output = Result<T, MemoryError>>,
 ) -> Result<Json<T>, ApiError> {
-    let started = Instant::now();
-    let result = call.await;
-    let outcome = match &result {
-        Ok(_) => "ok",
-        Err(err) => err.code(),
-    };
-    state.metrics.observe(operation, outcome, started.elapsed());
-    if let Err(err) = &result {
-        if !err.is_caller_error() {
-            tracing::warn!(operation, code = err.code(), error = %err, "memory operation failed");
-        }
-    }
-    result.map(Json).map_err(ApiError::from)
+    call.await.map(Json).map_err(ApiError::from)
 }
 
 async fn recall(
     State(state): State<ServerState>,
     JsonBody(request): JsonBody<RecallRequest>,
 ) -> Result<Json<Recall>, ApiError> {
-    if !(state.switches.enabled && state.switches.injection_enabled) {
-        state
-            .metrics
-            .observe("recall", "disabled", std::time::Duration::ZERO);
-        return Ok(Json(Recall::empty()));
-    }
-    observed(&state, "recall", state.backend.recall(&request)).await
+    answer(state.backend.recall(&request)).await
 }
 
 async fn capture(
@@ -131,16 +117,7 @@ async fn capture(
     JsonBody(request): JsonBody<CaptureRequest>,
 ) -> Result<Json<CaptureReport>, ApiError> {
     request.caller.require_thread().map_err(ApiError::from)?;
-    if !state.switches.enabled {
-        state
-            .metrics
-            .observe("capture", "disabled", std::time::Duration::ZERO);
-        return Ok(Json(CaptureReport {
-            filtered: request.messages.len(),
-            ..CaptureReport::default()
-        }));
-    }
-    observed(&state, "capture", state.backend.capture(&request)).await
+    answer(state.backend.capture(&request)).await
 }
 
 async fn remember(
@@ -148,12 +125,7 @@ async fn remember(
     JsonBody(body): JsonBody<RememberBody>,
 ) -> Result<Json<RememberOutcome>, ApiError> {
     let request = RememberRequest::new(&body.kind, &body.text)?;
-    observed(
-        &state,
-        "remember",
-        state.backend.remember(&body.caller, &request),
-    )
-    .await
+    answer(state.backend.remember(&body.caller, &request)).await
 }
 
 async fn search(
@@ -161,17 +133,17 @@ async fn search(
     JsonBody(body): JsonBody<SearchBody>,
 ) -> Result<Json<SearchResults>, ApiError> {
     if !(1..=MAX_TOP_K).contains(&body.top_k) {
-        return Err(ApiError::invalid(format!(
-            "invalid top_k: must be between 1 and {MAX_TOP_K} (got {})",
-            body.top_k
-        )));
+        return Err(ApiError::invalid(
+            "top_k",
+            format!("must be between 1 and {MAX_TOP_K} (got {})", body.top_k),
+        ));
     }
     let query = SearchQuery {
         query: body.query,
         top_k: body.top_k,
         kind: body.kind,
     };
-    let hits = observed(&state, "search", state.backend.search(&body.caller, &query)).await?;
+    let hits = answer(state.backend.search(&body.caller, &query)).await?;
     let count = hits.0.len();
     Ok(Json(SearchResults {
         results: hits.0,
@@ -183,12 +155,7 @@ async fn list_facts(
     State(state): State<ServerState>,
     JsonBody(body): JsonBody<ListFactsBody>,
 ) -> Result<Json<FactList>, ApiError> {
-    let facts = observed(
-        &state,
-        "facts_list",
-        state.backend.list_facts(&body.caller, body.include_retired),
-    )
-    .await?;
+    let facts = answer(state.backend.list_facts(&body.caller, body.include_retired)).await?;
     Ok(Json(FactList { facts: facts.0 }))
 }
 
@@ -196,12 +163,7 @@ async fn get_fact(
     State(state): State<ServerState>,
     JsonBody(body): JsonBody<FactIdBody>,
 ) -> Result<Json<Fact>, ApiError> {
-    observed(
-        &state,
-        "facts_get",
-        state.backend.get_fact(&body.caller, &body.id),
-    )
-    .await
+    answer(state.backend.get_fact(&body.caller, &body.id)).await
 }
 
 async fn revise_fact(
@@ -210,12 +172,11 @@ async fn revise_fact(
 ) -> Result<Json<Fact>, ApiError> {
     if body.kind.is_none() && body.text.is_none() {
         return Err(ApiError::invalid(
-            "invalid revision: give a new `kind`, a new `text`, or both",
+            "revision",
+            "give a new `kind`, a new `text`, or both",
         ));
     }
-    observed(
-        &state,
-        "facts_revise",
+    answer(
         state
             .backend
             .revise_fact(&body.caller, &body.id, &body.patch()),
@@ -227,19 +188,14 @@ async fn retire_fact(
     State(state): State<ServerState>,
     JsonBody(body): JsonBody<FactIdBody>,
 ) -> Result<Json<Fact>, ApiError> {
-    observed(
-        &state,
-        "facts_retire",
-        state.backend.retire_fact(&body.caller, &body.id),
-    )
-    .await
+    answer(state.backend.retire_fact(&body.caller, &body.id)).await
 }
 
 async fn export(
     State(state): State<ServerState>,
     JsonBody(body): JsonBody<ExportBody>,
 ) -> Result<Json<memgate_core::MemoryExport>, ApiError> {
-    observed(&state, "export", state.backend.export(&body.caller)).await
+    answer(state.backend.export(&body.caller)).await
 }
 
 async fn import(
@@ -247,18 +203,16 @@ async fn import(
     JsonBody(body): JsonBody<ImportBody>,
 ) -> Result<Json<ImportReport>, ApiError> {
     if body.data.format != memgate_core::facts::EXPORT_FORMAT {
-        return Err(ApiError::invalid(format!(
-            "invalid data.format: must be {:?} (got {:?})",
-            memgate_core::facts::EXPORT_FORMAT,
-            body.data.format
-        )));
+        return Err(ApiError::invalid(
+            "data.format",
+            format!(
+                "must be {:?} (got {:?})",
+                memgate_core::facts::EXPORT_FORMAT,
+                body.data.format
+            ),
+        ));
     }
-    observed(
-        &state,
-        "import",
-        state.backend.import(&body.caller, &body.data),
-    )
-    .await
+    answer(state.backend.import(&body.caller, &body.data)).await
 }
 
 async fn health(State(state): State<ServerState>) -> Json<Health> {
@@ -267,15 +221,15 @@ async fn health(State(state): State<ServerState>) -> Json<Health> {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         backend: state.backend.name().to_owned(),
         capabilities: state.backend.capabilities(),
-        memory_enabled: state.switches.enabled,
-        injection_enabled: state.switches.injection_enabled,
+        memory_enabled: state.backend.gates().enabled,
+        injection_enabled: state.backend.gates().injection_enabled,
     })
 }
 
 async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
+        state.backend.metrics().render(),
     )
 }
 

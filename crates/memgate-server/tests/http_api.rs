@@ -3,13 +3,14 @@
 //! backend and a named in-process fake that counts calls.
 
 use async_trait::async_trait;
+use memgate_assembly::{AssembledBackend, Deadlines, Gates};
 use memgate_core::noop::NoopBackend;
 use memgate_core::{
     Capabilities, CaptureReport, CaptureRequest, MemoryBackend, Recall, RecallRequest, Result,
 };
 use memgate_server::auth::BearerToken;
 use memgate_server::openapi::OPERATIONS;
-use memgate_server::{router, ServerState, Switches};
+use memgate_server::{router, ServerState};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -70,7 +71,10 @@ async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
 
 #[tokio::test]
 async fn health_names_the_backend_and_its_capabilities() {
-    let base = spawn(ServerState::new(Arc::new(NoopBackend))).await;
+    let base = spawn(ServerState::new(AssembledBackend::with_defaults(Arc::new(
+        NoopBackend,
+    ))))
+    .await;
     let h: Value = reqwest::get(format!("{base}/health"))
         .await
         .unwrap()
@@ -85,8 +89,16 @@ async fn health_names_the_backend_and_its_capabilities() {
 
 #[tokio::test]
 async fn bad_bodies_get_a_clear_error_in_the_api_shape() {
-    let base = spawn(ServerState::new(Arc::new(NoopBackend))).await;
-    let (status, body) = post(&base, "/v1/remember", &json!({"text": "x", "scope": "s"})).await;
+    let base = spawn(ServerState::new(AssembledBackend::with_defaults(Arc::new(
+        NoopBackend,
+    ))))
+    .await;
+    let (status, body) = post(
+        &base,
+        "/v1/remember",
+        &json!({"caller": {"user": "u"}, "text": "x", "scope": "s"}),
+    )
+    .await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["code"], "invalid_input");
     assert!(
@@ -94,14 +106,24 @@ async fn bad_bodies_get_a_clear_error_in_the_api_shape() {
         "{body}"
     );
 
-    let (status, body) = post(&base, "/v1/remember", &json!({"kind": "fact"})).await;
+    let (status, body) = post(
+        &base,
+        "/v1/remember",
+        &json!({"caller": {"user": "u"}, "kind": "fact"}),
+    )
+    .await;
     assert_eq!(status, 400);
     assert!(
         body["error"]["message"].as_str().unwrap().contains("text"),
         "{body}"
     );
 
-    let (status, body) = post(&base, "/v1/remember", &json!({"text": "   "})).await;
+    let (status, body) = post(
+        &base,
+        "/v1/remember",
+        &json!({"caller": {"user": "u"}, "text": "   "}),
+    )
+    .await;
     assert_eq!(status, 400);
     assert!(
         body["error"]["message"]
@@ -149,38 +171,117 @@ async fn bad_bodies_get_a_clear_error_in_the_api_shape() {
         "{body}"
     );
 
-    let (status, body) = post(&base, "/v1/search", &json!({"query": "q", "top_k": 0})).await;
+    let (status, body) = post(
+        &base,
+        "/v1/search",
+        &json!({"caller": {"user": "u"}, "query": "q", "top_k": 0}),
+    )
+    .await;
     assert_eq!(status, 400);
-    assert!(
-        body["error"]["message"].as_str().unwrap().contains("top_k"),
-        "{body}"
+    assert_eq!(body["error"]["field"], "top_k", "{body}");
+}
+
+/// Every operation requires the same strict caller; a body that breaks a
+/// rule is refused with the field named, before the backend is called.
+#[tokio::test]
+async fn the_caller_is_strict_and_the_same_on_every_route() {
+    let fake = Arc::new(CountingFake::default());
+    let base = spawn(ServerState::new(AssembledBackend::with_defaults(
+        fake.clone(),
+    )))
+    .await;
+    let nul = format!("a{}b", '\u{0}');
+    let long = "t".repeat(513);
+    let callers = [
+        (None, "missing field `caller`"),
+        (Some(json!([])), "expected an object"),
+        (Some(json!({"user": null})), "invalid type: null"),
+        (Some(json!({})), "missing field `user`"),
+        (Some(json!({"user": ""})), "caller.user must not be empty"),
+        (Some(json!({"user": nul})), "control characters"),
+        (
+            Some(json!({"user": "u", "thread": long})),
+            "at most 512 bytes",
+        ),
+    ];
+    for (route, rest) in [
+        ("/v1/remember", json!({"text": "x"})),
+        ("/v1/recall", json!({})),
+        ("/v1/search", json!({"query": "x"})),
+        ("/v1/facts/list", json!({})),
+    ] {
+        for (caller, expect) in &callers {
+            let mut body = rest.clone();
+            if let Some(caller) = caller {
+                body["caller"] = caller.clone();
+            }
+            let (status, answer) = post(&base, route, &body).await;
+            assert_eq!(status, 400, "{route} {body}: {answer}");
+            assert_eq!(answer["error"]["code"], "invalid_input");
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains(expect), "{route} {body}: {message}");
+        }
+    }
+    assert_eq!(
+        fake.calls.load(Ordering::SeqCst),
+        0,
+        "no bad body reached the backend"
     );
+
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/recall"))
+        .header("content-type", "text/plain")
+        .body(r#"{"caller":{"user":"u"}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 415);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unsupported_media_type");
 }
 
 #[tokio::test]
 async fn oversized_bodies_are_refused() {
-    let mut state = ServerState::new(Arc::new(NoopBackend));
+    let mut state = ServerState::new(AssembledBackend::with_defaults(Arc::new(NoopBackend)));
     state.max_body_bytes = 2048;
     let base = spawn(state).await;
-    let (status, body) = post(&base, "/v1/remember", &json!({"text": "a".repeat(4096)})).await;
+    let (status, body) = post(
+        &base,
+        "/v1/remember",
+        &json!({"caller": {"user": "u"}, "text": "a".repeat(4096)}),
+    )
+    .await;
     assert_eq!(status, 413);
     assert_eq!(body["error"]["code"], "body_too_large");
 }
 
 #[tokio::test]
 async fn unsupported_operations_are_501() {
-    let base = spawn(ServerState::new(Arc::new(NoopBackend))).await;
-    let (status, body) = post(&base, "/v1/remember", &json!({"text": "keep this"})).await;
+    let base = spawn(ServerState::new(AssembledBackend::with_defaults(Arc::new(
+        NoopBackend,
+    ))))
+    .await;
+    let (status, body) = post(
+        &base,
+        "/v1/remember",
+        &json!({"caller": {"user": "u"}, "text": "keep this"}),
+    )
+    .await;
     assert_eq!(status, 501);
     assert_eq!(body["error"]["code"], "unsupported");
     assert_eq!(body["error"]["message"], "remember not supported by noop");
-    let (status, _) = post(&base, "/v1/facts/get", &json!({"id": "x"})).await;
+    let (status, _) = post(
+        &base,
+        "/v1/facts/get",
+        &json!({"caller": {"user": "u"}, "id": "x"}),
+    )
+    .await;
     assert_eq!(status, 501);
 }
 
 #[tokio::test]
 async fn bearer_token_guards_everything_but_health() {
-    let mut state = ServerState::new(Arc::new(NoopBackend));
+    let mut state = ServerState::new(AssembledBackend::with_defaults(Arc::new(NoopBackend)));
     state.token = BearerToken::new(Some("tok-123".into()));
     let base = spawn(state).await;
     let client = reqwest::Client::new();
@@ -214,11 +315,20 @@ async fn bearer_token_guards_everything_but_health() {
 #[tokio::test]
 async fn disabled_memory_never_reaches_the_backend() {
     let fake = Arc::new(CountingFake::default());
-    let mut state = ServerState::new(fake.clone());
-    state.switches = Switches {
-        enabled: true,
-        injection_enabled: false,
+    let gated = |fake: Arc<CountingFake>, gates| {
+        ServerState::new(Arc::new(AssembledBackend::new(
+            fake,
+            gates,
+            Deadlines::default(),
+        )))
     };
+    let state = gated(
+        fake.clone(),
+        Gates {
+            enabled: true,
+            injection_enabled: false,
+        },
+    );
     let base = spawn(state).await;
     let (status, body) = post(&base, "/v1/recall", &json!({"caller": {"user": "u"}})).await;
     assert_eq!((status, body["text"].as_str()), (200, Some("")));
@@ -230,8 +340,13 @@ async fn disabled_memory_never_reaches_the_backend() {
     assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
 
     let fake = Arc::new(CountingFake::default());
-    let mut state = ServerState::new(fake.clone());
-    state.switches.enabled = false;
+    let state = gated(
+        fake.clone(),
+        Gates {
+            enabled: false,
+            injection_enabled: true,
+        },
+    );
     let base = spawn(state).await;
     let (_, body) = post(&base, "/v1/capture", &capture).await;
     assert_eq!(body["stored"], 0);
@@ -242,7 +357,10 @@ async fn disabled_memory_never_reaches_the_backend() {
 
 #[tokio::test]
 async fn metrics_count_operations_without_user_text() {
-    let base = spawn(ServerState::new(Arc::new(CountingFake::default()))).await;
+    let base = spawn(ServerState::new(AssembledBackend::with_defaults(Arc::new(
+        CountingFake::default(),
+    ))))
+    .await;
     let secret_text = "my-private-diary-entry";
     post(
         &base,
@@ -257,7 +375,12 @@ async fn metrics_count_operations_without_user_text() {
         &json!({"caller": {"user": "alice-private"}, "query": secret_text}),
     )
     .await;
-    post(&base, "/v1/search", &json!({"query": secret_text})).await;
+    post(
+        &base,
+        "/v1/search",
+        &json!({"caller": {"user": "u"}, "query": secret_text}),
+    )
+    .await;
     let text = reqwest::get(format!("{base}/metrics"))
         .await
         .unwrap()
@@ -282,7 +405,10 @@ async fn metrics_count_operations_without_user_text() {
 
 #[tokio::test]
 async fn every_documented_operation_is_served() {
-    let base = spawn(ServerState::new(Arc::new(NoopBackend))).await;
+    let base = spawn(ServerState::new(AssembledBackend::with_defaults(Arc::new(
+        NoopBackend,
+    ))))
+    .await;
     let doc: Value = reqwest::get(format!("{base}/openapi.json"))
         .await
         .unwrap()

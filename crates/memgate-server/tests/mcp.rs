@@ -2,6 +2,7 @@
 //! (newline-delimited JSON-RPC over an in-process duplex pipe, the same
 //! transport stdio uses), on the real embedded store.
 
+use memgate_assembly::AssembledBackend;
 use memgate_core::noop::NoopBackend;
 use memgate_core::{BackendContext, Caller, MemoryBackend};
 use memgate_server::mcp::MemoryMcp;
@@ -46,8 +47,10 @@ async fn call(
     )
 }
 
-fn local(dir: &std::path::Path) -> Arc<dyn MemoryBackend> {
-    Arc::new(LocalBackend::from_backend_config(&Map::new(), &BackendContext::new(dir)).unwrap())
+fn local(dir: &std::path::Path) -> Arc<AssembledBackend> {
+    AssembledBackend::with_defaults(Arc::new(
+        LocalBackend::from_backend_config(&Map::new(), &BackendContext::new(dir)).unwrap(),
+    ))
 }
 
 #[tokio::test]
@@ -65,7 +68,11 @@ async fn tools_follow_the_backend_capabilities() {
     assert_eq!(names, ["recall", "remember", "search"]);
 
     // noop can search (empty) but neither remember nor recall.
-    let client = connect(MemoryMcp::new(Arc::new(NoopBackend), Caller::new("alice"))).await;
+    let client = connect(MemoryMcp::new(
+        AssembledBackend::with_defaults(Arc::new(NoopBackend)),
+        Caller::new("alice"),
+    ))
+    .await;
     let names: Vec<String> = client
         .list_all_tools()
         .await

@@ -5,12 +5,15 @@
 //! (`spawn_blocking`) and the caller's executor threads never wait on disk.
 //! An operation counts as in flight until its blocking work has finished,
 //! even if the caller stopped waiting, so `shutdown` can drain it before
-//! checkpointing and closing the file.
+//! checkpointing and closing the file. At most [`MAX_CONCURRENT_WORK`]
+//! operations touch SQLite at once; the rest wait their turn without a
+//! thread.
 
 use crate::capture::Streamed;
 use crate::config::{LocalConfig, ResolvedConfig};
 use crate::store::MemoryStore;
 use async_trait::async_trait;
+use memgate_core::work::WorkTracker;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch,
     ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome,
@@ -18,60 +21,23 @@ use memgate_core::{
 };
 use serde_json::{Map, Value};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::Semaphore;
 
-/// Counts in-flight operations and refuses new ones after shutdown began.
-#[derive(Default)]
-struct Gate {
-    closing: AtomicBool,
-    in_flight: AtomicUsize,
-    drained: Notify,
-}
-
-/// Held by one operation until its blocking work ends.
-struct Pass(Arc<Gate>);
-
-impl Drop for Pass {
-    fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.drained.notify_waiters();
-        }
-    }
-}
-
-impl Gate {
-    fn enter(self: &Arc<Self>) -> Result<Pass> {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        let pass = Pass(Arc::clone(self));
-        if self.closing.load(Ordering::Acquire) {
-            return Err(MemoryError::Closed("local".to_owned()));
-        }
-        Ok(pass)
-    }
-
-    async fn drain(&self, timeout: Duration) -> bool {
-        let wait = async {
-            loop {
-                let notified = self.drained.notified();
-                if self.in_flight.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        tokio::time::timeout(timeout, wait).await.is_ok()
-    }
-}
+/// SQLite work running at once on the blocking pool: each holds a thread
+/// and a reader connection (with its mmap), so 200 concurrent recalls queue
+/// here instead of opening 200 of each. Reads are short; the writer is one
+/// connection anyway.
+pub const MAX_CONCURRENT_WORK: usize = 8;
 
 /// The embedded default backend (`manager_class: local`).
 #[derive(Clone)]
 pub struct LocalBackend {
     store: Arc<MemoryStore>,
-    gate: Arc<Gate>,
+    work: Arc<WorkTracker>,
+    slots: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -103,7 +69,8 @@ impl LocalBackend {
     pub fn from_store(store: MemoryStore) -> Self {
         Self {
             store: Arc::new(store),
-            gate: Arc::default(),
+            work: WorkTracker::new(),
+            slots: Arc::new(Semaphore::new(MAX_CONCURRENT_WORK)),
         }
     }
 
@@ -133,10 +100,17 @@ impl LocalBackend {
         T: Send + 'static,
         F: FnOnce(&MemoryStore) -> Result<T> + Send + 'static,
     {
-        let pass = self.gate.enter()?;
+        let ticket = self
+            .work
+            .admit()
+            .ok_or_else(|| MemoryError::Closed("local".to_owned()))?;
+        let slot = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| MemoryError::Closed("local".to_owned()))?;
         let store = Arc::clone(&self.store);
         tokio::task::spawn_blocking(move || {
-            let _pass = pass;
+            let _held = (ticket, slot);
             work(&store)
         })
         .await
@@ -227,8 +201,7 @@ impl MemoryBackend for LocalBackend {
     /// checkpoints the WAL and closes. False when work was still running at
     /// the deadline; the file is then closed when the backend is dropped.
     async fn shutdown(&self, timeout: Duration) -> bool {
-        self.gate.closing.store(true, Ordering::Release);
-        if !self.gate.drain(timeout).await {
+        if self.work.close_and_wait(timeout).await > 0 {
             tracing::warn!("local store shutdown: in-flight work did not finish in time");
             return false;
         }

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// Idle reader connections kept for reuse.
-const MAX_IDLE_READERS: usize = 4;
+/// Idle reader connections kept for reuse: as many as can be busy at once.
+const MAX_IDLE_READERS: usize = crate::backend::MAX_CONCURRENT_WORK;
 
 /// The embedded memory store over one SQLite file.
 pub struct MemoryStore {

@@ -75,7 +75,7 @@ pub struct ChatArgs {
 /// `memory.injection_enabled`).
 pub async fn run_with_settings(
     args: ChatArgs,
-    backend: Arc<dyn MemoryBackend>,
+    backend: Arc<memgate_assembly::AssembledBackend>,
     caller: Caller,
     settings: HostSettings,
 ) -> Result<()> {
@@ -857,6 +857,7 @@ mod tests {
     }
 
     fn session(backend: Arc<dyn MemoryBackend>, user: &str, model: ModelClient) -> ChatSession {
+        let backend = memgate_assembly::AssembledBackend::with_defaults(backend);
         let host = MemoryHost::new(backend, HostSettings::default());
         ChatSession::new(host, model, Caller::new(user), None, None)
     }

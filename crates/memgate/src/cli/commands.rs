@@ -4,8 +4,11 @@
 
 use super::output::print_json;
 use super::{Cli, Command, ConfigCommand, EvalCommand, FactsCommand};
-use memgate::config::{Config, ConfigSource};
-use memgate::factory::{backend_notes, check_writable, open_backend, BackendSetup};
+use memgate_assembly::config::{Config, ConfigSource};
+use memgate_assembly::factory::{
+    assemble, backend_notes, check_writable, open_backend, BackendSetup,
+};
+use memgate_assembly::AssembledBackend;
 use memgate_core::message::parse_transcript;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, FactPatch, MemoryBackend, MemoryError, MemoryExport,
@@ -43,9 +46,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             dataset: EvalCommand::Locomo { file, json },
         } => eval_locomo(file, json).await,
         command => {
-            let (backend, timeout) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
+            let (backend, budget) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
             let result = operate(&*backend, caller, command).await;
-            backend.shutdown(timeout).await;
+            backend.drain(budget).await;
             result.map(|()| ExitCode::SUCCESS)
         }
     }
@@ -75,11 +78,7 @@ async fn mcp_stdio(config_path: Option<&Path>, cli: &Caller) -> Result<ExitCode>
     let server =
         memgate_server::mcp::MemoryMcp::new(Arc::clone(&backend), mcp_principal(&config, cli));
     let result = memgate_server::mcp::serve_stdio(server).await;
-    backend
-        .shutdown(Duration::from_secs_f64(
-            config.memory.shutdown_flush_timeout_seconds,
-        ))
-        .await;
+    backend.drain(shutdown_budget(&config)).await;
     result.map(|()| ExitCode::SUCCESS)
 }
 
@@ -97,28 +96,40 @@ async fn chat(
         injection_enabled: config.memory.injection_enabled,
         ..Default::default()
     };
-    let (backend, timeout) = open(config_path, url).await?;
-    let result = super::chat::run_with_settings(args, Arc::clone(&backend), caller, settings).await;
-    backend.shutdown(timeout).await;
+    let (backend, budget) = open(config_path, url).await?;
+    let result = super::chat::run_with_settings(args, backend.clone(), caller, settings).await;
+    backend.drain(budget).await;
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Opens the configured backend here, or connects to `--url`.
+fn shutdown_budget(config: &Config) -> Duration {
+    Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds)
+}
+
+/// Opens the configured backend here, or connects to `--url`; either way
+/// assembled with this config's gates and deadlines. With `--url` the bearer
+/// token is read from the variable `server.bearer_token_env` names, as
+/// `memgate serve` does.
 async fn open(
     config: Option<&Path>,
     url: Option<&str>,
-) -> Result<(Arc<dyn MemoryBackend>, Duration)> {
-    if let Some(url) = url {
-        let token = std::env::var("MEMGATE_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty());
-        let remote = HttpBackend::connect(url, token, Duration::from_secs(30)).await?;
-        return Ok((Arc::new(remote), Duration::from_secs(5)));
-    }
+) -> Result<(Arc<AssembledBackend>, Duration)> {
     let (config, _) = Config::discover(config, None)?;
-    let backend = open_backend(&config.memory, &BackendSetup::from_process()?)?;
-    let timeout = Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds);
-    Ok((backend, timeout))
+    let backend = match url {
+        Some(url) => {
+            let token = std::env::var(&config.server.bearer_token_env)
+                .ok()
+                .filter(|t| !t.is_empty());
+            let limit = config
+                .memory
+                .deadlines
+                .of(memgate_assembly::Operation::Capture);
+            let remote = HttpBackend::connect(url, token, limit).await?;
+            assemble(Arc::new(remote), &config.memory)?
+        }
+        None => open_backend(&config.memory, &BackendSetup::from_process()?)?,
+    };
+    Ok((backend, shutdown_budget(&config)))
 }
 
 async fn operate(backend: &dyn MemoryBackend, caller: Caller, command: Command) -> Result<()> {
@@ -369,11 +380,7 @@ async fn doctor(config_path: Option<&Path>) -> Result<ExitCode> {
     for note in backend_notes(config.memory.manager_class) {
         println!("note     {note}");
     }
-    backend
-        .shutdown(Duration::from_secs_f64(
-            config.memory.shutdown_flush_timeout_seconds,
-        ))
-        .await;
+    backend.drain(shutdown_budget(&config)).await;
     Ok(if healthy {
         ExitCode::SUCCESS
     } else {

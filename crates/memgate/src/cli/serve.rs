@@ -1,16 +1,22 @@
-//! `memgate serve`: start-up check, bind policy, graceful shutdown.
+//! `memgate serve`: start-up check, bind policy, and a shutdown bounded by
+//! `memory.shutdown_flush_timeout_seconds` end to end: HTTP requests still
+//! running (or clients still sending) when the budget runs out are cut off,
+//! then the backend drains within what is left, and the last line says
+//! exactly what was not drained.
 
-use memgate::config::Config;
-use memgate::factory::{open_backend, BackendSetup};
-use memgate_core::{Caller, MemoryError, Result, WarmStatus};
+use memgate_assembly::config::Config;
+use memgate_assembly::factory::{open_backend, BackendSetup};
+use memgate_assembly::AssembledBackend;
+use memgate_core::{Caller, MemoryBackend, MemoryError, Result, WarmStatus};
 use memgate_server::auth::{check_bind, BearerToken};
 use memgate_server::mcp::{McpEndpoint, MemoryMcp};
-use memgate_server::{router, ServerState, Switches};
+use memgate_server::{router, ServerState};
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -> Result<ExitCode> {
@@ -26,42 +32,27 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
     check_bind(addr, token.as_ref()).map_err(|rule| MemoryError::invalid("--addr", rule))?;
 
     let backend = open_backend(&config.memory, &BackendSetup::from_process()?)?;
-    match backend.warm().await {
-        Ok(WarmStatus::Degraded { reason }) => {
-            tracing::warn!(backend = backend.name(), %reason, "starting degraded (startup_policy warn)")
-        }
-        Ok(_) => {}
-        Err(e) => {
-            return Err(MemoryError::backend(format!(
-                "refusing to start: backend {} failed its start-up check (startup_policy fail_fast): {e}",
-                backend.name()
-            )))
-        }
-    }
+    warm(&backend).await?;
 
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| MemoryError::backend(format!("cannot listen on {addr}: {e}")))?;
-    let shutdown = CancellationToken::new();
+    let stop = CancellationToken::new();
     let mcp = config.mcp.enabled.then(|| McpEndpoint {
         server: MemoryMcp::new(
             Arc::clone(&backend),
             super::commands::mcp_principal(&config, cli),
         ),
         any_host: !addr.ip().is_loopback(),
-        shutdown: shutdown.clone(),
+        shutdown: stop.clone(),
     });
     let state = ServerState {
-        backend: Arc::clone(&backend),
-        switches: Switches {
-            enabled: config.memory.enabled,
-            injection_enabled: config.memory.injection_enabled,
-        },
-        metrics: Default::default(),
         token,
         max_body_bytes: config.server.max_body_bytes,
         mcp,
+        ..ServerState::new(Arc::clone(&backend))
     };
+    let requests = Arc::clone(&state.requests);
     tracing::info!(%addr, backend = backend.name(), config = %source, "memgate serving");
     eprintln!(
         "memgate: serving the {} backend on http://{} (config: {source})",
@@ -71,27 +62,74 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
             .map(|a| a.to_string())
             .unwrap_or_else(|_| addr.to_string())
     );
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            shutdown.cancel();
-        })
-        .await
-        .map_err(|e| MemoryError::backend(format!("server error: {e}")))?;
-    let budget = Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds);
-    let drained = backend.shutdown(budget).await;
-    eprintln!(
-        "memgate: stopped ({})",
-        if drained {
-            "all work drained"
-        } else {
-            "shutdown budget ran out"
-        }
+    let graceful = stop.clone();
+    let mut serving = tokio::spawn(
+        axum::serve(listener, router(state))
+            .with_graceful_shutdown(async move { graceful.cancelled().await })
+            .into_future(),
     );
+    tokio::select! {
+        ended = &mut serving => {
+            return match ended {
+                Ok(Ok(())) => Ok(ExitCode::SUCCESS),
+                Ok(Err(e)) => Err(MemoryError::backend(format!("server error: {e}"))),
+                Err(e) => Err(MemoryError::backend(format!("server task failed: {e}"))),
+            };
+        }
+        () = shutdown_signal() => {}
+    }
+
+    // One budget for everything: HTTP first, then the backend's own work.
+    let budget = Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds);
+    let deadline = Instant::now() + budget;
+    stop.cancel();
+    let cut_off = match tokio::time::timeout(budget, &mut serving).await {
+        Ok(_) => 0,
+        Err(_) => {
+            let running = requests.running();
+            serving.abort();
+            running
+        }
+    };
+    let report = backend
+        .drain(deadline.saturating_duration_since(Instant::now()))
+        .await;
+    if cut_off == 0 && report.drained() {
+        eprintln!("memgate: stopped (all work drained)");
+    } else {
+        let http = match cut_off {
+            0 => String::new(),
+            n => format!(
+                "{n} HTTP request{} still open at the deadline were cut off; ",
+                if n == 1 { "" } else { "s" }
+            ),
+        };
+        eprintln!(
+            "memgate: stopped within the {:.0} s shutdown budget, NOT fully drained: {http}{}",
+            budget.as_secs_f64(),
+            report.describe()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-async fn shutdown_signal() {
+/// The start-up check under the backend's start-up policy.
+async fn warm(backend: &AssembledBackend) -> Result<()> {
+    match backend.warm().await {
+        Ok(WarmStatus::Degraded { reason }) => {
+            tracing::warn!(backend = backend.name(), %reason, "starting degraded (startup_policy warn)");
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(MemoryError::backend(format!(
+            "refusing to start: backend {} failed its start-up check (startup_policy fail_fast): {e}",
+            backend.name()
+        ))),
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

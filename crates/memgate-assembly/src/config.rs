@@ -7,6 +7,7 @@
 //! to another backend. `backend_config` is private to the backend and is
 //! validated by it, after the storage root has been injected.
 
+use crate::deadline::Deadlines;
 use memgate_core::{MemoryError, MemoryMode, Result};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -83,6 +84,8 @@ pub struct MemoryConfig {
     pub mode: MemoryMode,
     /// Private to the backend; `storage_path` is injected before it sees it.
     pub backend_config: Map<String, Value>,
+    /// memgate's addition: one total deadline per operation, on every surface.
+    pub deadlines: Deadlines,
 }
 
 impl Default for MemoryConfig {
@@ -94,6 +97,7 @@ impl Default for MemoryConfig {
             manager_class: ManagerClass::Local,
             mode: MemoryMode::Middleware,
             backend_config: Map::new(),
+            deadlines: Deadlines::default(),
         }
     }
 }
@@ -181,9 +185,9 @@ impl Config {
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
-        // Syntax first (serde_yaml reports line and column), then the shape,
+        // Syntax first (the YAML parser reports line and column), then the shape,
         // through JSON values so every error names its full key path once.
-        let yaml: serde_yaml::Value = serde_yaml::from_str(text)
+        let yaml: yaml_serde::Value = yaml_serde::from_str(text)
             .map_err(|e| MemoryError::Config(format!("{origin}: invalid YAML: {e}")))?;
         if yaml.is_null() {
             return Ok(Self::default());
@@ -240,6 +244,10 @@ impl Config {
     }
 
     fn validate(&self) -> std::result::Result<(), String> {
+        self.memory
+            .deadlines
+            .validate()
+            .map_err(|e| e.to_string())?;
         let t = self.memory.shutdown_flush_timeout_seconds;
         if !(t.is_finite() && (1.0..=300.0).contains(&t)) {
             return Err(format!(

@@ -1,13 +1,19 @@
-//! Builds the configured backend, the way the host's factory does: the
-//! storage root is injected into `backend_config`, the host's default
-//! keep-hook for hidden messages is handed over, and the tool-mode
-//! invariant (tool mode needs search) is checked after construction.
+//! The one factory: builds the backend named by `manager_class` the way the
+//! host's factory does (the storage root injected into `backend_config`, the
+//! host's keep-hook for hidden messages handed over, the tool-mode invariant
+//! checked after construction) and wraps it in the [`AssembledBackend`] every
+//! surface uses. The CLI, the service, MCP and the Python extension all come
+//! through here, so no surface can skip a gate, a deadline or the drain.
 
+use crate::assembled::{AssembledBackend, Gates};
 use crate::config::{resolve_storage_path, runtime_home, ManagerClass, MemoryConfig};
 use memgate_core::capture::host_default_keep_hidden;
 use memgate_core::noop::NoopBackend;
 use memgate_core::setup::{process_env, EnvSource};
-use memgate_core::{BackendContext, MemoryBackend, MemoryError, MemoryMode, Result};
+use memgate_core::{
+    BackendContext, KeepHiddenHook, MemoryBackend, MemoryError, MemoryMode, Result,
+};
+use memgate_store::LocalBackend;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,6 +24,18 @@ pub struct BackendSetup {
     /// The runtime home: `$MEMGATE_HOME`, else `./.memgate`.
     pub home: PathBuf,
     pub env: EnvSource,
+    /// The host's `should_keep_hidden_message`; the host's default when unset.
+    pub keep_hidden: Option<KeepHiddenHook>,
+}
+
+/// A backend as the factory opened it.
+pub struct Opened {
+    /// What every surface calls.
+    pub backend: Arc<AssembledBackend>,
+    /// The same store again when it is `local`, for callers that stream a
+    /// transcript into it (the Python extension); its work still goes through
+    /// [`AssembledBackend::run_admitted`].
+    pub local: Option<Arc<LocalBackend>>,
 }
 
 impl BackendSetup {
@@ -27,17 +45,21 @@ impl BackendSetup {
         let cwd = std::env::current_dir()
             .map_err(|e| MemoryError::Config(format!("cannot read the working directory: {e}")))?;
         let home = runtime_home(std::env::var("MEMGATE_HOME").ok().as_deref(), &cwd);
-        Ok(Self {
-            home,
-            env: process_env(),
-        })
+        Ok(Self::new(home, process_env()))
     }
 
     pub fn new(home: impl Into<PathBuf>, env: EnvSource) -> Self {
         Self {
             home: home.into(),
             env,
+            keep_hidden: None,
         }
+    }
+
+    /// Hands the backend the host's own keep-hook instead of the default.
+    pub fn with_keep_hidden(mut self, hook: KeepHiddenHook) -> Self {
+        self.keep_hidden = Some(hook);
+        self
     }
 
     /// The storage root a backend will use for this `memory:` section.
@@ -46,9 +68,42 @@ impl BackendSetup {
     }
 }
 
-/// Builds the backend named by `memory.manager_class`. No network I/O:
-/// start-up health is `warm()`'s job.
-pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<dyn MemoryBackend>> {
+/// Builds and assembles the backend named by `memory.manager_class`. No
+/// network I/O: start-up health is `warm()`'s job.
+pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<AssembledBackend>> {
+    Ok(open(memory, setup)?.backend)
+}
+
+/// [`open_backend`], keeping the local store's own handle.
+pub fn open(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Opened> {
+    let (backend, local) = build(memory, setup)?;
+    Ok(Opened {
+        backend: assemble(backend, memory)?,
+        local,
+    })
+}
+
+/// Wraps a backend built elsewhere (the HTTP client of `--url`) with the
+/// `memory:` section's gates and deadlines.
+pub fn assemble(
+    backend: Arc<dyn MemoryBackend>,
+    memory: &MemoryConfig,
+) -> Result<Arc<AssembledBackend>> {
+    memory.deadlines.validate()?;
+    let gates = Gates {
+        enabled: memory.enabled,
+        injection_enabled: memory.injection_enabled,
+    };
+    Ok(Arc::new(AssembledBackend::new(
+        backend,
+        gates,
+        memory.deadlines,
+    )))
+}
+
+type Built = (Arc<dyn MemoryBackend>, Option<Arc<LocalBackend>>);
+
+fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Built> {
     let storage = setup.storage_path(memory)?;
     let mut backend_config = memory.backend_config.clone();
     backend_config.insert(
@@ -58,12 +113,19 @@ pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<d
     let ctx = BackendContext::new(&storage)
         .with_mode(memory.mode)
         .with_env(setup.env.clone())
-        .with_keep_hidden(Arc::new(host_default_keep_hidden));
+        .with_keep_hidden(
+            setup
+                .keep_hidden
+                .clone()
+                .unwrap_or_else(|| Arc::new(host_default_keep_hidden)),
+        );
+    let mut local = None;
     let backend: Arc<dyn MemoryBackend> = match memory.manager_class {
-        ManagerClass::Local => Arc::new(memgate_store::LocalBackend::from_backend_config(
-            &backend_config,
-            &ctx,
-        )?),
+        ManagerClass::Local => {
+            let store = Arc::new(LocalBackend::from_backend_config(&backend_config, &ctx)?);
+            local = Some(Arc::clone(&store));
+            store
+        }
         ManagerClass::OpenViking => Arc::new(
             memgate_openviking::OpenVikingBackend::from_backend_config(&backend_config, &ctx)?,
         ),
@@ -81,7 +143,7 @@ pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<d
             backend.name()
         )));
     }
-    Ok(backend)
+    Ok((backend, local))
 }
 
 /// The noop backend takes no settings besides the injected storage root.
@@ -112,9 +174,10 @@ pub fn backend_notes(class: ManagerClass) -> Vec<String> {
              supported (manage memories in OpenViking Studio)"
                 .to_owned(),
         ],
+        // Its notes name the backend themselves.
         ManagerClass::PowerContext => memgate_powercontext::doctor_notes()
             .into_iter()
-            .map(|n| format!("powercontext: {n}"))
+            .map(str::to_owned)
             .collect(),
         ManagerClass::Noop => vec!["noop: stores nothing and recalls nothing".to_owned()],
     }

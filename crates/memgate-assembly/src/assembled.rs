@@ -1,0 +1,339 @@
+//! The one wrapper every surface talks to: gates, one total deadline per
+//! operation, tracked in-flight work with a bounded drain, and metrics.
+//!
+//! A plain wrapper rather than a stack of layers: every operation goes
+//! through [`AssembledBackend::run`], so the order of the concerns is written
+//! down once (admit → deadline → observe) instead of once per decorator and
+//! per method.
+
+use crate::deadline::{Deadlines, Operation};
+use crate::metrics::Metrics;
+use async_trait::async_trait;
+use memgate_core::work::{DrainReport, Ticket, WorkTracker};
+use memgate_core::{
+    Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch, FailurePolicy,
+    ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome,
+    RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The host-level gates of the `memory:` section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gates {
+    /// `memory.enabled`: capture and recall injection happen at all
+    /// (explicit operations such as `remember` still work).
+    pub enabled: bool,
+    /// `memory.injection_enabled`: recall happens.
+    pub injection_enabled: bool,
+}
+
+impl Default for Gates {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            injection_enabled: true,
+        }
+    }
+}
+
+impl Gates {
+    pub fn recalls(&self) -> bool {
+        self.enabled && self.injection_enabled
+    }
+
+    pub fn captures(&self) -> bool {
+        self.enabled
+    }
+}
+
+/// A backend as every surface sees it.
+pub struct AssembledBackend {
+    inner: Arc<dyn MemoryBackend>,
+    gates: Gates,
+    deadlines: Deadlines,
+    policy: FailurePolicy,
+    work: Arc<WorkTracker>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for AssembledBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AssembledBackend")
+            .field("backend", &self.inner.name())
+            .field("gates", &self.gates)
+            .field("deadlines", &self.deadlines)
+            .field("running", &self.work.running())
+            .finish()
+    }
+}
+
+impl AssembledBackend {
+    pub fn new(inner: Arc<dyn MemoryBackend>, gates: Gates, deadlines: Deadlines) -> Self {
+        let policy = inner.failure_policy();
+        Self {
+            inner,
+            gates,
+            deadlines,
+            policy,
+            work: WorkTracker::new(),
+            metrics: Arc::new(Metrics::default()),
+        }
+    }
+
+    /// Default gates and deadlines (tests, examples, embedders that have no
+    /// `memory:` section).
+    pub fn with_defaults(inner: Arc<dyn MemoryBackend>) -> Arc<Self> {
+        Arc::new(Self::new(inner, Gates::default(), Deadlines::default()))
+    }
+
+    /// Shares a metrics registry (the service's `/metrics`).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn gates(&self) -> Gates {
+        self.gates
+    }
+
+    pub fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn work(&self) -> &Arc<WorkTracker> {
+        &self.work
+    }
+
+    /// The backend inside (for code that needs the concrete store, such as
+    /// the Python extension's streamed capture, which then runs through
+    /// [`Self::run_admitted`]).
+    pub fn inner(&self) -> &Arc<dyn MemoryBackend> {
+        &self.inner
+    }
+
+    /// A ticket for work that starts later (a background capture): taken
+    /// before the task is spawned, so a drain that begins right after the
+    /// spawn still waits for it.
+    pub fn admit(&self) -> Result<Ticket> {
+        self.work
+            .admit()
+            .ok_or_else(|| MemoryError::Closed(self.inner.name().to_owned()))
+    }
+
+    /// Runs one operation: admitted, bounded by its total deadline, observed.
+    pub async fn run<T>(
+        &self,
+        operation: Operation,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let ticket = self.admit()?;
+        self.run_admitted(ticket, operation, call).await
+    }
+
+    /// [`Self::run`] for work whose ticket was taken earlier.
+    pub async fn run_admitted<T>(
+        &self,
+        ticket: Ticket,
+        operation: Operation,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let limit = self.deadlines.of(operation);
+        let result = match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => Err(MemoryError::DeadlineExceeded(format!(
+                "{operation} did not finish within its total deadline of {}",
+                seconds(limit)
+            ))),
+        };
+        drop(ticket);
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(err) => err.code(),
+        };
+        self.metrics
+            .observe(operation.as_str(), outcome, started.elapsed());
+        if let Err(err) = &result {
+            if !err.is_caller_error() {
+                tracing::warn!(operation = operation.as_str(), code = err.code(), error = %err, "memory operation failed");
+            }
+        }
+        result
+    }
+
+    /// A capture through the gates, for callers that hold a ticket already.
+    pub async fn capture_admitted(
+        &self,
+        ticket: Ticket,
+        request: &CaptureRequest,
+    ) -> Result<CaptureReport> {
+        if !self.gates.captures() {
+            return Ok(self.capture_disabled(request));
+        }
+        let result = self
+            .run_admitted(ticket, Operation::Capture, self.inner.capture(request))
+            .await;
+        self.soften_write_deadline(result)
+    }
+
+    /// What a capture answers with `memory.enabled` off: nothing stored,
+    /// everything left out, no backend call.
+    pub fn capture_disabled(&self, request: &CaptureRequest) -> CaptureReport {
+        self.metrics
+            .observe(Operation::Capture.as_str(), "disabled", Duration::ZERO);
+        CaptureReport {
+            filtered: request.messages.len(),
+            ..CaptureReport::default()
+        }
+    }
+
+    /// The write policy applied to a capture that ran out of time, exactly as
+    /// a backend applies it to its own failures.
+    pub fn soften_write_deadline(&self, result: Result<CaptureReport>) -> Result<CaptureReport> {
+        match result {
+            Err(err @ MemoryError::DeadlineExceeded(_)) => {
+                self.policy
+                    .write
+                    .apply(Err(err), CaptureReport::default(), "capture")
+            }
+            other => other,
+        }
+    }
+
+    /// Closes the door, waits up to `budget` for running work, then lets the
+    /// backend release its resources within what is left of the budget.
+    pub async fn drain(&self, budget: Duration) -> DrainReport {
+        let deadline = Instant::now() + budget;
+        let abandoned = self.work.close_and_wait(budget).await;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let backend_drained = match tokio::time::timeout(left, self.inner.shutdown(left)).await {
+            Ok(drained) => drained,
+            Err(_) => false,
+        };
+        let report = DrainReport {
+            abandoned,
+            backend_drained,
+        };
+        if !report.drained() {
+            tracing::warn!(backend = self.inner.name(), "{}", report.describe());
+        }
+        report
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.3} s", d.as_secs_f64())
+}
+
+#[async_trait]
+impl MemoryBackend for AssembledBackend {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn failure_policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
+    async fn recall(&self, request: &RecallRequest) -> Result<Recall> {
+        if !self.gates.recalls() {
+            self.metrics
+                .observe(Operation::Recall.as_str(), "disabled", Duration::ZERO);
+            return Ok(Recall::empty());
+        }
+        match self
+            .run(Operation::Recall, self.inner.recall(request))
+            .await
+        {
+            Err(err @ MemoryError::DeadlineExceeded(_)) => {
+                self.policy.read.apply(Err(err), Recall::empty(), "recall")
+            }
+            other => other,
+        }
+    }
+
+    async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
+        let ticket = self.admit()?;
+        self.capture_admitted(ticket, request).await
+    }
+
+    async fn remember(
+        &self,
+        caller: &Caller,
+        request: &RememberRequest,
+    ) -> Result<RememberOutcome> {
+        match self
+            .run(Operation::Remember, self.inner.remember(caller, request))
+            .await
+        {
+            // The request may have reached the store: say so, never retry.
+            Err(MemoryError::DeadlineExceeded(reason)) => Ok(RememberOutcome::Unknown { reason }),
+            other => other,
+        }
+    }
+
+    async fn search(&self, caller: &Caller, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        self.run(Operation::Search, self.inner.search(caller, query))
+            .await
+    }
+
+    async fn list_facts(&self, caller: &Caller, include_retired: bool) -> Result<Vec<Fact>> {
+        self.run(
+            Operation::ListFacts,
+            self.inner.list_facts(caller, include_retired),
+        )
+        .await
+    }
+
+    async fn get_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        self.run(Operation::GetFact, self.inner.get_fact(caller, id))
+            .await
+    }
+
+    async fn revise_fact(&self, caller: &Caller, id: &str, patch: &FactPatch) -> Result<Fact> {
+        self.run(
+            Operation::ReviseFact,
+            self.inner.revise_fact(caller, id, patch),
+        )
+        .await
+    }
+
+    async fn retire_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        self.run(Operation::RetireFact, self.inner.retire_fact(caller, id))
+            .await
+    }
+
+    async fn export(&self, caller: &Caller) -> Result<MemoryExport> {
+        self.run(Operation::Export, self.inner.export(caller)).await
+    }
+
+    async fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {
+        self.run(Operation::Import, self.inner.import(caller, data))
+            .await
+    }
+
+    async fn warm(&self) -> Result<WarmStatus> {
+        match self.run(Operation::Warm, self.inner.warm()).await {
+            Err(MemoryError::DeadlineExceeded(reason))
+                if self.policy.startup == memgate_core::StartupPolicy::Warn =>
+            {
+                Ok(WarmStatus::Degraded { reason })
+            }
+            other => other,
+        }
+    }
+
+    async fn shutdown(&self, timeout: Duration) -> bool {
+        self.drain(timeout).await.drained()
+    }
+}
