@@ -1,45 +1,28 @@
-//! Calendar arithmetic without a date-time dependency: RFC 3339 UTC
-//! timestamps (the store's `created_at` / `updated_at` / `captured_at`) and
-//! the proleptic Gregorian date of a day count (the host's date reminder).
+//! RFC 3339 UTC timestamps: the store's `created_at` / `updated_at` /
+//! `captured_at`, formatted by `jiff` to the millisecond.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use jiff::Timestamp;
 
 /// The current time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn now_rfc3339() -> String {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    format_unix_millis(since.as_millis() as i64)
+    rfc3339_millis(Timestamp::now())
 }
 
 /// Formats milliseconds since the Unix epoch as an RFC 3339 UTC timestamp.
+/// Instants beyond the years -9999 to 9999 are shown as the nearest end of
+/// that range.
 pub fn format_unix_millis(millis: i64) -> String {
-    let secs = millis.div_euclid(1000);
-    let ms = millis.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-        sod / 3600,
-        (sod % 3600) / 60,
-        sod % 60
-    )
+    let instant = Timestamp::from_millisecond(millis).unwrap_or(if millis < 0 {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    });
+    rfc3339_millis(instant)
 }
 
-/// Proleptic Gregorian date of a day count since 1970-01-01 (the era-based
-/// conversion: 400-year eras of 146097 days, years starting in March).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+/// Always three fractional digits, so stored timestamps sort as text.
+fn rfc3339_millis(instant: Timestamp) -> String {
+    format!("{instant:.3}")
 }
 
 /// A loose check that `s` looks like an RFC 3339 timestamp (imports keep
@@ -75,10 +58,20 @@ mod tests {
     }
 
     #[test]
+    fn instants_outside_the_calendar_show_its_ends() {
+        let last = format_unix_millis(i64::MAX);
+        assert!(last.starts_with("9999-12-"), "{last}");
+        let first = format_unix_millis(i64::MIN);
+        assert!(first.starts_with("-009999-01-"), "{first}");
+        assert!(looks_like_rfc3339(&last));
+    }
+
+    #[test]
     fn now_is_rfc3339() {
         let now = now_rfc3339();
         assert!(looks_like_rfc3339(&now), "{now}");
         assert!(now.ends_with('Z'));
+        assert_eq!(now.len(), "1970-01-01T00:00:00.000Z".len(), "{now}");
         assert!(!looks_like_rfc3339("yesterday"));
     }
 }

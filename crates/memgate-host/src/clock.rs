@@ -4,10 +4,17 @@
 //! The host formats the date as `YYYY-MM-DD, Weekday` in local time; a
 //! change of that string between turns is what triggers a date-only
 //! reminder.
+//!
+//! Dates and zones come from `jiff`, which reads the local zone (`TZ`,
+//! `/etc/localtime`) itself. libc's `localtime_r` is not used: it reads
+//! `TZ` with `getenv`, which races any `setenv` elsewhere in the host
+//! process, and a library cannot promise its host never calls one.
 
+use jiff::civil::Date;
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
 use std::fmt;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Day names in the host's `%A` spelling, Monday first.
 const WEEKDAYS: [&str; 7] = [
@@ -20,68 +27,61 @@ const WEEKDAYS: [&str; 7] = [
     "Sunday",
 ];
 
-/// A proleptic Gregorian calendar date.
+const EPOCH: Date = Date::constant(1970, 1, 1);
+
+/// A proleptic Gregorian calendar date, in the years -9999 to 9999.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CalendarDate {
-    year: i32,
-    month: u8,
-    day: u8,
-}
+pub struct CalendarDate(Date);
 
 impl CalendarDate {
-    /// A valid date, or `None` (month 1–12, day within the month).
+    /// A valid date, or `None` (year -9999–9999, month 1–12, day within the
+    /// month).
     pub fn new(year: i32, month: u8, day: u8) -> Option<Self> {
-        let valid = (1..=12).contains(&month) && day >= 1 && day <= days_in_month(year, month);
-        valid.then_some(Self { year, month, day })
+        let date = Date::new(
+            i16::try_from(year).ok()?,
+            i8::try_from(month).ok()?,
+            i8::try_from(day).ok()?,
+        );
+        date.ok().map(Self)
     }
 
-    /// The date `days` days after 1970-01-01 (negative: before).
+    /// The date `days` days after 1970-01-01 (negative: before); beyond the
+    /// calendar's range, its first or last day.
     pub fn from_days_since_epoch(days: i64) -> Self {
-        let (year, month, day) = memgate_core::time::civil_from_days(days);
-        let (year, month, day) = (year as i32, month as u8, day as u8);
-        Self { year, month, day }
+        let offset = SignedDuration::from_secs(days.saturating_mul(86_400));
+        Self(EPOCH.saturating_add(offset))
     }
 
     /// Days since 1970-01-01 (the inverse of [`Self::from_days_since_epoch`]).
     pub fn days_since_epoch(self) -> i64 {
-        let y = i64::from(self.year) - i64::from(self.month <= 2);
-        let era = y.div_euclid(400);
-        let yoe = y.rem_euclid(400);
-        let m = i64::from(self.month);
-        let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(self.day) - 1;
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        era * 146_097 + doe - 719_468
+        self.0.duration_since(EPOCH).as_secs() / 86_400
     }
 
-    /// The next calendar day.
+    /// The next calendar day (the last day of the range stays itself).
     pub fn succ(self) -> Self {
-        Self::from_days_since_epoch(self.days_since_epoch() + 1)
+        self.0.tomorrow().map_or(self, Self)
     }
 
     /// The English day name (`Monday` … `Sunday`).
     pub fn weekday(self) -> &'static str {
-        // 1970-01-01 was a Thursday (index 3).
-        WEEKDAYS[(self.days_since_epoch() + 3).rem_euclid(7) as usize]
+        WEEKDAYS[self.0.weekday().to_monday_zero_offset() as usize]
     }
 
     /// The host's `reminder_date` spelling: `YYYY-MM-DD, Weekday`.
     pub fn reminder_date(self) -> String {
         format!("{self}, {}", self.weekday())
     }
+
+    /// The date in `zone` at `instant`, with the zone's offset at that
+    /// instant (daylight saving time included).
+    fn in_zone(zone: &TimeZone, instant: Timestamp) -> Self {
+        Self(zone.to_datetime(instant).date())
+    }
 }
 
 impl fmt::Display for CalendarDate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04}-{:02}-{:02}", self.year, self.month, self.day)
-    }
-}
-
-fn days_in_month(year: i32, month: u8) -> u8 {
-    match month {
-        4 | 6 | 9 | 11 => 30,
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        _ => 31,
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -91,40 +91,16 @@ pub trait Clock: Send + Sync {
 }
 
 /// Today in the process's local time zone (as the host does), falling back
-/// to UTC where the local offset cannot be determined.
+/// to UTC where the local zone cannot be determined.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn today(&self) -> CalendarDate {
-        let secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or_default();
-        let local = secs + local_utc_offset_seconds(secs).unwrap_or(0);
-        CalendarDate::from_days_since_epoch(local.div_euclid(86_400))
+        // jiff caches the system zone and looks again every few minutes,
+        // so a changed `/etc/localtime` is picked up without a restart.
+        CalendarDate::in_zone(&TimeZone::system(), Timestamp::now())
     }
-}
-
-/// The local zone's offset from UTC at `unix_secs`, from the C library's
-/// zone rules (`TZ`, `/etc/localtime`).
-#[cfg(unix)]
-fn local_utc_offset_seconds(unix_secs: i64) -> Option<i64> {
-    let t = libc::time_t::try_from(unix_secs).ok()?;
-    // SAFETY: `localtime_r` only writes into the `tm` we own and reads `t`;
-    // a zeroed `tm` is a valid value of that plain C struct. memgate never
-    // changes the environment, so the zone lookup does not race a setenv.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    let converted = unsafe { libc::localtime_r(&t, &mut tm) };
-    // `c_long` is 32 bits on some targets.
-    #[allow(clippy::useless_conversion)]
-    let offset = i64::from(tm.tm_gmtoff);
-    (!converted.is_null()).then_some(offset)
-}
-
-#[cfg(not(unix))]
-fn local_utc_offset_seconds(_unix_secs: i64) -> Option<i64> {
-    None
 }
 
 /// A clock that says what it is told: for tests, and for hosts that decide
@@ -157,6 +133,17 @@ impl Clock for ManualClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use jiff::tz::Offset;
+    use std::process::Command;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    fn date(y: i32, m: u8, d: u8) -> CalendarDate {
+        CalendarDate::new(y, m, d).unwrap()
+    }
+
+    fn at(rfc3339: &str) -> Timestamp {
+        rfc3339.parse().unwrap()
+    }
 
     #[test]
     fn reminder_date_uses_the_hosts_spelling() {
@@ -187,6 +174,19 @@ mod tests {
     }
 
     #[test]
+    fn the_calendars_ends_hold() {
+        let last = date(9999, 12, 31);
+        assert_eq!(last.succ(), last);
+        assert_eq!(CalendarDate::from_days_since_epoch(i64::MAX), last);
+        assert_eq!(
+            CalendarDate::from_days_since_epoch(i64::MIN),
+            date(-9999, 1, 1)
+        );
+        assert!(CalendarDate::new(10_000, 1, 1).is_none());
+        assert!(CalendarDate::new(2024, 1, 200).is_none());
+    }
+
+    #[test]
     fn invalid_dates_are_refused() {
         assert!(CalendarDate::new(2023, 2, 29).is_none());
         assert!(CalendarDate::new(2024, 13, 1).is_none());
@@ -210,5 +210,88 @@ mod tests {
             / 86_400;
         let local = SystemClock.today().days_since_epoch();
         assert!((local - utc_days).abs() <= 1, "{local} vs {utc_days}");
+    }
+
+    #[test]
+    fn the_local_date_changes_at_the_zones_midnight() {
+        let tokyo = TimeZone::fixed(Offset::constant(9));
+        let before = CalendarDate::in_zone(&tokyo, at("2026-10-09T14:59:59Z"));
+        let after = CalendarDate::in_zone(&tokyo, at("2026-10-09T15:00:00Z"));
+        assert_eq!(before.reminder_date(), "2026-10-09, Friday");
+        assert_eq!(after.reminder_date(), "2026-10-10, Saturday");
+        // West of UTC the same instant is still the day before.
+        let lima = TimeZone::fixed(Offset::constant(-5));
+        assert_eq!(
+            CalendarDate::in_zone(&lima, at("2026-10-10T03:00:00Z")),
+            date(2026, 10, 9)
+        );
+    }
+
+    #[test]
+    fn the_offset_follows_daylight_saving_time() {
+        // POSIX rules as `TZ` may carry them: EST (UTC-5), EDT (UTC-4)
+        // from the second Sunday in March to the first Sunday in November.
+        let new_york = TimeZone::posix("EST5EDT,M3.2.0,M11.1.0").unwrap();
+        // 04:30 UTC is 00:30 EDT, the next day, only in summer time.
+        let summer = CalendarDate::in_zone(&new_york, at("2026-03-09T04:30:00Z"));
+        assert_eq!(summer, date(2026, 3, 9));
+        let winter = CalendarDate::in_zone(&new_york, at("2026-01-10T04:30:00Z"));
+        assert_eq!(winter, date(2026, 1, 9));
+    }
+
+    /// Prints `SystemClock`'s today for [`system_clock_follows_tz`], which
+    /// runs it in a child process with its own `TZ` (this process's
+    /// environment is never changed).
+    #[test]
+    #[ignore = "run by system_clock_follows_tz in a child process"]
+    fn print_system_today() {
+        println!("system-today={}", SystemClock.today());
+    }
+
+    /// `SystemClock`'s today in a child process whose `TZ` is `tz`.
+    fn system_today_with_tz(tz: &str) -> CalendarDate {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["clock::tests::print_system_today", "--exact"])
+            .args(["--ignored", "--nocapture", "--test-threads=1"])
+            .env("TZ", tz)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        // The harness prints the test's name on the same line.
+        let today = stdout
+            .split_once("system-today=")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no date from the child with TZ={tz}: {stdout}"));
+        CalendarDate(today.parse().unwrap())
+    }
+
+    /// The date in `zone` now, as one of the two dates around `run`
+    /// (which may cross midnight).
+    fn assert_today_in(zone: &TimeZone, run: impl FnOnce() -> CalendarDate) -> CalendarDate {
+        let before = CalendarDate::in_zone(zone, Timestamp::now());
+        let seen = run();
+        let after = CalendarDate::in_zone(zone, Timestamp::now());
+        assert!(
+            seen == before || seen == after,
+            "{seen} is neither {before} nor {after}"
+        );
+        seen
+    }
+
+    #[test]
+    fn system_clock_follows_tz() {
+        // UTC+14 and UTC-12 are 26 hours apart: never on the same date.
+        let east = assert_today_in(&TimeZone::fixed(Offset::constant(14)), || {
+            system_today_with_tz("<+14>-14")
+        });
+        let west = assert_today_in(&TimeZone::fixed(Offset::constant(-12)), || {
+            system_today_with_tz("<-12>12")
+        });
+        assert!(
+            (1..=2).contains(&(east.days_since_epoch() - west.days_since_epoch())),
+            "{east} vs {west}"
+        );
+        // A zone that does not exist falls back to UTC.
+        assert_today_in(&TimeZone::UTC, || system_today_with_tz("Nowhere/Atlantis"));
     }
 }

@@ -1,0 +1,149 @@
+//! Test support for the chat modules: `testkit/scripted_model.py` (a real
+//! HTTP server speaking the OpenAI protocol, logging every request body),
+//! a client and a session for it, and the RFC scenario's texts.
+
+use super::openai::{Endpoint, ModelClient};
+use super::turn::ChatSession;
+use super::ChatArgs;
+use memgate_core::{BackendContext, Caller, MemoryBackend, Result};
+use memgate_host::{HostSettings, MemoryHost};
+use serde_json::{json, Value};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(super) const CONVENTION: &str = "money amounts are integer cents; use pytest for backend tests";
+/// What the scripted model saves: one self-contained statement, as the
+/// tool description asks, so it names what the convention is for.
+pub(super) const SAVED_STATEMENT: &str =
+    "Order service conventions: money amounts are integer cents; use pytest for backend tests.";
+pub(super) const SAVE_REQUEST: &str =
+    "Remember this for the order service: money amounts are integer cents; use pytest for backend tests.";
+pub(super) const REFUND_REQUEST: &str =
+    "Add a refund calculation to the order service, following its conventions.";
+
+/// `testkit/scripted_model.py` on a free port, stopped on drop.
+pub(super) struct ScriptedModel {
+    child: Child,
+    url: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ScriptedModel {
+    pub(super) fn start(script: Value, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let script_path = dir.path().join("script.json");
+        std::fs::write(&script_path, script.to_string()).unwrap();
+        let log = dir.path().join("requests.jsonl");
+        let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testkit/scripted_model.py");
+        let mut child = Command::new("python3")
+            .arg(server)
+            .arg("--script")
+            .arg(&script_path)
+            .arg("--log")
+            .arg(&log)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs testkit/scripted_model.py");
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let url = first
+            .trim()
+            .rsplit(' ')
+            .next()
+            .filter(|u| u.starts_with("http://"))
+            .unwrap_or_else(|| panic!("scripted_model did not start: {first:?}"))
+            .to_owned();
+        Self {
+            child,
+            url,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// Every request body the server received, in order.
+    pub(super) fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON body per line"))
+            .collect()
+    }
+}
+
+impl Drop for ScriptedModel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `memgate chat`'s options with an endpoint and its defaults otherwise.
+pub(super) fn args(base_url: Option<&str>, model: Option<&str>) -> ChatArgs {
+    ChatArgs {
+        base_url: base_url.map(str::to_owned),
+        model: model.map(str::to_owned),
+        thread: None,
+        recall_timeout: 5.0,
+        model_timeout: 120.0,
+        no_stream: false,
+        system: None,
+    }
+}
+
+/// A client for `model`, its endpoint resolved as `memgate chat` does.
+pub(super) fn client(model: &ScriptedModel, stream: bool, key: Option<&str>) -> ModelClient {
+    let endpoint = Endpoint::resolve(&args(Some(&model.url), Some("scripted")), |_| {
+        key.map(str::to_owned)
+    })
+    .unwrap();
+    ModelClient::new(endpoint, stream, Duration::from_secs(30)).unwrap()
+}
+
+pub(super) fn session(
+    backend: Arc<dyn MemoryBackend>,
+    user: &str,
+    model: ModelClient,
+) -> ChatSession {
+    let host = MemoryHost::new(
+        memgate_assembly::AssembledBackend::with_defaults(backend),
+        HostSettings::default(),
+    );
+    ChatSession::new(host, model, Caller::new(user), None, None)
+}
+
+pub(super) async fn turn(session: &mut ChatSession, input: &str) -> Result<String> {
+    let mut out = Vec::new();
+    let result = session.turn(input, &mut out).await;
+    let text = String::from_utf8(out).unwrap();
+    result.map(|()| text)
+}
+
+pub(super) fn local() -> (Arc<dyn MemoryBackend>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = memgate_store::LocalBackend::from_backend_config(
+        &serde_json::Map::new(),
+        &BackendContext::new(dir.path()),
+    )
+    .unwrap();
+    (Arc::new(backend), dir)
+}
+
+pub(super) fn rfc_script() -> Value {
+    json!([
+        {"when": {"last_role": "tool"},
+         "reply": {"content": "The memory tool answered: {{tool_result}}"}},
+        {"when": {"user_contains": "remember this"},
+         "reply": {"tool_calls": [{"name": "memgate_remember",
+                                   "arguments": {"text": SAVED_STATEMENT, "kind": "preference"}}]}},
+        {"when": {"user_contains": "refund"},
+         "reply": {"content": "Refunds will be computed in integer cents, with pytest tests."}}
+    ])
+}
