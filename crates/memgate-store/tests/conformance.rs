@@ -5,22 +5,22 @@
 use memgate_conformance::{BoxFuture, Storage, Subject};
 use memgate_core::MemoryBackend;
 use memgate_store::{LocalBackend, LocalConfig};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-struct Local;
+/// Holds every directory it handed out until the test ends.
+#[derive(Default)]
+struct Local {
+    dirs: Mutex<Vec<tempfile::TempDir>>,
+}
 
 impl Subject for Local {
     fn fresh(&self) -> BoxFuture<'_, Storage> {
         Box::pin(async {
-            let dir = Arc::new(tempfile::tempdir().unwrap());
-            let open = {
-                let dir = Arc::clone(&dir);
-                move || -> Arc<dyn MemoryBackend> {
-                    Arc::new(
-                        LocalBackend::open(dir.path().join("memgate.sqlite3"), LocalConfig::default())
-                            .unwrap(),
-                    )
-                }
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("memgate.sqlite3");
+            self.dirs.lock().unwrap().push(dir);
+            let open = move || -> Arc<dyn MemoryBackend> {
+                Arc::new(LocalBackend::open(&path, LocalConfig::default()).unwrap())
             };
             let backend = open();
             let open = Arc::new(open);
@@ -35,4 +35,4 @@ impl Subject for Local {
     }
 }
 
-memgate_conformance::conformance_tests!(Some(Local));
+memgate_conformance::conformance_tests!(Some(Local::default()));
