@@ -74,6 +74,9 @@ pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<d
             reject_keys("noop", &backend_config)?;
             Arc::new(NoopBackend)
         }
+        ManagerClass::Postgres => Arc::new(
+            memgate_postgres::PostgresBackend::from_backend_config(&backend_config, &ctx)?,
+        ),
     };
     if memory.mode == MemoryMode::Tool && !backend.capabilities().search {
         return Err(MemoryError::Config(format!(
@@ -117,6 +120,11 @@ pub fn backend_notes(class: ManagerClass) -> Vec<String> {
             .map(|n| format!("powercontext: {n}"))
             .collect(),
         ManagerClass::Noop => vec!["noop: stores nothing and recalls nothing".to_owned()],
+        ManagerClass::Postgres => vec![
+            "postgres: the local store's contract on PostgreSQL; replicas share one database; \
+             recall is full text only (no dense vectors)"
+                .to_owned(),
+        ],
     }
 }
 

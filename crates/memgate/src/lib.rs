@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod factory;
+pub mod migrate;
 
 pub use config::{Config, ConfigSource, ManagerClass, MemoryConfig, ServerConfig};
 pub use factory::{open_backend, BackendSetup};

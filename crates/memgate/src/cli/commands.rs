@@ -42,6 +42,12 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Eval {
             dataset: EvalCommand::Locomo { file, json },
         } => eval_locomo(file, json).await,
+        Command::Migrate {
+            from,
+            to,
+            postgres_dsn_env,
+            json,
+        } => super::migrate::run(cli.config.as_deref(), &from, &to, &postgres_dsn_env, json).await,
         command => {
             let (backend, timeout) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
             let result = operate(&*backend, caller, command).await;
