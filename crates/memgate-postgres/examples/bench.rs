@@ -84,13 +84,21 @@ fn workload(items: usize, recalls: usize, seed: u64) -> Workload {
         let thread = captures.len();
         let messages = (0..n)
             .map(|i| {
-                let words = if i % 2 == 0 { 8 + rng.below(20) } else { 15 + rng.below(45) };
+                let words = if i % 2 == 0 {
+                    8 + rng.below(20)
+                } else {
+                    15 + rng.below(45)
+                };
                 let s = text.sentence(&mut rng, words);
                 if rng.below(50) == 0 {
                     samples.push(s.clone());
                 }
-                if i % 2 == 0 { Message::human(s) } else { Message::ai(s) }
-                    .with_id(format!("t{thread}-{i}"))
+                if i % 2 == 0 {
+                    Message::human(s)
+                } else {
+                    Message::ai(s)
+                }
+                .with_id(format!("t{thread}-{i}"))
             })
             .collect();
         captures.push(CaptureRequest {
@@ -182,7 +190,12 @@ async fn measure(backend: &dyn MemoryBackend, w: &Workload) -> Figures {
 }
 
 /// `load` recalls from `clients` concurrent callers over `replicas`.
-async fn throughput(replicas: &[Arc<PostgresBackend>], w: &Arc<Workload>, load: usize, clients: usize) -> f64 {
+async fn throughput(
+    replicas: &[Arc<PostgresBackend>],
+    w: &Arc<Workload>,
+    load: usize,
+    clients: usize,
+) -> f64 {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
@@ -222,12 +235,17 @@ async fn main() {
     println!(
         "cores={} profile={}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        if cfg!(debug_assertions) { "debug" } else { "release" }
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
     );
     for (i, &items) in o.sizes.iter().enumerate() {
         let w = Arc::new(workload(items, o.recalls, 0x6d67_6174 + i as u64));
         let dir = tempfile::tempdir().unwrap();
-        let local = LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default()).unwrap();
+        let local =
+            LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default()).unwrap();
         let f = measure(&local, &w).await;
         print("local", items, &f);
         local.shutdown(Duration::from_secs(30)).await;
@@ -260,6 +278,9 @@ async fn main() {
                 o.clients, o.load
             );
         }
-        println!("postgres server {} schema {}", info.server_version, info.schema);
+        println!(
+            "postgres server {} schema {}",
+            info.server_version, info.schema
+        );
     }
 }

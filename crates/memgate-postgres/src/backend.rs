@@ -13,7 +13,7 @@ use crate::config::PostgresConfig;
 use crate::pool::{self, db_error, pool_error};
 use crate::schema;
 use async_trait::async_trait;
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::{GenericClient, Object, Pool};
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch,
     ImportReport, KeepHiddenHook, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
@@ -25,6 +25,8 @@ use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
 
 /// The embedded default's contract on PostgreSQL (`manager_class: postgres`).
 pub struct PostgresBackend {
@@ -128,6 +130,56 @@ impl PostgresBackend {
         db_error(&self.config, &e)
     }
 
+    /// Runs `sql` as a statement prepared once per connection (a cached
+    /// statement saves the parse round trip on every later call).
+    async fn prepared(&self, c: &impl GenericClient, sql: &str) -> Result<Statement> {
+        c.prepare_cached(sql).await.map_err(|e| self.err(e))
+    }
+
+    pub(crate) async fn rows(
+        &self,
+        c: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let statement = self.prepared(c, sql).await?;
+        c.query(&statement, params).await.map_err(|e| self.err(e))
+    }
+
+    pub(crate) async fn row_opt(
+        &self,
+        c: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>> {
+        let statement = self.prepared(c, sql).await?;
+        c.query_opt(&statement, params)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    pub(crate) async fn row(
+        &self,
+        c: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row> {
+        let statement = self.prepared(c, sql).await?;
+        c.query_one(&statement, params)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    pub(crate) async fn exec(
+        &self,
+        c: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64> {
+        let statement = self.prepared(c, sql).await?;
+        c.execute(&statement, params).await.map_err(|e| self.err(e))
+    }
+
     /// A pooled connection, after the schema is known to be current.
     pub(crate) async fn client(&self) -> Result<Object> {
         if self.closing.load(Ordering::Acquire) {
@@ -165,10 +217,9 @@ impl PostgresBackend {
     pub async fn doctor(&self) -> Result<DoctorInfo> {
         let client = self.client().await?;
         let started = Instant::now();
-        let row = client
-            .query_one("SELECT current_setting('server_version')", &[])
-            .await
-            .map_err(|e| self.err(e))?;
+        let row = self
+            .row(&client, "SELECT current_setting('server_version')", &[])
+            .await?;
         let ping_ms = started.elapsed().as_secs_f64() * 1000.0;
         let schema_version = schema::schema_version(&client, &self.config).await?;
         drop(client);
@@ -196,10 +247,9 @@ impl PostgresBackend {
     /// Every scope that ever stored something, oldest first (for `memgate migrate`).
     pub async fn scopes(&self) -> Result<Vec<ScopeKey>> {
         let client = self.client().await?;
-        let rows = client
-            .query("SELECT user_id, peer FROM scopes ORDER BY id", &[])
-            .await
-            .map_err(|e| self.err(e))?;
+        let rows = self
+            .rows(&client, "SELECT user_id, peer FROM scopes ORDER BY id", &[])
+            .await?;
         Ok(rows
             .iter()
             .map(|r| ScopeKey {

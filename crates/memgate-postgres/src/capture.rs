@@ -42,23 +42,22 @@ impl PostgresBackend {
         thread: &str,
         turns: &[NewTurn],
     ) -> Result<(usize, usize)> {
-        c.execute(
-            "SELECT pg_advisory_xact_lock(hashtext('memgate-turns:' || $1::bigint::text), hashtext($2))",
+        self.exec(
+c,
+"SELECT pg_advisory_xact_lock(hashtext('memgate-turns:' || $1::bigint::text), hashtext($2))",
             &[&scope_id, &thread],
-        )
-        .await
-        .map_err(|e| self.err(e))?;
+).await?;
         // Signatures already in the thread (or repeated in this batch) take no
         // position; the insert's ON CONFLICT stays the guarantee.
         let signatures: Vec<&str> = turns.iter().map(|t| t.signature.as_str()).collect();
-        let known: std::collections::HashSet<String> = c
-            .query(
+        let known: std::collections::HashSet<String> = self
+            .rows(
+                c,
                 "SELECT signature FROM turns WHERE scope_id = $1 AND thread = $2
                  AND signature = ANY($3)",
                 &[&scope_id, &thread, &signatures],
             )
-            .await
-            .map_err(|e| self.err(e))?
+            .await?
             .iter()
             .map(|r| r.get(0))
             .collect();
@@ -70,20 +69,21 @@ impl PostgresBackend {
         if new.is_empty() {
             return Ok((0, turns.len()));
         }
-        let next: i64 = c
-            .query_one(
+        let next: i64 = self
+            .row(
+                c,
                 "SELECT coalesce(max(seq), 0) + 1 FROM turns WHERE scope_id = $1 AND thread = $2",
                 &[&scope_id, &thread],
             )
-            .await
-            .map_err(|e| self.err(e))?
+            .await?
             .get(0);
         let column = |f: fn(&NewTurn) -> Option<String>| -> Vec<Option<String>> {
             new.iter().map(|t| f(t)).collect()
         };
         let sql = INSERT_TURNS.replace("SEARCH_VECTOR", &search_vector("t.body", "t.context"));
-        let rows = c
-            .query(
+        let rows = self
+            .rows(
+                c,
                 &sql,
                 &[
                     &scope_id,
@@ -106,8 +106,7 @@ impl PostgresBackend {
                     }),
                 ],
             )
-            .await
-            .map_err(|e| self.err(e))?;
+            .await?;
         Ok((rows.len(), turns.len() - rows.len()))
     }
 

@@ -112,16 +112,13 @@ fn integer_in(config: &Map<String, Value>, key: &str, range: RangeInclusive<u64>
     let Some(value) = config.get(key) else {
         return Ok(default);
     };
-    value
-        .as_u64()
-        .filter(|n| range.contains(n))
-        .ok_or_else(|| {
-            config_error(format!(
-                "backend_config.{key} must be an integer between {} and {}",
-                range.start(),
-                range.end()
-            ))
-        })
+    value.as_u64().filter(|n| range.contains(n)).ok_or_else(|| {
+        config_error(format!(
+            "backend_config.{key} must be an integer between {} and {}",
+            range.start(),
+            range.end()
+        ))
+    })
 }
 
 fn string_setting<'a>(config: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>> {
@@ -270,7 +267,9 @@ impl PostgresConfig {
     /// The same settings with another schema (tests give each run its own).
     pub fn with_schema(mut self, schema: &str) -> Result<Self> {
         if !valid_schema_name(schema) {
-            return Err(config_error("schema name breaks the rule of backend_config.schema"));
+            return Err(config_error(
+                "schema name breaks the rule of backend_config.schema",
+            ));
         }
         schema.clone_into(&mut self.schema);
         Ok(self)
@@ -299,7 +298,8 @@ mod tests {
             "postgres://u:s3cret@127.0.0.1:5432/db".to_owned(),
         )]
         .into();
-        let ctx = BackendContext::new("/srv").with_env(Arc::new(move |k: &str| env.get(k).cloned()));
+        let ctx =
+            BackendContext::new("/srv").with_env(Arc::new(move |k: &str| env.get(k).cloned()));
         PostgresConfig::from_backend_config(v.as_object().unwrap(), &ctx)
     }
 
@@ -333,8 +333,8 @@ mod tests {
             .unwrap();
         assert!(e.to_string().contains("sslmode=require"), "{e}");
         assert!(!e.to_string().contains("s3cret"));
-        let c = parse(json!({"dsn": "postgres://u:s3cret@db.example.com/db?sslmode=require"}))
-            .unwrap();
+        let c =
+            parse(json!({"dsn": "postgres://u:s3cret@db.example.com/db?sslmode=require"})).unwrap();
         assert!(c.tls);
         for local in ["localhost", "127.0.0.2", "[::1]"] {
             parse(json!({ "dsn": format!("postgres://u@{local}/db") })).unwrap();
@@ -343,20 +343,32 @@ mod tests {
 
     #[test]
     fn rules_are_named() {
-        let e = parse(json!({"dsn_env": "PG_DSN", "pool_size": 0})).err().unwrap();
+        let e = parse(json!({"dsn_env": "PG_DSN", "pool_size": 0}))
+            .err()
+            .unwrap();
         assert_eq!(
             e.to_string(),
             "backend_config.pool_size must be an integer between 1 and 64"
         );
-        let e = parse(json!({"dsn_env": "PG_DSN", "recall_top_k": 0})).err().unwrap();
+        let e = parse(json!({"dsn_env": "PG_DSN", "recall_top_k": 0}))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("backend_config.recall_top_k"), "{e}");
-        let e = parse(json!({"dsn_env": "PG_DSN", "schema": "Bad-Name"})).err().unwrap();
+        let e = parse(json!({"dsn_env": "PG_DSN", "schema": "Bad-Name"}))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("backend_config.schema"), "{e}");
         let e = parse(json!({"dsn_env": "NOPE"})).err().unwrap();
         assert!(e.to_string().contains("NOPE"), "{e}");
         let e = parse(json!({})).err().unwrap();
         assert!(e.to_string().contains("backend_config.dsn"), "{e}");
-        let e = parse(json!({"dsn_env": "PG_DSN", "busy_timeout_ms": 5})).err().unwrap();
-        assert!(e.to_string().contains("not a setting of the postgres backend"), "{e}");
+        let e = parse(json!({"dsn_env": "PG_DSN", "busy_timeout_ms": 5}))
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .contains("not a setting of the postgres backend"),
+            "{e}"
+        );
     }
 }

@@ -10,13 +10,13 @@
 
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
 use crate::terms::search_vector;
+use deadpool_postgres::GenericClient;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
     Result,
 };
 use memgate_store::facts::{citation, parse_citation};
-use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 pub(crate) const FACT_COLUMNS: &str = "id, kind, text, state, version, created_at, updated_at";
@@ -57,28 +57,20 @@ impl PostgresBackend {
     /// the loser of the unique race reads the winner's row).
     pub(crate) async fn ensure_scope(&self, c: &impl GenericClient, scope: &Scope) -> Result<i64> {
         let find = &SCOPE_ID[1..SCOPE_ID.len() - 1];
-        if let Some(r) = c
-            .query_opt(find, &[&scope.user, &scope.peer])
-            .await
-            .map_err(|e| self.err(e))?
-        {
+        if let Some(r) = self.row_opt(c, find, &[&scope.user, &scope.peer]).await? {
             return Ok(r.get(0));
         }
-        let inserted = c
-            .query_opt(
+        let inserted = self
+            .row_opt(
+                c,
                 "INSERT INTO scopes (user_id, peer) VALUES ($1, $2)
                  ON CONFLICT (user_id, peer) DO NOTHING RETURNING id",
                 &[&scope.user, &scope.peer],
             )
-            .await
-            .map_err(|e| self.err(e))?;
+            .await?;
         match inserted {
             Some(r) => Ok(r.get(0)),
-            None => c
-                .query_one(find, &[&scope.user, &scope.peer])
-                .await
-                .map(|r| r.get(0))
-                .map_err(|e| self.err(e)),
+            None => Ok(self.row(c, find, &[&scope.user, &scope.peer]).await?.get(0)),
         }
     }
 
@@ -103,8 +95,9 @@ impl PostgresBackend {
             search_vector("$7", "$8")
         );
         let (body, context) = (crate::terms::fold(text), crate::terms::fold(kind));
-        let row = c
-            .query_opt(
+        let row = self
+            .row_opt(
+                c,
                 &sql,
                 &[
                     &scope_id,
@@ -117,8 +110,7 @@ impl PostgresBackend {
                     &context,
                 ],
             )
-            .await
-            .map_err(|e| self.err(e))?;
+            .await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -139,13 +131,20 @@ impl PostgresBackend {
         state: FactState,
         at: &str,
     ) -> Result<()> {
-        c.execute(
+        self.exec(
+            c,
             "INSERT INTO memory_history (memory_id, version, kind, text, state, recorded_at)
              VALUES ($1, $2, $3, $4, $5, $6)",
-            &[&id, &(version as i32), &kind, &text, &state_name(state), &at],
+            &[
+                &id,
+                &(version as i32),
+                &kind,
+                &text,
+                &state_name(state),
+                &at,
+            ],
         )
-        .await
-        .map_err(|e| self.err(e))?;
+        .await?;
         Ok(())
     }
 
@@ -157,14 +156,15 @@ impl PostgresBackend {
         kind: &str,
         text: &str,
     ) -> Result<Option<i64>> {
-        c.query_opt(
-            "SELECT id FROM memories WHERE scope_id = $1 AND kind = $2 AND md5(text) = md5($3)
-             AND text = $3 AND state = 'active'",
-            &[&scope_id, &kind, &text],
-        )
-        .await
-        .map(|r| r.map(|r| r.get(0)))
-        .map_err(|e| self.err(e))
+        let row = self
+            .row_opt(
+                c,
+                "SELECT id FROM memories WHERE scope_id = $1 AND kind = $2 AND md5(text) = md5($3)
+                 AND text = $3 AND state = 'active'",
+                &[&scope_id, &kind, &text],
+            )
+            .await?;
+        Ok(row.map(|r| r.get(0)))
     }
 
     /// Stores one explicit memory, or reports the identical active one.
@@ -183,7 +183,15 @@ impl PostgresBackend {
             let scope_id = self.ensure_scope(&tx, &scope).await?;
             let now = now_rfc3339();
             let stored = self
-                .insert_fact(&tx, scope_id, &request.kind, &request.text, FactState::Active, &now, &now)
+                .insert_fact(
+                    &tx,
+                    scope_id,
+                    &request.kind,
+                    &request.text,
+                    FactState::Active,
+                    &now,
+                    &now,
+                )
                 .await?;
             let outcome = match stored {
                 Some(id) => Some(RememberOutcome::Stored {
@@ -208,19 +216,25 @@ impl PostgresBackend {
     }
 
     /// The caller's memories, oldest first; retired ones only on request.
-    pub(crate) async fn facts_of(&self, caller: &Caller, include_retired: bool) -> Result<Vec<Fact>> {
+    pub(crate) async fn facts_of(
+        &self,
+        caller: &Caller,
+        include_retired: bool,
+    ) -> Result<Vec<Fact>> {
         let scope = Scope::of(caller);
-        let filter = if include_retired { "" } else { "AND state = 'active'" };
+        let filter = if include_retired {
+            ""
+        } else {
+            "AND state = 'active'"
+        };
         let client = self.client().await?;
-        let rows = client
-            .query(
-                &format!(
+        let rows = self.rows(
+&client,
+&format!(
                     "SELECT {FACT_COLUMNS} FROM memories WHERE scope_id = {SCOPE_ID} {filter} ORDER BY id"
                 ),
                 &[&scope.user, &scope.peer],
-            )
-            .await
-            .map_err(|e| self.err(e))?;
+).await?;
         Ok(rows.iter().map(fact_from_row).collect())
     }
 
@@ -241,15 +255,13 @@ impl PostgresBackend {
         for_update: bool,
     ) -> Result<Option<Fact>> {
         let lock = if for_update { "FOR UPDATE" } else { "" };
-        c.query_opt(
-            &format!(
-                "SELECT {FACT_COLUMNS} FROM memories WHERE id = $3 AND scope_id = {SCOPE_ID} {lock}"
-            ),
-            &[&scope.user, &scope.peer, &id],
-        )
-        .await
-        .map(|r| r.as_ref().map(fact_from_row))
-        .map_err(|e| self.err(e))
+        let sql = format!(
+            "SELECT {FACT_COLUMNS} FROM memories WHERE id = $3 AND scope_id = {SCOPE_ID} {lock}"
+        );
+        let row = self
+            .row_opt(c, &sql, &[&scope.user, &scope.peer, &id])
+            .await?;
+        Ok(row.as_ref().map(fact_from_row))
     }
 
     /// Every recorded version of a memory, oldest first.
@@ -257,14 +269,14 @@ impl PostgresBackend {
         let current = self.fact(caller, id).await?;
         let row = parse_citation(id).ok_or_else(|| not_found(id))?;
         let client = self.client().await?;
-        let rows = client
-            .query(
+        let rows = self
+            .rows(
+                &client,
                 "SELECT memory_id, kind, text, state, version, recorded_at, recorded_at
                  FROM memory_history WHERE memory_id = $1 ORDER BY version",
                 &[&row],
             )
-            .await
-            .map_err(|e| self.err(e))?;
+            .await?;
         Ok(rows
             .iter()
             .map(|r| Fact {
@@ -282,7 +294,8 @@ impl PostgresBackend {
              WHERE id = $1",
             search_vector("$7", "$8")
         );
-        c.execute(
+        self.exec(
+            c,
             &sql,
             &[
                 &id,
@@ -295,8 +308,7 @@ impl PostgresBackend {
                 &crate::terms::fold(&next.kind),
             ],
         )
-        .await
-        .map_err(|e| self.err(e))?;
+        .await?;
         self.record_history(
             c,
             id,
@@ -310,7 +322,12 @@ impl PostgresBackend {
     }
 
     /// Revises kind and/or text, keeping the old version in the history.
-    pub(crate) async fn revise(&self, caller: &Caller, id: &str, patch: &FactPatch) -> Result<Fact> {
+    pub(crate) async fn revise(
+        &self,
+        caller: &Caller,
+        id: &str,
+        patch: &FactPatch,
+    ) -> Result<Fact> {
         if patch.kind.is_none() && patch.text.is_none() {
             return Err(MemoryError::invalid("patch", "must set `kind` or `text`"));
         }
@@ -335,10 +352,9 @@ impl PostgresBackend {
         if revised.kind == current.kind && revised.text == current.text {
             return Ok(current);
         }
-        let scope_id: i64 = tx
-            .query_one("SELECT scope_id FROM memories WHERE id = $1", &[&row])
-            .await
-            .map_err(|e| self.err(e))?
+        let scope_id: i64 = self
+            .row(&tx, "SELECT scope_id FROM memories WHERE id = $1", &[&row])
+            .await?
             .get(0);
         if let Some(other) = self
             .find_active(&tx, scope_id, &revised.kind, &revised.text)

@@ -34,4 +34,3 @@ pub mod transfer;
 pub use backend::{DoctorInfo, PoolState, PostgresBackend};
 pub use config::PostgresConfig;
 pub use schema::SCHEMA_VERSION;
-

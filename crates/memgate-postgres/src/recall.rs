@@ -22,8 +22,8 @@ use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
 use memgate_store::facts::citation;
 use memgate_store::ranking::{
-    candidate_pool, smooth_neighbours, turn_citation, Origin, Ranked, MEMORY_WEIGHT,
-    NEIGHBOURS_OF, TURN_KIND,
+    candidate_pool, smooth_neighbours, turn_citation, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
+    TURN_KIND,
 };
 use memgate_store::recall::{assemble, MAX_SEARCH_TOP_K};
 use std::collections::HashSet;
@@ -94,25 +94,29 @@ impl PostgresBackend {
         );
         let mut candidates: Vec<Ranked> = Vec::new();
         if !matches!(category, Category::Memories(_)) {
-            let rows = c
-                .query(&turns_sql, &[&scope.user, &scope.peer, &tsquery, &pool])
-                .await
-                .map_err(|e| self.err(e))?;
+            let rows = self
+                .rows(c, &turns_sql, &[&scope.user, &scope.peer, &tsquery, &pool])
+                .await?;
             candidates.extend(rows.iter().map(|r| turn_from_row(r, r.get(8))));
         }
         let memory_rows = match category {
             Category::Turns => Vec::new(),
-            Category::All => c
-                .query(&memories_sql, &[&scope.user, &scope.peer, &tsquery, &pool])
-                .await
-                .map_err(|e| self.err(e))?,
-            Category::Memories(kind) => c
-                .query(
+            Category::All => {
+                self.rows(
+                    c,
+                    &memories_sql,
+                    &[&scope.user, &scope.peer, &tsquery, &pool],
+                )
+                .await?
+            }
+            Category::Memories(kind) => {
+                self.rows(
+                    c,
                     &memories_sql,
                     &[&scope.user, &scope.peer, &tsquery, &pool, &kind],
                 )
-                .await
-                .map_err(|e| self.err(e))?,
+                .await?
+            }
         };
         candidates.extend(memory_rows.iter().map(|r| Ranked {
             citation: citation(r.get(0)),
@@ -175,8 +179,9 @@ impl PostgresBackend {
             return Ok(());
         }
         let (threads, seqs): (Vec<String>, Vec<i64>) = wanted.into_iter().unzip();
-        let rows = c
-            .query(
+        let rows = self
+            .rows(
+                c,
                 &format!(
                     "SELECT t.id, t.thread, t.seq, t.message_id, t.role, t.speaker,
                             t.occurred_at, t.text
@@ -187,8 +192,7 @@ impl PostgresBackend {
                 ),
                 &[&scope.user, &scope.peer, &threads, &seqs],
             )
-            .await
-            .map_err(|e| self.err(e))?;
+            .await?;
         ranked.extend(rows.iter().map(|r| turn_from_row(r, 0.0)));
         Ok(())
     }
@@ -206,17 +210,21 @@ impl PostgresBackend {
         let mut ranked = self
             .rank(&client, &scope, query, settings.recall_top_k, Category::All)
             .await?;
-        let standing = client
-            .query(
+        let standing = self
+            .rows(
+                &client,
                 &format!(
                     "SELECT {} FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
                      ORDER BY id DESC LIMIT $3",
                     crate::facts::FACT_COLUMNS
                 ),
-                &[&scope.user, &scope.peer, &(settings.standing_memories as i64)],
+                &[
+                    &scope.user,
+                    &scope.peer,
+                    &(settings.standing_memories as i64),
+                ],
             )
-            .await
-            .map_err(|e| self.err(e))?;
+            .await?;
         drop(client);
         for fact in standing.iter().map(crate::facts::fact_from_row) {
             if !ranked.iter().any(|r| r.citation == fact.id) {

@@ -202,7 +202,12 @@ pub async fn migrate(
                 db_error(config, &e)
             ))
         })?;
-        tracing::info!(step = i + 1, name = step.name, schema, "applied postgres migration");
+        tracing::info!(
+            step = i + 1,
+            name = step.name,
+            schema,
+            "applied postgres migration"
+        );
     }
     if target > before {
         tx.execute(

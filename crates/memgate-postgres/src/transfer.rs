@@ -38,25 +38,25 @@ impl PostgresBackend {
             .start()
             .await
             .map_err(|e| self.err(e))?;
-        let facts = tx
-            .query(
+        let facts = self
+            .rows(
+                &tx,
                 &format!(
                     "SELECT {FACT_COLUMNS} FROM memories WHERE scope_id = {SCOPE_ID} ORDER BY id"
                 ),
                 &[&scope.user, &scope.peer],
             )
-            .await
-            .map_err(|e| self.err(e))?;
-        let turns = tx
-            .query(
+            .await?;
+        let turns = self
+            .rows(
+                &tx,
                 &format!(
                     "SELECT thread, role, text, signature, captured_at FROM turns
                      WHERE scope_id = {SCOPE_ID} ORDER BY id"
                 ),
                 &[&scope.user, &scope.peer],
             )
-            .await
-            .map_err(|e| self.err(e))?;
+            .await?;
         tx.commit().await.map_err(|e| self.err(e))?;
         Ok(MemoryExport::new(
             facts.iter().map(fact_from_row).collect(),
@@ -116,14 +116,14 @@ impl PostgresBackend {
             let present = match state {
                 // Active copies are unique in storage: the insert decides.
                 FactState::Active => false,
-                FactState::Retired => tx
-                    .query_opt(
+                FactState::Retired => self
+                    .row_opt(
+                        &tx,
                         "SELECT 1 FROM memories WHERE scope_id = $1 AND kind = $2
                          AND text = $3 AND state = $4",
                         &[&scope_id, &request.kind, &request.text, &state_name(*state)],
                     )
-                    .await
-                    .map_err(|e| self.err(e))?
+                    .await?
                     .is_some(),
             };
             let inserted = !present

@@ -8,7 +8,9 @@ use memgate_core::{Caller, MemoryBackend, MemoryError, RememberRequest};
 use memgate_postgres::{PostgresBackend, PostgresConfig, SCHEMA_VERSION};
 
 async fn sql(dsn: &str, statements: &str) {
-    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await.unwrap();
+    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
     let task = tokio::spawn(conn);
     client.batch_execute(statements).await.unwrap();
     drop(client);
@@ -16,7 +18,9 @@ async fn sql(dsn: &str, statements: &str) {
 }
 
 async fn count(dsn: &str, query: &str) -> i64 {
-    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await.unwrap();
+    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
     let task = tokio::spawn(conn);
     let n = client.query_one(query, &[]).await.unwrap().get(0);
     drop(client);
@@ -43,7 +47,10 @@ async fn migrations_raced_by_eight_backends_apply_once() {
     let b = common::backend(&dsn, &schema);
     let info = b.doctor().await.unwrap();
     assert_eq!(info.schema_version, SCHEMA_VERSION);
-    assert!(info.server_version.starts_with(char::is_numeric), "{info:?}");
+    assert!(
+        info.server_version.starts_with(char::is_numeric),
+        "{info:?}"
+    );
     assert!(info.pool.size >= 1 && info.pool.max_size == 8, "{info:?}");
     assert!(!info.hybrid_vectors);
     println!("doctor: {}", serde_json::to_string(&info).unwrap());
@@ -59,13 +66,23 @@ async fn a_foreign_schema_is_refused_and_left_untouched() {
     assert!(matches!(e, MemoryError::Corruption(_)), "{e}");
     assert!(e.to_string().contains("another application"), "{e}");
     let e = b
-        .remember(&Caller::new("u"), &RememberRequest::new("fact", "x").unwrap())
+        .remember(
+            &Caller::new("u"),
+            &RememberRequest::new("fact", "x").unwrap(),
+        )
         .await
         .unwrap_err();
     assert!(matches!(e, MemoryError::Corruption(_)), "{e}");
-    let tables = count(&dsn, &format!("SELECT count(*) FROM pg_tables WHERE schemaname = '{schema}'")).await;
+    let tables = count(
+        &dsn,
+        &format!("SELECT count(*) FROM pg_tables WHERE schemaname = '{schema}'"),
+    )
+    .await;
     assert_eq!(tables, 1, "nothing was added to the foreign schema");
-    assert_eq!(count(&dsn, &format!("SELECT count(*) FROM {schema}.orders")).await, 1);
+    assert_eq!(
+        count(&dsn, &format!("SELECT count(*) FROM {schema}.orders")).await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -73,19 +90,35 @@ async fn a_newer_schema_is_refused_and_never_downgraded() {
     let Some(dsn) = common::dsn() else { return };
     let schema = common::unique_schema("newer");
     let b = common::backend(&dsn, &schema);
-    b.remember(&Caller::new("u"), &RememberRequest::new("fact", "kept").unwrap())
-        .await
-        .unwrap();
-    sql(&dsn, &format!("UPDATE {schema}.memgate_meta SET value = '99' WHERE key = 'schema_version'")).await;
+    b.remember(
+        &Caller::new("u"),
+        &RememberRequest::new("fact", "kept").unwrap(),
+    )
+    .await
+    .unwrap();
+    sql(
+        &dsn,
+        &format!("UPDATE {schema}.memgate_meta SET value = '99' WHERE key = 'schema_version'"),
+    )
+    .await;
     let fresh = common::backend(&dsn, &schema);
     let e = fresh.warm().await.unwrap_err();
     assert!(matches!(e, MemoryError::Corruption(_)), "{e}");
-    assert!(e.to_string().contains("newer than this memgate understands"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("newer than this memgate understands"),
+        "{e}"
+    );
     let version: String = {
-        let (client, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await.unwrap();
+        let (client, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+            .await
+            .unwrap();
         let task = tokio::spawn(conn);
         let v = client
-            .query_one(&format!("SELECT value FROM {schema}.memgate_meta WHERE key = 'schema_version'"), &[])
+            .query_one(
+                &format!("SELECT value FROM {schema}.memgate_meta WHERE key = 'schema_version'"),
+                &[],
+            )
             .await
             .unwrap()
             .get(0);
@@ -94,7 +127,10 @@ async fn a_newer_schema_is_refused_and_never_downgraded() {
         v
     };
     assert_eq!(version, "99");
-    assert_eq!(count(&dsn, &format!("SELECT count(*) FROM {schema}.memories")).await, 1);
+    assert_eq!(
+        count(&dsn, &format!("SELECT count(*) FROM {schema}.memories")).await,
+        1
+    );
 }
 
 #[tokio::test]

@@ -17,7 +17,9 @@ pub fn dsn() -> Option<String> {
                 "MEMGATE_TEST_POSTGRES_DSN is not set but MEMGATE_REQUIRE_REAL_SERVERS=1 \
                  (run testkit/postgres-up and source testkit/.run/env)"
             );
-            eprintln!("skipped: no PostgreSQL (MEMGATE_TEST_POSTGRES_DSN unset; run testkit/postgres-up)");
+            eprintln!(
+                "skipped: no PostgreSQL (MEMGATE_TEST_POSTGRES_DSN unset; run testkit/postgres-up)"
+            );
             None
         }
     }
