@@ -19,8 +19,10 @@ use tokio_postgres::error::SqlState;
 /// Builds the pool; no connection is opened until the first use.
 pub(crate) fn build(config: &PostgresConfig) -> Result<Pool> {
     let mut connection = config.connection.clone();
+    // Generic plans: every statement is prepared once per connection, and a
+    // custom plan per call would re-plan the GIN lookups every time.
     connection.options(format!(
-        "-c search_path={} -c statement_timeout={}",
+        "-c search_path={} -c statement_timeout={} -c plan_cache_mode=force_generic_plan",
         config.schema,
         config.statement_timeout.as_millis()
     ));

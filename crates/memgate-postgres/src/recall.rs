@@ -30,7 +30,7 @@ use std::collections::HashSet;
 use tokio_postgres::Row;
 
 /// Most matches per table that `ts_rank` scores for one ranking (the newest).
-pub const MATCH_BUDGET: i64 = 2_000;
+pub const MATCH_BUDGET: i64 = 600;
 
 /// `ts_rank` weights, in its order {D, C, B, A}: body (A) 1.0, context (B) 0.5.
 const RANK_WEIGHTS: &str = "'{0, 0, 0.5, 1.0}'";
@@ -55,6 +55,7 @@ fn turn_from_row(r: &Row, score: f64) -> Ranked {
 }
 
 /// Which tables compete, from a search's `kind` filter.
+#[derive(Clone, Copy)]
 enum Category<'a> {
     All,
     Turns,
@@ -92,32 +93,36 @@ impl PostgresBackend {
                    AND search @@ {q} {kind_filter} ORDER BY id DESC LIMIT {MATCH_BUDGET}) m
              ORDER BY score DESC, id DESC LIMIT $4"
         );
-        let mut candidates: Vec<Ranked> = Vec::new();
-        if !matches!(category, Category::Memories(_)) {
-            let rows = self
-                .rows(c, &turns_sql, &[&scope.user, &scope.peer, &tsquery, &pool])
-                .await?;
-            candidates.extend(rows.iter().map(|r| turn_from_row(r, r.get(8))));
-        }
-        let memory_rows = match category {
-            Category::Turns => Vec::new(),
-            Category::All => {
-                self.rows(
-                    c,
-                    &memories_sql,
-                    &[&scope.user, &scope.peer, &tsquery, &pool],
-                )
-                .await?
-            }
-            Category::Memories(kind) => {
-                self.rows(
-                    c,
-                    &memories_sql,
-                    &[&scope.user, &scope.peer, &tsquery, &pool, &kind],
-                )
-                .await?
+        // Both tables at once: tokio-postgres pipelines the two statements.
+        let no_rows = || async { Ok::<Vec<Row>, MemoryError>(Vec::new()) };
+        let turns = async {
+            if matches!(category, Category::Memories(_)) {
+                no_rows().await
+            } else {
+                self.rows(c, &turns_sql, &[&scope.user, &scope.peer, &tsquery, &pool])
+                    .await
             }
         };
+        let memories = async {
+            match category {
+                Category::Turns => no_rows().await,
+                Category::All => {
+                    self.rows(c, &memories_sql, &[&scope.user, &scope.peer, &tsquery, &pool])
+                        .await
+                }
+                Category::Memories(kind) => {
+                    self.rows(
+                        c,
+                        &memories_sql,
+                        &[&scope.user, &scope.peer, &tsquery, &pool, &kind],
+                    )
+                    .await
+                }
+            }
+        };
+        let (turn_rows, memory_rows) = tokio::try_join!(turns, memories)?;
+        let mut candidates: Vec<Ranked> =
+            turn_rows.iter().map(|r| turn_from_row(r, r.get(8))).collect();
         candidates.extend(memory_rows.iter().map(|r| Ranked {
             citation: citation(r.get(0)),
             kind: r.get(1),
@@ -207,24 +212,18 @@ impl PostgresBackend {
         };
         let scope = Scope::of(&request.caller);
         let client = self.client().await?;
-        let mut ranked = self
-            .rank(&client, &scope, query, settings.recall_top_k, Category::All)
-            .await?;
-        let standing = self
-            .rows(
-                &client,
-                &format!(
-                    "SELECT {} FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
-                     ORDER BY id DESC LIMIT $3",
-                    crate::facts::FACT_COLUMNS
-                ),
-                &[
-                    &scope.user,
-                    &scope.peer,
-                    &(settings.standing_memories as i64),
-                ],
-            )
-            .await?;
+        let standing_sql = format!(
+            "SELECT {} FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
+             ORDER BY id DESC LIMIT $3",
+            crate::facts::FACT_COLUMNS
+        );
+        let standing_limit = settings.standing_memories as i64;
+        let standing_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&scope.user, &scope.peer, &standing_limit];
+        let (mut ranked, standing) = tokio::try_join!(
+            self.rank(&client, &scope, query, settings.recall_top_k, Category::All),
+            self.rows(&client, &standing_sql, &standing_params),
+        )?;
         drop(client);
         for fact in standing.iter().map(crate::facts::fact_from_row) {
             if !ranked.iter().any(|r| r.citation == fact.id) {
