@@ -107,8 +107,12 @@ impl PostgresBackend {
             match category {
                 Category::Turns => no_rows().await,
                 Category::All => {
-                    self.rows(c, &memories_sql, &[&scope.user, &scope.peer, &tsquery, &pool])
-                        .await
+                    self.rows(
+                        c,
+                        &memories_sql,
+                        &[&scope.user, &scope.peer, &tsquery, &pool],
+                    )
+                    .await
                 }
                 Category::Memories(kind) => {
                     self.rows(
@@ -121,8 +125,10 @@ impl PostgresBackend {
             }
         };
         let (turn_rows, memory_rows) = tokio::try_join!(turns, memories)?;
-        let mut candidates: Vec<Ranked> =
-            turn_rows.iter().map(|r| turn_from_row(r, r.get(8))).collect();
+        let mut candidates: Vec<Ranked> = turn_rows
+            .iter()
+            .map(|r| turn_from_row(r, r.get(8)))
+            .collect();
         candidates.extend(memory_rows.iter().map(|r| Ranked {
             citation: citation(r.get(0)),
             kind: r.get(1),

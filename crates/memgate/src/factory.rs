@@ -74,9 +74,10 @@ pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<d
             reject_keys("noop", &backend_config)?;
             Arc::new(NoopBackend)
         }
-        ManagerClass::Postgres => Arc::new(
-            memgate_postgres::PostgresBackend::from_backend_config(&backend_config, &ctx)?,
-        ),
+        ManagerClass::Postgres => Arc::new(memgate_postgres::PostgresBackend::from_backend_config(
+            &backend_config,
+            &ctx,
+        )?),
     };
     if memory.mode == MemoryMode::Tool && !backend.capabilities().search {
         return Err(MemoryError::Config(format!(

@@ -13,8 +13,8 @@
 //! memory's earlier versions (it arrives as version 1 of its current text)
 //! and a turn's speaker and date context.
 
-use crate::factory::BackendSetup;
 use crate::config::{ManagerClass, MemoryConfig};
+use crate::factory::BackendSetup;
 use memgate_core::{BackendContext, Caller, FactState, MemoryBackend, MemoryError, Result};
 use memgate_postgres::PostgresBackend;
 use memgate_store::scope::ScopeKey;
@@ -62,9 +62,8 @@ impl Store {
         let storage = setup.storage_path(memory)?;
         let ctx = BackendContext::new(&storage).with_env(setup.env.clone());
         let configured = match (kind, memory.manager_class) {
-            (StoreKind::Local, ManagerClass::Local) | (StoreKind::Postgres, ManagerClass::Postgres) => {
-                memory.backend_config.clone()
-            }
+            (StoreKind::Local, ManagerClass::Local)
+            | (StoreKind::Postgres, ManagerClass::Postgres) => memory.backend_config.clone(),
             (StoreKind::Postgres, _) => {
                 let mut map = Map::new();
                 map.insert("dsn_env".to_owned(), Value::String(dsn_env.to_owned()));
@@ -143,7 +142,13 @@ async fn verify(
     let facts: HashSet<(&str, &str, bool)> = back
         .facts
         .iter()
-        .map(|f| (f.kind.as_str(), f.text.as_str(), f.state == FactState::Active))
+        .map(|f| {
+            (
+                f.kind.as_str(),
+                f.text.as_str(),
+                f.state == FactState::Active,
+            )
+        })
         .collect();
     let turns: HashSet<(&str, &str)> = back
         .turns
@@ -153,7 +158,13 @@ async fn verify(
     let missing_facts = export
         .facts
         .iter()
-        .filter(|f| !facts.contains(&(f.kind.as_str(), f.text.as_str(), f.state == FactState::Active)))
+        .filter(|f| {
+            !facts.contains(&(
+                f.kind.as_str(),
+                f.text.as_str(),
+                f.state == FactState::Active,
+            ))
+        })
         .count();
     let missing_turns = export
         .turns

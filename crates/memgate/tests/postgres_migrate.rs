@@ -69,7 +69,11 @@ fn local_to_postgres_and_back_loses_and_duplicates_nothing() {
     )
     .unwrap();
     // Local memory: three facts (one retired) and a captured thread.
-    for text in ["prefers metric units", "works on the billing team", "lives in Porto"] {
+    for text in [
+        "prefers metric units",
+        "works on the billing team",
+        "lives in Porto",
+    ] {
         memgate(h, None, &["remember", text]);
     }
     let listed = json(&memgate(h, None, &["facts", "list", "--json"]));
@@ -90,25 +94,71 @@ fn local_to_postgres_and_back_loses_and_duplicates_nothing() {
             {"type":"ai","content":"metric, always","id":"2"}]"#,
     )
     .unwrap();
-    memgate(h, None, &["capture", "--thread", "th1", transcript.to_str().unwrap()]);
+    memgate(
+        h,
+        None,
+        &["capture", "--thread", "th1", transcript.to_str().unwrap()],
+    );
 
-    let first = json(&memgate(h, Some(&pg), &["migrate", "--from", "local", "--to", "postgres", "--json"]));
+    let first = json(&memgate(
+        h,
+        Some(&pg),
+        &["migrate", "--from", "local", "--to", "postgres", "--json"],
+    ));
     assert_eq!(first["scopes"], 1);
-    assert_eq!((first["facts_imported"].as_u64(), first["turns_imported"].as_u64()), (Some(3), Some(2)));
-    let again = json(&memgate(h, Some(&pg), &["migrate", "--from", "local", "--to", "postgres", "--json"]));
-    assert_eq!((again["facts_imported"].as_u64(), again["turns_imported"].as_u64()), (Some(0), Some(0)));
-    assert_eq!((again["facts_already_present"].as_u64(), again["turns_already_present"].as_u64()), (Some(3), Some(2)));
-    let in_pg = json(&memgate(h, Some(&pg), &["facts", "list", "--all", "--json"]));
+    assert_eq!(
+        (
+            first["facts_imported"].as_u64(),
+            first["turns_imported"].as_u64()
+        ),
+        (Some(3), Some(2))
+    );
+    let again = json(&memgate(
+        h,
+        Some(&pg),
+        &["migrate", "--from", "local", "--to", "postgres", "--json"],
+    ));
+    assert_eq!(
+        (
+            again["facts_imported"].as_u64(),
+            again["turns_imported"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        (
+            again["facts_already_present"].as_u64(),
+            again["turns_already_present"].as_u64()
+        ),
+        (Some(3), Some(2))
+    );
+    let in_pg = json(&memgate(
+        h,
+        Some(&pg),
+        &["facts", "list", "--all", "--json"],
+    ));
     assert_eq!(in_pg.as_array().unwrap().len(), 3);
-    let recalled = String::from_utf8(memgate(h, Some(&pg), &["recall", "--query", "which units"]).stdout).unwrap();
+    let recalled =
+        String::from_utf8(memgate(h, Some(&pg), &["recall", "--query", "which units"]).stdout)
+            .unwrap();
     assert!(recalled.contains("metric"), "{recalled}");
 
     // And back, into an empty local store.
     let back = tempfile::tempdir().unwrap();
     std::fs::copy(&pg, back.path().join("postgres.yaml")).unwrap();
     let pg_back = back.path().join("postgres.yaml");
-    let returned = json(&memgate(back.path(), Some(&pg_back), &["migrate", "--from", "postgres", "--to", "local", "--json"]));
-    assert_eq!((returned["facts_imported"].as_u64(), returned["turns_imported"].as_u64()), (Some(3), Some(2)));
+    let returned = json(&memgate(
+        back.path(),
+        Some(&pg_back),
+        &["migrate", "--from", "postgres", "--to", "local", "--json"],
+    ));
+    assert_eq!(
+        (
+            returned["facts_imported"].as_u64(),
+            returned["turns_imported"].as_u64()
+        ),
+        (Some(3), Some(2))
+    );
     let local_export = json(&memgate(back.path(), None, &["facts", "export"]));
     assert_eq!(local_export["facts"].as_array().unwrap().len(), 3);
     assert_eq!(local_export["turns"].as_array().unwrap().len(), 2);

@@ -180,14 +180,22 @@ async fn four_replicas_race_their_migrations_at_start_up() {
     // Every replica serves the one schema: a memory from one is seen by all.
     let first = replicas[0].client().await;
     let RememberOutcome::Stored { citation } = first
-        .remember(&Caller::new("u"), &RememberRequest::new("fact", "shared by all").unwrap())
+        .remember(
+            &Caller::new("u"),
+            &RememberRequest::new("fact", "shared by all").unwrap(),
+        )
         .await
         .unwrap()
     else {
         panic!()
     };
     for r in &replicas {
-        let facts = r.client().await.list_facts(&Caller::new("u"), false).await.unwrap();
+        let facts = r
+            .client()
+            .await
+            .list_facts(&Caller::new("u"), false)
+            .await
+            .unwrap();
         assert_eq!(facts.len(), 1);
         assert_eq!(facts[0].id, citation.0);
     }
@@ -224,7 +232,11 @@ async fn replicas_share_one_memory(n: usize) {
             let len = (SHARED_TURNS * (step + 1) / 10).min(SHARED_TURNS - i % 2);
             let (client, user, snapshot) = (client.clone(), user.clone(), shared[..len].to_vec());
             tasks.push(tokio::spawn(async move {
-                client.capture(&capture(&user, "shared", snapshot)).await.unwrap().stored
+                client
+                    .capture(&capture(&user, "shared", snapshot))
+                    .await
+                    .unwrap()
+                    .stored
             }));
         }
         let own = transcript(&format!("own{i}"), OWN_TURNS);
@@ -254,7 +266,10 @@ async fn replicas_share_one_memory(n: usize) {
             remembers.push(tokio::spawn(async move {
                 let _ = round;
                 client
-                    .remember(&user, &RememberRequest::new("fact", "escalate billing issues to Dana").unwrap())
+                    .remember(
+                        &user,
+                        &RememberRequest::new("fact", "escalate billing issues to Dana").unwrap(),
+                    )
                     .await
                     .unwrap()
             }));
@@ -284,14 +299,28 @@ async fn replicas_share_one_memory(n: usize) {
         .map(|t| t.text.as_str())
         .collect();
     let expected: Vec<String> = shared.iter().map(|m| m.text()).collect();
-    assert_eq!(shared_back, expected, "the shared thread: every turn once, in order");
+    assert_eq!(
+        shared_back, expected,
+        "the shared thread: every turn once, in order"
+    );
     let signatures: HashSet<&str> = export.turns.iter().map(|t| t.signature.as_str()).collect();
     assert_eq!(signatures.len(), export.turns.len(), "no duplicate turn");
-    assert_eq!(export.turns.len(), SHARED_TURNS + n * OWN_TURNS, "no lost turn");
-    assert_eq!(reported, export.turns.len(), "each stored turn reported once");
+    assert_eq!(
+        export.turns.len(),
+        SHARED_TURNS + n * OWN_TURNS,
+        "no lost turn"
+    );
+    assert_eq!(
+        reported,
+        export.turns.len(),
+        "each stored turn reported once"
+    );
     assert_eq!(export.facts.len(), 1);
     let db = direct(&dsn, &schema);
-    assert_eq!(db.export(&user).await.unwrap().turns.len(), export.turns.len());
+    assert_eq!(
+        db.export(&user).await.unwrap().turns.len(),
+        export.turns.len()
+    );
     println!(
         "{n} replicas: {} captures of 1 shared + {n} own threads in {capture_ms:.0} ms; \
          {} turns stored, 0 duplicates; {} remembers -> 1 stored, {} already present",
@@ -356,8 +385,15 @@ async fn a_replica_killed_mid_capture_loses_nothing_it_acknowledged() {
             .iter()
             .filter(|t| t.thread == format!("t{thread}"))
             .count();
-        assert!(stored >= *acked, "thread t{thread}: acknowledged {acked}, stored {stored}");
-        assert_eq!(stored % 10, 0, "a capture is stored whole or not at all ({stored})");
+        assert!(
+            stored >= *acked,
+            "thread t{thread}: acknowledged {acked}, stored {stored}"
+        );
+        assert_eq!(
+            stored % 10,
+            0,
+            "a capture is stored whole or not at all ({stored})"
+        );
     }
     for thread in 0..4 {
         survivor
