@@ -23,14 +23,17 @@ pub enum ManagerClass {
     OpenViking,
     PowerContext,
     Noop,
+    /// The local store's contract on PostgreSQL, for replicas sharing memory.
+    Postgres,
 }
 
 impl ManagerClass {
-    pub const ALL: [ManagerClass; 4] = [
+    pub const ALL: [ManagerClass; 5] = [
         ManagerClass::Local,
         ManagerClass::OpenViking,
         ManagerClass::PowerContext,
         ManagerClass::Noop,
+        ManagerClass::Postgres,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -39,6 +42,7 @@ impl ManagerClass {
             Self::OpenViking => "openviking",
             Self::PowerContext => "powercontext",
             Self::Noop => "noop",
+            Self::Postgres => "postgres",
         }
     }
 

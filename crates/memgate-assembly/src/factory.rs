@@ -136,6 +136,10 @@ fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Built> {
             reject_keys("noop", &backend_config)?;
             Arc::new(NoopBackend)
         }
+        ManagerClass::Postgres => Arc::new(memgate_postgres::PostgresBackend::from_backend_config(
+            &backend_config,
+            &ctx,
+        )?),
     };
     if memory.mode == MemoryMode::Tool && !backend.capabilities().search {
         return Err(MemoryError::Config(format!(
@@ -180,6 +184,11 @@ pub fn backend_notes(class: ManagerClass) -> Vec<String> {
             .map(str::to_owned)
             .collect(),
         ManagerClass::Noop => vec!["noop: stores nothing and recalls nothing".to_owned()],
+        ManagerClass::Postgres => vec![
+            "postgres: the local store's contract on PostgreSQL; replicas share one database; \
+             recall is full text only (no dense vectors)"
+                .to_owned(),
+        ],
     }
 }
 

@@ -167,14 +167,15 @@ const COMMON_WORDS: &[&str] = &[
     "hiking",
 ];
 
-/// Zipf-distributed text over common and synthetic words.
-struct TextGen {
+/// Zipf-distributed text over common and synthetic words (shared with the
+/// postgres backend's benchmark, so both measure the same text).
+pub struct TextGen {
     vocab: Vec<String>,
     cumulative: Vec<f64>,
 }
 
 impl TextGen {
-    fn new(rng: &mut SplitMix, synthetic: usize) -> Self {
+    pub fn new(rng: &mut SplitMix, synthetic: usize) -> Self {
         const SYLLABLES: &[&str] = &[
             "ka", "lo", "mi", "ren", "tas", "vo", "quin", "bar", "del", "su", "nor", "pe", "gil",
             "tra", "zu", "mon", "fe", "lis", "dor", "wen",
@@ -201,14 +202,14 @@ impl TextGen {
         Self { vocab, cumulative }
     }
 
-    fn word(&self, rng: &mut SplitMix) -> &str {
+    pub fn word(&self, rng: &mut SplitMix) -> &str {
         let total = *self.cumulative.last().unwrap_or(&1.0);
         let x = rng.unit() * total;
         let i = self.cumulative.partition_point(|c| *c < x);
         &self.vocab[i.min(self.vocab.len() - 1)]
     }
 
-    fn sentence(&self, rng: &mut SplitMix, words: usize) -> String {
+    pub fn sentence(&self, rng: &mut SplitMix, words: usize) -> String {
         let mut out = String::new();
         for i in 0..words {
             if i > 0 {

@@ -43,7 +43,7 @@ pub const TIMESTAMP_KEY: &str = "timestamp";
 
 /// A turn ready to insert.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct NewTurn {
+pub struct NewTurn {
     pub signature: String,
     pub message_id: Option<String>,
     pub role: &'static str,
@@ -60,7 +60,8 @@ fn bounded_context(value: Option<&str>) -> Option<String> {
 
 /// The storable form of a message that survived the host's hidden filter,
 /// or `None` when memory should not keep it.
-fn storable(message: &Message, captured_at: &str) -> Option<NewTurn> {
+/// (Shared with the postgres backend: both stores keep the same turns.)
+pub fn storable(message: &Message, captured_at: &str) -> Option<NewTurn> {
     let role = match message.role.kind() {
         RoleKind::Human => "human",
         RoleKind::Ai if message.tool_calls.is_empty() => "ai",

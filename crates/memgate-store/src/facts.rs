@@ -24,7 +24,7 @@ pub fn citation(id: i64) -> String {
 }
 
 /// The row id behind a `mem_<id>` citation; anything else names nothing.
-fn parse_citation(id: &str) -> Option<i64> {
+pub fn parse_citation(id: &str) -> Option<i64> {
     let digits = id.strip_prefix("mem_")?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -401,7 +401,7 @@ fn load_memory(conn: &Connection, scope: i64, id: i64, score: f64) -> Result<Opt
 
 /// Adds [`NEIGHBOUR_WEIGHT`] × the BM25 scores of each turn's candidate
 /// neighbours (the turn before and after it in the same thread).
-fn smooth_neighbours(ranked: &mut [Ranked]) {
+pub fn smooth_neighbours(ranked: &mut [Ranked]) {
     let base: HashMap<(&str, i64), f64> = ranked
         .iter()
         .filter_map(|r| match &r.origin {

@@ -56,7 +56,7 @@ fn item_line(item: &Ranked) -> (String, String) {
 }
 
 /// Lays ranked items out within `max_chars`.
-fn assemble(ranked: &[Ranked], max_chars: usize) -> Recall {
+pub fn assemble(ranked: &[Ranked], max_chars: usize) -> Recall {
     let mut budget = CharBudget::new(max_chars);
     if ranked.is_empty() || !budget.try_take(char_len(RECALL_HEADER)) {
         return Recall::empty();

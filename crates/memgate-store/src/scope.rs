@@ -28,6 +28,16 @@ impl ScopeKey {
         }
     }
 
+    /// The caller this scope belongs to (the default peer has no agent).
+    pub fn caller(&self) -> Caller {
+        let caller = Caller::new(self.user.as_str());
+        if self.peer.is_empty() {
+            caller
+        } else {
+            caller.with_agent(self.peer.as_str())
+        }
+    }
+
     /// The scope's row id, if anything was ever stored for it.
     pub fn find(&self, conn: &Connection) -> Result<Option<i64>> {
         conn.prepare_cached("SELECT id FROM scopes WHERE user_id = ?1 AND peer = ?2")
@@ -47,6 +57,26 @@ impl ScopeKey {
             .and_then(|mut s| s.execute(params![self.user, self.peer]))
             .map_err(db_error)?;
         Ok(conn.last_insert_rowid())
+    }
+}
+
+impl crate::store::MemoryStore {
+    /// Every scope that ever stored something, in creation order (what
+    /// `memgate migrate` walks).
+    pub fn scopes(&self) -> Result<Vec<ScopeKey>> {
+        self.read(|conn| {
+            conn.prepare_cached("SELECT user_id, peer FROM scopes ORDER BY id")
+                .and_then(|mut s| {
+                    s.query_map([], |r| {
+                        Ok(ScopeKey {
+                            user: r.get(0)?,
+                            peer: r.get(1)?,
+                        })
+                    })?
+                    .collect()
+                })
+                .map_err(db_error)
+        })
     }
 }
 

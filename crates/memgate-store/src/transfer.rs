@@ -42,7 +42,8 @@ fn at(entry: String) -> impl Fn(MemoryError) -> MemoryError {
     }
 }
 
-fn timestamp_or_now(value: Option<&str>) -> String {
+/// An RFC 3339 timestamp from an export, or now when it is missing or malformed.
+pub fn timestamp_or_now(value: Option<&str>) -> String {
     match value {
         Some(t) if looks_like_rfc3339(t) => t.to_owned(),
         _ => now_rfc3339(),
@@ -53,7 +54,9 @@ fn is_signature(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-fn validate_turn(i: usize, t: &ExportedTurn) -> Result<(String, NewTurn)> {
+/// Checks exported turn `i` and turns it into a storable turn of its thread
+/// (shared with the postgres backend, so both refuse the same data).
+pub fn validate_turn(i: usize, t: &ExportedTurn) -> Result<(String, NewTurn)> {
     let field = |name: &str| format!("turns[{i}].{name}");
     if t.thread.is_empty() {
         return Err(MemoryError::invalid(field("thread"), "must not be empty"));

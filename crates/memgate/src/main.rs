@@ -4,6 +4,7 @@
 //! Exit codes: 0 success, 2 bad input (one-line reason), 1 backend failure.
 
 mod cli;
+mod migrate;
 
 fn main() -> std::process::ExitCode {
     cli::main()

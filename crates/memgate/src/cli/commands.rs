@@ -45,6 +45,12 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Eval {
             dataset: EvalCommand::Locomo { file, json },
         } => eval_locomo(file, json).await,
+        Command::Migrate {
+            from,
+            to,
+            postgres_dsn_env,
+            json,
+        } => super::migrate::run(cli.config.as_deref(), &from, &to, &postgres_dsn_env, json).await,
         command => {
             let (backend, budget) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
             let result = operate(&*backend, caller, command).await;

@@ -2,6 +2,7 @@
 
 mod chat;
 mod commands;
+mod migrate;
 mod output;
 mod serve;
 
@@ -107,6 +108,22 @@ enum Command {
         /// Recall calls measured per size.
         #[arg(long, default_value_t = 2000)]
         recalls: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move every scope's memory between the local and postgres stores
+    /// (export/import, checked per scope; re-runnable, never duplicates).
+    Migrate {
+        /// The store to read: local or postgres.
+        #[arg(long)]
+        from: String,
+        /// The store to write: local or postgres.
+        #[arg(long)]
+        to: String,
+        /// The environment variable holding the PostgreSQL DSN, when postgres is
+        /// not the configured manager_class.
+        #[arg(long, default_value = "MEMGATE_POSTGRES_DSN")]
+        postgres_dsn_env: String,
         #[arg(long)]
         json: bool,
     },

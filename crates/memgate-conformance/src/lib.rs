@@ -1,0 +1,83 @@
+//! # memgate-conformance — one behaviour suite for every store backend
+//!
+//! `local` (SQLite) and `postgres` promise the same contract; this suite is
+//! how that promise is kept. Each public async function in [`behaviour`]
+//! checks one behaviour against a [`Subject`] (a way to open fresh storage
+//! and more handles on it), and [`conformance_tests!`] turns the whole list
+//! into `#[tokio::test]`s in a backend crate's own tests:
+//!
+//! ```ignore
+//! memgate_conformance::conformance_tests!(my_subject());
+//! ```
+//!
+//! where `my_subject()` returns `Option<impl Subject>` (`None` = the real
+//! server is missing: the test says so and passes only when
+//! `MEMGATE_REQUIRE_REAL_SERVERS` is not `1`; the subject decides).
+//!
+//! A second handle on the same storage stands for a second replica or
+//! process: concurrency behaviours race two handles, not two tasks on one.
+
+use memgate_core::MemoryBackend;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub mod behaviour;
+
+/// A boxed, sendable future (the suite stays free of extra crates).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Opens backends of one kind for the suite.
+pub trait Subject: Send + Sync + 'static {
+    /// Opens a backend over new, empty storage of its own.
+    fn fresh(&self) -> BoxFuture<'_, Storage>;
+}
+
+/// Storage one behaviour works on: its first handle, and a way to open more
+/// handles on the same storage (another replica, another process's store).
+pub struct Storage {
+    pub backend: Arc<dyn MemoryBackend>,
+    pub reopen: Arc<dyn Fn() -> BoxFuture<'static, Arc<dyn MemoryBackend>> + Send + Sync>,
+}
+
+impl Storage {
+    pub async fn another_handle(&self) -> Arc<dyn MemoryBackend> {
+        (self.reopen)().await
+    }
+}
+
+/// Expands to one `#[tokio::test]` per behaviour, each on `$subject`
+/// (an expression of type `Option<impl Subject>`, evaluated per test).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($subject:expr) => {
+        $crate::conformance_tests!(@each $subject;
+            remember_stores_once_and_cites,
+            bad_remember_input_names_the_field_and_keeps_what_was_stored,
+            revise_keeps_history_and_refuses_duplicates_and_retired,
+            retired_memories_leave_recall_and_search_but_stay_listed,
+            capture_is_idempotent_per_thread_signature,
+            capture_filters_plumbing_hidden_and_injected_messages,
+            capture_requires_a_thread,
+            recall_cites_relevant_memory_within_the_budget,
+            recall_without_query_carries_standing_memories,
+            recall_finds_a_reply_through_its_question,
+            search_filters_by_kind_before_the_cut_and_validates,
+            scopes_are_isolated_by_user_and_peer,
+            export_import_merges_and_never_duplicates,
+            bad_import_names_the_entry_and_stores_nothing,
+            concurrent_captures_of_one_thread_store_each_turn_once,
+            concurrent_remember_of_one_text_stores_one_entry,
+            shutdown_refuses_new_work,
+        );
+    };
+    (@each $subject:expr; $($name:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let Some(subject) = $subject else { return };
+                $crate::behaviour::$name(&subject).await;
+            }
+        )+
+    };
+}

@@ -1,0 +1,286 @@
+//! `postgres` against `local` in one run, on the same synthetic memory.
+//!
+//! ```text
+//! cargo run --release -p memgate-postgres --example bench -- [--sizes 10000,100000]
+//!     [--recalls 2000] [--replicas 1,2,4] [--load 4000] [--clients 8]
+//! ```
+//!
+//! Needs `MEMGATE_TEST_POSTGRES_DSN` (`testkit/postgres-up`). For each size,
+//! both backends are filled with the same text (`memgate-store`'s Zipf
+//! generator): captures of 100-turn snapshots, one thread each (one durable
+//! transaction per capture), plus one explicit memory per 100 items. Then
+//! 200 untimed recalls and `--recalls` timed ones, each one call through the
+//! `MemoryBackend` trait (ranking, block, and for postgres the round trips
+//! to the loopback server). Then, postgres only, a bounded load: `--load`
+//! recalls from `--clients` concurrent callers spread over 1, 2 and 4
+//! replicas (backends with pools of their own, as separate processes would
+//! have) — throughput in recalls/s. Figures are printed, never asserted.
+
+use memgate_core::{
+    Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, RecallRequest, RememberRequest,
+};
+use memgate_postgres::{PostgresBackend, PostgresConfig};
+use memgate_store::bench::{SplitMix, TextGen};
+use memgate_store::{LocalBackend, LocalConfig};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Options {
+    sizes: Vec<usize>,
+    recalls: usize,
+    replicas: Vec<usize>,
+    load: usize,
+    clients: usize,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        sizes: vec![10_000, 100_000],
+        recalls: 2_000,
+        replicas: vec![1, 2, 4],
+        load: 4_000,
+        clients: 8,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let list = |v: &str| -> Vec<usize> { v.split(',').map(|n| n.parse().unwrap()).collect() };
+    for pair in args.chunks(2) {
+        let value = pair.get(1).map(String::as_str).unwrap_or("");
+        match pair[0].as_str() {
+            "--sizes" => o.sizes = list(value),
+            "--recalls" => o.recalls = value.parse().unwrap(),
+            "--replicas" => o.replicas = list(value),
+            "--load" => o.load = value.parse().unwrap(),
+            "--clients" => o.clients = value.parse().unwrap(),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    o
+}
+
+fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    let idx = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[idx].as_secs_f64() * 1000.0
+}
+
+/// The workload of one size, generated once and replayed on each backend.
+struct Workload {
+    captures: Vec<CaptureRequest>,
+    memories: Vec<RememberRequest>,
+    queries: Vec<Option<String>>,
+    user: Caller,
+}
+
+fn workload(items: usize, recalls: usize, seed: u64) -> Workload {
+    let mut rng = SplitMix::new(seed);
+    let text = TextGen::new(&mut rng, 20_000);
+    let user = Caller::new("bench-user").with_agent("bench-agent");
+    let memories = items / 100;
+    let turns = items - memories;
+    let mut samples = Vec::new();
+    let mut captures = Vec::new();
+    let mut made = 0;
+    while made < turns {
+        let n = 100.min(turns - made);
+        let thread = captures.len();
+        let messages = (0..n)
+            .map(|i| {
+                let words = if i % 2 == 0 {
+                    8 + rng.below(20)
+                } else {
+                    15 + rng.below(45)
+                };
+                let s = text.sentence(&mut rng, words);
+                if rng.below(50) == 0 {
+                    samples.push(s.clone());
+                }
+                if i % 2 == 0 {
+                    Message::human(s)
+                } else {
+                    Message::ai(s)
+                }
+                .with_id(format!("t{thread}-{i}"))
+            })
+            .collect();
+        captures.push(CaptureRequest {
+            caller: user.clone().with_thread(format!("thread-{thread}")),
+            messages,
+            kind: CaptureKind::AfterTurn,
+            trace_id: None,
+        });
+        made += n;
+    }
+    let memories = (0..memories)
+        .map(|i| {
+            let words = 5 + rng.below(15);
+            let fact = format!("{} (note {i})", text.sentence(&mut rng, words));
+            RememberRequest::new("fact", &fact).unwrap()
+        })
+        .collect();
+    let queries = (0..200 + recalls)
+        .map(|_| {
+            if rng.below(20) == 0 || samples.is_empty() {
+                return None;
+            }
+            let sample: &String = &samples[rng.below(samples.len())];
+            let words: Vec<&str> = sample.split(' ').collect();
+            let take = (3 + rng.below(6)).min(words.len());
+            let start = rng.below(words.len() - take + 1);
+            let mut q = words[start..start + take].join(" ");
+            for _ in 0..1 + rng.below(2) {
+                q.push(' ');
+                q.push_str(text.word(&mut rng));
+            }
+            Some(format!("{q}?"))
+        })
+        .collect();
+    Workload {
+        captures,
+        memories,
+        queries,
+        user,
+    }
+}
+
+struct Figures {
+    capture_turns_per_sec: f64,
+    fill_secs: f64,
+    recall_p50_ms: f64,
+    recall_p99_ms: f64,
+    mean_items: f64,
+}
+
+async fn measure(backend: &dyn MemoryBackend, w: &Workload) -> Figures {
+    let fill = Instant::now();
+    let mut capture_time = Duration::ZERO;
+    let mut turns = 0;
+    for request in &w.captures {
+        let started = Instant::now();
+        let report = backend.capture(request).await.unwrap();
+        capture_time += started.elapsed();
+        assert_eq!(report.stored, request.messages.len());
+        turns += report.stored;
+    }
+    for m in &w.memories {
+        backend.remember(&w.user, m).await.unwrap();
+    }
+    let fill_secs = fill.elapsed().as_secs_f64();
+    let request = |q: &Option<String>| RecallRequest {
+        caller: w.user.clone(),
+        query: q.clone(),
+    };
+    for q in &w.queries[..200] {
+        backend.recall(&request(q)).await.unwrap();
+    }
+    let mut latencies = Vec::new();
+    let mut items = 0;
+    for q in &w.queries[200..] {
+        let started = Instant::now();
+        let recall = backend.recall(&request(q)).await.unwrap();
+        latencies.push(started.elapsed());
+        items += recall.items.len();
+    }
+    latencies.sort_unstable();
+    Figures {
+        capture_turns_per_sec: turns as f64 / capture_time.as_secs_f64(),
+        fill_secs,
+        recall_p50_ms: percentile_ms(&latencies, 0.5),
+        recall_p99_ms: percentile_ms(&latencies, 0.99),
+        mean_items: items as f64 / latencies.len() as f64,
+    }
+}
+
+/// `load` recalls from `clients` concurrent callers over `replicas`.
+async fn throughput(
+    replicas: &[Arc<PostgresBackend>],
+    w: &Arc<Workload>,
+    load: usize,
+    clients: usize,
+) -> f64 {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let backend = Arc::clone(&replicas[c % replicas.len()]);
+        let w = Arc::clone(w);
+        tasks.push(tokio::spawn(async move {
+            for i in (c..load).step_by(clients) {
+                let q = &w.queries[200 + i % (w.queries.len() - 200)];
+                backend
+                    .recall(&RecallRequest {
+                        caller: w.user.clone(),
+                        query: q.clone(),
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    load as f64 / started.elapsed().as_secs_f64()
+}
+
+fn print(name: &str, items: usize, f: &Figures) {
+    println!(
+        "{name:<8} items={items:<8} capture={:>8.0} turns/s  fill={:>6.1}s  recall p50={:>6.2} ms  p99={:>6.2} ms  items/recall={:.1}",
+        f.capture_turns_per_sec, f.fill_secs, f.recall_p50_ms, f.recall_p99_ms, f.mean_items
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let o = options();
+    let dsn = std::env::var("MEMGATE_TEST_POSTGRES_DSN")
+        .expect("MEMGATE_TEST_POSTGRES_DSN (run testkit/postgres-up)");
+    println!(
+        "cores={} profile={}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+    for (i, &items) in o.sizes.iter().enumerate() {
+        let w = Arc::new(workload(items, o.recalls, 0x6d67_6174 + i as u64));
+        let dir = tempfile::tempdir().unwrap();
+        let local =
+            LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default()).unwrap();
+        let f = measure(&local, &w).await;
+        print("local", items, &f);
+        local.shutdown(Duration::from_secs(30)).await;
+        let schema = format!(
+            "bench_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        );
+        let config = || {
+            PostgresConfig::for_dsn(&dsn)
+                .unwrap()
+                .with_schema(&schema)
+                .unwrap()
+        };
+        let pg = Arc::new(PostgresBackend::new(config()).unwrap());
+        let f = measure(&*pg, &w).await;
+        print("postgres", items, &f);
+        let info = pg.doctor().await.unwrap();
+        let mut replicas = vec![pg];
+        for &n in &o.replicas {
+            while replicas.len() < n {
+                replicas.push(Arc::new(PostgresBackend::new(config()).unwrap()));
+            }
+            let rps = throughput(&replicas[..n], &w, o.load, o.clients).await;
+            println!(
+                "postgres items={items:<8} replicas={n} clients={} recalls={} throughput={rps:>7.0} recalls/s",
+                o.clients, o.load
+            );
+        }
+        println!(
+            "postgres server {} schema {}",
+            info.server_version, info.schema
+        );
+    }
+}

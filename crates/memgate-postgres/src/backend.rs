@@ -1,0 +1,356 @@
+//! [`PostgresBackend`]: the `postgres` memory backend.
+//!
+//! Stateless apart from its pool: any number of replicas may serve the same
+//! database. Correctness under concurrency comes from the database, never
+//! from checks in this process: unique constraints with `ON CONFLICT` make
+//! capture and remember idempotent, a per-(scope, thread) advisory lock
+//! orders a thread's turns, and every statement names its (user, peer) scope.
+//!
+//! The schema is migrated before the first operation (and by `warm`), not in
+//! the constructor, so building the backend does no network I/O.
+
+use crate::config::PostgresConfig;
+use crate::pool::{self, db_error, pool_error};
+use crate::schema;
+use async_trait::async_trait;
+use deadpool_postgres::{GenericClient, Object, Pool};
+use memgate_core::{
+    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch,
+    ImportReport, KeepHiddenHook, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
+    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+};
+use memgate_store::scope::ScopeKey;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::OnceCell;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
+
+/// The embedded default's contract on PostgreSQL (`manager_class: postgres`).
+pub struct PostgresBackend {
+    pub(crate) config: PostgresConfig,
+    pub(crate) keep_hidden: Option<KeepHiddenHook>,
+    pool: Pool,
+    /// Set once the schema is known to be current.
+    migrated: OnceCell<()>,
+    closing: AtomicBool,
+}
+
+impl std::fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `memgate doctor` shows about the database (no secrets).
+#[derive(Clone, Debug, Serialize)]
+pub struct DoctorInfo {
+    /// `server_version` as the server reports it.
+    pub server_version: String,
+    /// The memgate schema version in the database, and the one this code writes.
+    pub schema_version: u32,
+    pub schema_version_supported: u32,
+    pub schema: String,
+    pub pool: PoolState,
+    /// Round trip of one query, in milliseconds.
+    pub ping_ms: f64,
+    /// Always false: this backend stores no dense vectors (full-text recall).
+    pub hybrid_vectors: bool,
+}
+
+/// The pool's state at one moment.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct PoolState {
+    pub max_size: usize,
+    /// Connections open now.
+    pub size: usize,
+    /// Open connections not in use.
+    pub available: usize,
+    /// Operations waiting for a connection.
+    pub waiting: usize,
+}
+
+/// The scope key of a caller as statement parameters.
+pub(crate) struct Scope {
+    pub user: String,
+    pub peer: String,
+}
+
+impl Scope {
+    pub fn of(caller: &Caller) -> Self {
+        let key = ScopeKey::of(caller);
+        Self {
+            user: key.user,
+            peer: key.peer,
+        }
+    }
+}
+
+/// The scope id of (`$1` user, `$2` peer), for statements that read a scope.
+pub(crate) const SCOPE_ID: &str = "(SELECT id FROM scopes WHERE user_id = $1 AND peer = $2)";
+
+impl PostgresBackend {
+    /// Builds the backend from `memory.backend_config` and the host context.
+    pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
+        let settings = PostgresConfig::from_backend_config(config, ctx)?;
+        Ok(Self::new(settings)?.with_keep_hidden(ctx.keep_hidden.clone()))
+    }
+
+    /// Builds the backend over validated settings; connects on first use.
+    pub fn new(config: PostgresConfig) -> Result<Self> {
+        let pool = pool::build(&config)?;
+        Ok(Self {
+            config,
+            keep_hidden: None,
+            pool,
+            migrated: OnceCell::new(),
+            closing: AtomicBool::new(false),
+        })
+    }
+
+    /// Sets the host's keep-hook for hidden messages.
+    pub fn with_keep_hidden(mut self, hook: Option<KeepHiddenHook>) -> Self {
+        self.keep_hidden = hook;
+        self
+    }
+
+    pub fn config(&self) -> &PostgresConfig {
+        &self.config
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn err(&self, e: tokio_postgres::Error) -> MemoryError {
+        db_error(&self.config, &e)
+    }
+
+    /// Runs `sql` as a statement prepared once per connection (a cached
+    /// statement saves the parse round trip on every later call).
+    async fn prepared(&self, c: &impl GenericClient, sql: &str) -> Result<Statement> {
+        c.prepare_cached(sql).await.map_err(|e| self.err(e))
+    }
+
+    pub(crate) async fn rows(
+        &self,
+        c: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let statement = self.prepared(c, sql).await?;
+        c.query(&statement, params).await.map_err(|e| self.err(e))
+    }
+
+    pub(crate) async fn row_opt(
+        &self,
+        c: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>> {
+        let statement = self.prepared(c, sql).await?;
+        c.query_opt(&statement, params)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    pub(crate) async fn row(
+        &self,
+        c: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row> {
+        let statement = self.prepared(c, sql).await?;
+        c.query_one(&statement, params)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    pub(crate) async fn exec(
+        &self,
+        c: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64> {
+        let statement = self.prepared(c, sql).await?;
+        c.execute(&statement, params).await.map_err(|e| self.err(e))
+    }
+
+    /// A pooled connection, after the schema is known to be current.
+    pub(crate) async fn client(&self) -> Result<Object> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(MemoryError::Closed("postgres".to_owned()));
+        }
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| pool_error(&self.config, e))?;
+        self.migrated
+            .get_or_try_init(|| async {
+                schema::migrate(&mut client, &self.config, schema::SCHEMA_VERSION)
+                    .await
+                    .map(|_| ())
+            })
+            .await?;
+        Ok(client)
+    }
+
+    /// Applies pending migrations now (under the advisory lock); returns the
+    /// version found before. Idempotent.
+    pub async fn migrate(&self) -> Result<u32> {
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| pool_error(&self.config, e))?;
+        let before = schema::migrate(&mut client, &self.config, schema::SCHEMA_VERSION).await?;
+        let _ = self.migrated.set(());
+        Ok(before)
+    }
+
+    /// Server version, schema version and pool state, for `memgate doctor`.
+    pub async fn doctor(&self) -> Result<DoctorInfo> {
+        let client = self.client().await?;
+        let started = Instant::now();
+        let row = self
+            .row(&client, "SELECT current_setting('server_version')", &[])
+            .await?;
+        let ping_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let schema_version = schema::schema_version(&client, &self.config).await?;
+        drop(client);
+        Ok(DoctorInfo {
+            server_version: row.get(0),
+            schema_version,
+            schema_version_supported: schema::SCHEMA_VERSION,
+            schema: self.config.schema.clone(),
+            pool: self.pool_state(),
+            ping_ms,
+            hybrid_vectors: false,
+        })
+    }
+
+    pub fn pool_state(&self) -> PoolState {
+        let s = self.pool.status();
+        PoolState {
+            max_size: s.max_size,
+            size: s.size,
+            available: s.available,
+            waiting: s.waiting,
+        }
+    }
+
+    /// Every scope that ever stored something, oldest first (for `memgate migrate`).
+    pub async fn scopes(&self) -> Result<Vec<ScopeKey>> {
+        let client = self.client().await?;
+        let rows = self
+            .rows(&client, "SELECT user_id, peer FROM scopes ORDER BY id", &[])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ScopeKey {
+                user: r.get(0),
+                peer: r.get(1),
+            })
+            .collect())
+    }
+}
+
+#[async_trait]
+impl MemoryBackend for PostgresBackend {
+    fn name(&self) -> &str {
+        "postgres"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            recall: true,
+            capture: true,
+            remember: true,
+            search: true,
+            facts: true,
+            import_export: true,
+        }
+    }
+
+    async fn recall(&self, request: &RecallRequest) -> Result<Recall> {
+        self.recall_block(request).await
+    }
+
+    async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
+        self.capture_turns(request).await
+    }
+
+    async fn remember(
+        &self,
+        caller: &Caller,
+        request: &RememberRequest,
+    ) -> Result<RememberOutcome> {
+        self.remember_fact(caller, request).await
+    }
+
+    async fn search(&self, caller: &Caller, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        self.search_hits(caller, query).await
+    }
+
+    async fn list_facts(&self, caller: &Caller, include_retired: bool) -> Result<Vec<Fact>> {
+        self.facts_of(caller, include_retired).await
+    }
+
+    async fn get_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        self.fact(caller, id).await
+    }
+
+    async fn revise_fact(&self, caller: &Caller, id: &str, patch: &FactPatch) -> Result<Fact> {
+        self.revise(caller, id, patch).await
+    }
+
+    async fn retire_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        self.retire(caller, id).await
+    }
+
+    async fn export(&self, caller: &Caller) -> Result<MemoryExport> {
+        self.export_scope(caller).await
+    }
+
+    async fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {
+        self.import_scope(caller, data).await
+    }
+
+    /// Ready once the server answers and the schema is current (migrating
+    /// it if needed); a foreign or newer schema is an error.
+    async fn warm(&self) -> Result<WarmStatus> {
+        let client = self.client().await?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(WarmStatus::Ready)
+    }
+
+    /// Refuses new work, waits up to `timeout` for every pooled connection to
+    /// come back (each in-flight operation holds one), then closes the pool.
+    async fn shutdown(&self, timeout: Duration) -> bool {
+        self.closing.store(true, Ordering::Release);
+        let deadline = Instant::now() + timeout;
+        let drained = loop {
+            let s = self.pool.status();
+            if s.size == s.available {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        self.pool.close();
+        if !drained {
+            tracing::warn!("postgres shutdown: in-flight work did not finish in time");
+        }
+        drained
+    }
+}

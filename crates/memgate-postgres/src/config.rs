@@ -1,0 +1,374 @@
+//! The `postgres` backend's settings (`memory.backend_config` in `config.yaml`).
+//!
+//! | key | default | rule |
+//! |---|---|---|
+//! | `dsn` | — | a libpq connection string (`postgres://…` or `key=value`); exactly one of `dsn` / `dsn_env` |
+//! | `dsn_env` | — | the name of the environment variable holding the DSN (keeps the password out of the file) |
+//! | `schema` | `memgate` | the PostgreSQL schema memgate owns: `[a-z_][a-z0-9_]*`, at most 63 characters |
+//! | `pool_size` | 8 | integer 1–64: connections this process keeps |
+//! | `statement_timeout_ms` | 5000 | integer 100–600000: enforced by the server on every statement |
+//! | `connect_timeout_ms` | 5000 | integer 100–60000: connecting, and waiting for a free pooled connection |
+//! | `tls_ca_file` | — | PEM file of extra roots to trust (else the public web roots) |
+//! | `max_injection_chars`, `injection_query`, `recall_top_k`, `standing_memories` | as `local` | the same rules as `local` (one validator) |
+//!
+//! TLS: a host that is not loopback (`localhost`, `127.0.0.0/8`, `::1`, a
+//! Unix socket) must be reached with `sslmode=require`; anything else is a
+//! [`MemoryError::Config`], so a password never crosses a network in clear.
+//! The DSN's password is never echoed: errors name the key and the rule, and
+//! `Debug` shows `dsn: <redacted>`.
+
+use memgate_core::{BackendContext, MemoryError, Result};
+use memgate_store::LocalConfig;
+use serde_json::{Map, Value};
+use std::fmt;
+use std::net::IpAddr;
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio_postgres::config::{Host, SslMode};
+
+const POOL_SIZE: RangeInclusive<u64> = 1..=64;
+const STATEMENT_TIMEOUT_MS: RangeInclusive<u64> = 100..=600_000;
+const CONNECT_TIMEOUT_MS: RangeInclusive<u64> = 100..=60_000;
+/// The keys whose rules are `local`'s, validated by `local`'s own parser.
+const RECALL_KEYS: &[&str] = &[
+    "max_injection_chars",
+    "injection_query",
+    "recall_top_k",
+    "standing_memories",
+];
+const OWN_KEYS: &[&str] = &[
+    "dsn",
+    "dsn_env",
+    "schema",
+    "pool_size",
+    "statement_timeout_ms",
+    "connect_timeout_ms",
+    "tls_ca_file",
+    // Injected by the factory for every backend; unused here.
+    "storage_path",
+];
+
+/// Validated settings of the postgres backend.
+#[derive(Clone)]
+pub struct PostgresConfig {
+    /// The parsed connection settings (their `Debug` redacts the password).
+    pub connection: tokio_postgres::Config,
+    /// The password in the DSN, kept only to scrub it from error texts.
+    pub(crate) password: Option<String>,
+    pub schema: String,
+    pub pool_size: usize,
+    pub statement_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// True when the connection must use TLS (`sslmode=require`).
+    pub tls: bool,
+    pub tls_ca_file: Option<PathBuf>,
+    /// Recall settings, with `local`'s defaults and rules.
+    pub recall: LocalConfig,
+}
+
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hosts: Vec<String> = self.connection.get_hosts().iter().map(host_name).collect();
+        f.debug_struct("PostgresConfig")
+            .field("dsn", &"<redacted>")
+            .field("hosts", &hosts)
+            .field("schema", &self.schema)
+            .field("pool_size", &self.pool_size)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls)
+            .field("recall", &self.recall)
+            .finish()
+    }
+}
+
+fn host_name(host: &Host) -> String {
+    match host {
+        Host::Tcp(h) => h.clone(),
+        Host::Unix(p) => p.display().to_string(),
+    }
+}
+
+/// True for hosts whose traffic never leaves the machine.
+fn is_loopback(host: &Host) -> bool {
+    match host {
+        Host::Unix(_) => true,
+        Host::Tcp(h) => {
+            let bare = h.trim_start_matches('[').trim_end_matches(']');
+            bare.eq_ignore_ascii_case("localhost")
+                || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        }
+    }
+}
+
+fn config_error(rule: impl fmt::Display) -> MemoryError {
+    MemoryError::Config(rule.to_string())
+}
+
+/// An integer setting within `range`.
+fn integer_in(config: &Map<String, Value>, key: &str, range: RangeInclusive<u64>) -> Result<u64> {
+    let default = *range.start();
+    let Some(value) = config.get(key) else {
+        return Ok(default);
+    };
+    value.as_u64().filter(|n| range.contains(n)).ok_or_else(|| {
+        config_error(format!(
+            "backend_config.{key} must be an integer between {} and {}",
+            range.start(),
+            range.end()
+        ))
+    })
+}
+
+fn string_setting<'a>(config: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>> {
+    match config.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim())),
+        Some(_) => Err(config_error(format!(
+            "backend_config.{key} must be a non-empty string"
+        ))),
+    }
+}
+
+fn valid_schema_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 63
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with("pg_")
+}
+
+impl PostgresConfig {
+    /// Reads and validates `backend_config`; `dsn_env` is looked up in the
+    /// host context's environment.
+    pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
+        if let Some(unknown) = config
+            .keys()
+            .find(|k| !OWN_KEYS.contains(&k.as_str()) && !RECALL_KEYS.contains(&k.as_str()))
+        {
+            let mut known: Vec<&str> = OWN_KEYS[..OWN_KEYS.len() - 1].to_vec();
+            known.extend(RECALL_KEYS);
+            return Err(config_error(format!(
+                "backend_config.{unknown} is not a setting of the postgres backend (known: {})",
+                known.join(", ")
+            )));
+        }
+        let dsn = match (
+            string_setting(config, "dsn")?,
+            string_setting(config, "dsn_env")?,
+        ) {
+            (Some(dsn), None) => dsn.to_owned(),
+            (None, Some(var)) => ctx.var(var).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+                config_error(format!(
+                    "backend_config.dsn_env names the environment variable {var}, which is unset or empty"
+                ))
+            })?,
+            (Some(_), Some(_)) => {
+                return Err(config_error(
+                    "backend_config: set exactly one of dsn and dsn_env, not both",
+                ))
+            }
+            (None, None) => {
+                return Err(config_error(
+                    "backend_config.dsn (or dsn_env) is required by the postgres backend",
+                ))
+            }
+        };
+        let recall_only: Map<String, Value> = config
+            .iter()
+            .filter(|(k, _)| RECALL_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let recall = LocalConfig::from_backend_config(&recall_only, ctx)?.settings;
+        Self::from_dsn(&dsn, config, recall)
+    }
+
+    /// Parses the DSN and the connection keys of `config`.
+    fn from_dsn(dsn: &str, config: &Map<String, Value>, recall: LocalConfig) -> Result<Self> {
+        // The parser's message could quote the string back; never show it.
+        let connection: tokio_postgres::Config = dsn.parse().map_err(|_| {
+            config_error(
+                "backend_config.dsn is not a valid PostgreSQL connection string \
+                 (expected postgres://user:password@host:port/database or key=value pairs)",
+            )
+        })?;
+        let password = connection
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned());
+        if connection.get_hosts().is_empty() {
+            return Err(config_error(
+                "backend_config.dsn must name a host (host=… or postgres://…@host/…)",
+            ));
+        }
+        if connection.get_dbname().is_none() {
+            return Err(config_error(
+                "backend_config.dsn must name a database (dbname=… or postgres://…/database)",
+            ));
+        }
+        let tls = connection.get_ssl_mode() == SslMode::Require;
+        if let Some(remote) = connection.get_hosts().iter().find(|h| !is_loopback(h)) {
+            if !tls {
+                return Err(config_error(format!(
+                    "backend_config.dsn: host {} is not loopback, so TLS is required \
+                     (add sslmode=require)",
+                    host_name(remote)
+                )));
+            }
+        }
+        let schema = string_setting(config, "schema")?.unwrap_or("memgate");
+        if !valid_schema_name(schema) {
+            return Err(config_error(
+                "backend_config.schema must be 1-63 characters of a-z, 0-9 and _, \
+                 starting with a letter or _ (and not pg_)",
+            ));
+        }
+        let pool_size = match config.get("pool_size") {
+            None => 8,
+            Some(_) => integer_in(config, "pool_size", POOL_SIZE)? as usize,
+        };
+        let statement_timeout = match config.get("statement_timeout_ms") {
+            None => Duration::from_millis(5_000),
+            Some(_) => Duration::from_millis(integer_in(
+                config,
+                "statement_timeout_ms",
+                STATEMENT_TIMEOUT_MS,
+            )?),
+        };
+        let connect_timeout = match config.get("connect_timeout_ms") {
+            None => Duration::from_millis(5_000),
+            Some(_) => Duration::from_millis(integer_in(
+                config,
+                "connect_timeout_ms",
+                CONNECT_TIMEOUT_MS,
+            )?),
+        };
+        let tls_ca_file = string_setting(config, "tls_ca_file")?.map(PathBuf::from);
+        Ok(Self {
+            connection,
+            password,
+            schema: schema.to_owned(),
+            pool_size,
+            statement_timeout,
+            connect_timeout,
+            tls,
+            tls_ca_file,
+            recall,
+        })
+    }
+
+    /// Settings for a DSN with every other key at its default (tests, tools).
+    pub fn for_dsn(dsn: &str) -> Result<Self> {
+        Self::from_dsn(dsn, &Map::new(), LocalConfig::default())
+    }
+
+    /// The same settings with another schema (tests give each run its own).
+    pub fn with_schema(mut self, schema: &str) -> Result<Self> {
+        if !valid_schema_name(schema) {
+            return Err(config_error(
+                "schema name breaks the rule of backend_config.schema",
+            ));
+        }
+        schema.clone_into(&mut self.schema);
+        Ok(self)
+    }
+
+    /// Replaces `text`'s copies of the password with `***` (errors from the
+    /// driver or the server must never carry it).
+    pub fn redact(&self, text: &str) -> String {
+        match self.password.as_deref() {
+            Some(p) if !p.is_empty() => text.replace(p, "***"),
+            _ => text.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    fn parse(v: Value) -> Result<PostgresConfig> {
+        let env: HashMap<String, String> = [(
+            "PG_DSN".to_owned(),
+            "postgres://u:s3cret@127.0.0.1:5432/db".to_owned(),
+        )]
+        .into();
+        let ctx =
+            BackendContext::new("/srv").with_env(Arc::new(move |k: &str| env.get(k).cloned()));
+        PostgresConfig::from_backend_config(v.as_object().unwrap(), &ctx)
+    }
+
+    #[test]
+    fn defaults_and_dsn_env() {
+        let c = parse(json!({"dsn_env": "PG_DSN", "storage_path": "/x"})).unwrap();
+        assert_eq!(c.schema, "memgate");
+        assert_eq!(c.pool_size, 8);
+        assert_eq!(c.statement_timeout, Duration::from_secs(5));
+        assert!(!c.tls);
+        assert_eq!(c.recall, LocalConfig::default());
+    }
+
+    #[test]
+    fn the_password_never_shows() {
+        let c = parse(json!({"dsn": "postgres://u:s3cret@localhost/db", "pool_size": 3})).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert_eq!(c.redact("auth s3cret failed"), "auth *** failed");
+        let e = parse(json!({"dsn": "postgres://u:s3cret@db.example.com:notaport/db"}))
+            .err()
+            .unwrap();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert!(e.to_string().contains("backend_config.dsn"), "{e}");
+    }
+
+    #[test]
+    fn remote_hosts_need_tls() {
+        let e = parse(json!({"dsn": "postgres://u:s3cret@db.example.com/db"}))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("sslmode=require"), "{e}");
+        assert!(!e.to_string().contains("s3cret"));
+        let c =
+            parse(json!({"dsn": "postgres://u:s3cret@db.example.com/db?sslmode=require"})).unwrap();
+        assert!(c.tls);
+        for local in ["localhost", "127.0.0.2", "[::1]"] {
+            parse(json!({ "dsn": format!("postgres://u@{local}/db") })).unwrap();
+        }
+    }
+
+    #[test]
+    fn rules_are_named() {
+        let e = parse(json!({"dsn_env": "PG_DSN", "pool_size": 0}))
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "backend_config.pool_size must be an integer between 1 and 64"
+        );
+        let e = parse(json!({"dsn_env": "PG_DSN", "recall_top_k": 0}))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("backend_config.recall_top_k"), "{e}");
+        let e = parse(json!({"dsn_env": "PG_DSN", "schema": "Bad-Name"}))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("backend_config.schema"), "{e}");
+        let e = parse(json!({"dsn_env": "NOPE"})).err().unwrap();
+        assert!(e.to_string().contains("NOPE"), "{e}");
+        let e = parse(json!({})).err().unwrap();
+        assert!(e.to_string().contains("backend_config.dsn"), "{e}");
+        let e = parse(json!({"dsn_env": "PG_DSN", "busy_timeout_ms": 5}))
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .contains("not a setting of the postgres backend"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,404 @@
+//! Explicit memories on PostgreSQL: remember, list, get, revise, retire,
+//! history — the same rules and citations (`mem_<id>`) as `local`.
+//!
+//! `remember` is one `INSERT … ON CONFLICT DO NOTHING` against the unique
+//! index of active (scope, kind, text) copies: of any number of replicas
+//! remembering the same text at once, exactly one stores it and every other
+//! is told `AlreadyPresent` with the same citation. Revise and retire lock
+//! the row (`FOR UPDATE`), so concurrent changes serialise and each version
+//! is recorded once in `memory_history`.
+
+use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
+use crate::terms::search_vector;
+use deadpool_postgres::GenericClient;
+use memgate_core::time::now_rfc3339;
+use memgate_core::{
+    Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
+    Result,
+};
+use memgate_store::facts::{citation, parse_citation};
+use tokio_postgres::Row;
+
+pub(crate) const FACT_COLUMNS: &str = "id, kind, text, state, version, created_at, updated_at";
+
+pub(crate) fn state_name(state: FactState) -> &'static str {
+    match state {
+        FactState::Active => "active",
+        FactState::Retired => "retired",
+    }
+}
+
+pub(crate) fn fact_from_row(r: &Row) -> Fact {
+    Fact {
+        id: citation(r.get(0)),
+        kind: r.get(1),
+        text: r.get(2),
+        state: if r.get::<_, &str>(3) == "retired" {
+            FactState::Retired
+        } else {
+            FactState::Active
+        },
+        version: r.get::<_, i32>(4) as u32,
+        created_at: r.get(5),
+        updated_at: r.get(6),
+    }
+}
+
+fn not_found(id: &str) -> MemoryError {
+    match parse_citation(id) {
+        Some(n) => MemoryError::NotFound(format!("memory {} in this scope", citation(n))),
+        None => MemoryError::NotFound("memory id (expected `mem_<number>`)".to_owned()),
+    }
+}
+
+/// Writes statements of this module share.
+impl PostgresBackend {
+    /// The scope's id, created on first write (concurrent creators agree:
+    /// the loser of the unique race reads the winner's row).
+    pub(crate) async fn ensure_scope(&self, c: &impl GenericClient, scope: &Scope) -> Result<i64> {
+        let find = &SCOPE_ID[1..SCOPE_ID.len() - 1];
+        if let Some(r) = self.row_opt(c, find, &[&scope.user, &scope.peer]).await? {
+            return Ok(r.get(0));
+        }
+        let inserted = self
+            .row_opt(
+                c,
+                "INSERT INTO scopes (user_id, peer) VALUES ($1, $2)
+                 ON CONFLICT (user_id, peer) DO NOTHING RETURNING id",
+                &[&scope.user, &scope.peer],
+            )
+            .await?;
+        match inserted {
+            Some(r) => Ok(r.get(0)),
+            None => Ok(self.row(c, find, &[&scope.user, &scope.peer]).await?.get(0)),
+        }
+    }
+
+    /// Inserts a memory (version 1) and its first history row unless an
+    /// identical active copy exists; `None` then.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn insert_fact(
+        &self,
+        c: &impl GenericClient,
+        scope_id: i64,
+        kind: &str,
+        text: &str,
+        state: FactState,
+        created_at: &str,
+        updated_at: &str,
+    ) -> Result<Option<i64>> {
+        let sql = format!(
+            "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at, search)
+             VALUES ($1, $2, $3, $4, 1, $5, $6, {})
+             ON CONFLICT (scope_id, kind, md5(text)) WHERE state = 'active' DO NOTHING
+             RETURNING id",
+            search_vector("$7", "$8")
+        );
+        let (body, context) = (crate::terms::fold(text), crate::terms::fold(kind));
+        let row = self
+            .row_opt(
+                c,
+                &sql,
+                &[
+                    &scope_id,
+                    &kind,
+                    &text,
+                    &state_name(state),
+                    &created_at,
+                    &updated_at,
+                    &body,
+                    &context,
+                ],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let id: i64 = row.get(0);
+        self.record_history(c, id, 1, kind, text, state, &now_rfc3339())
+            .await?;
+        Ok(Some(id))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn record_history(
+        &self,
+        c: &impl GenericClient,
+        id: i64,
+        version: u32,
+        kind: &str,
+        text: &str,
+        state: FactState,
+        at: &str,
+    ) -> Result<()> {
+        self.exec(
+            c,
+            "INSERT INTO memory_history (memory_id, version, kind, text, state, recorded_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &id,
+                &(version as i32),
+                &kind,
+                &text,
+                &state_name(state),
+                &at,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The active memory of `scope_id` with exactly this kind and text.
+    pub(crate) async fn find_active(
+        &self,
+        c: &impl GenericClient,
+        scope_id: i64,
+        kind: &str,
+        text: &str,
+    ) -> Result<Option<i64>> {
+        let row = self
+            .row_opt(
+                c,
+                "SELECT id FROM memories WHERE scope_id = $1 AND kind = $2 AND md5(text) = md5($3)
+                 AND text = $3 AND state = 'active'",
+                &[&scope_id, &kind, &text],
+            )
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    /// Stores one explicit memory, or reports the identical active one.
+    pub(crate) async fn remember_fact(
+        &self,
+        caller: &Caller,
+        request: &RememberRequest,
+    ) -> Result<RememberOutcome> {
+        let request = RememberRequest::new(&request.kind, &request.text)?;
+        let scope = Scope::of(caller);
+        let mut client = self.client().await?;
+        // A retire between the refused insert and the read can empty the
+        // read; the next round then stores. Bounded: never retried blindly.
+        for _ in 0..3 {
+            let tx = client.transaction().await.map_err(|e| self.err(e))?;
+            let scope_id = self.ensure_scope(&tx, &scope).await?;
+            let now = now_rfc3339();
+            let stored = self
+                .insert_fact(
+                    &tx,
+                    scope_id,
+                    &request.kind,
+                    &request.text,
+                    FactState::Active,
+                    &now,
+                    &now,
+                )
+                .await?;
+            let outcome = match stored {
+                Some(id) => Some(RememberOutcome::Stored {
+                    citation: Citation::new(citation(id)),
+                }),
+                None => self
+                    .find_active(&tx, scope_id, &request.kind, &request.text)
+                    .await?
+                    .map(|id| RememberOutcome::AlreadyPresent {
+                        citation: Some(Citation::new(citation(id))),
+                        revision: None,
+                    }),
+            };
+            tx.commit().await.map_err(|e| self.err(e))?;
+            if let Some(outcome) = outcome {
+                return Ok(outcome);
+            }
+        }
+        Err(MemoryError::Conflict(
+            "remember raced with concurrent changes of the same memory three times".to_owned(),
+        ))
+    }
+
+    /// The caller's memories, oldest first; retired ones only on request.
+    pub(crate) async fn facts_of(
+        &self,
+        caller: &Caller,
+        include_retired: bool,
+    ) -> Result<Vec<Fact>> {
+        let scope = Scope::of(caller);
+        let filter = if include_retired {
+            ""
+        } else {
+            "AND state = 'active'"
+        };
+        let client = self.client().await?;
+        let rows = self.rows(
+&client,
+&format!(
+                    "SELECT {FACT_COLUMNS} FROM memories WHERE scope_id = {SCOPE_ID} {filter} ORDER BY id"
+                ),
+                &[&scope.user, &scope.peer],
+).await?;
+        Ok(rows.iter().map(fact_from_row).collect())
+    }
+
+    pub(crate) async fn fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        let scope = Scope::of(caller);
+        let client = self.client().await?;
+        self.load_fact(&client, &scope, row, false)
+            .await?
+            .ok_or_else(|| not_found(id))
+    }
+
+    async fn load_fact(
+        &self,
+        c: &impl GenericClient,
+        scope: &Scope,
+        id: i64,
+        for_update: bool,
+    ) -> Result<Option<Fact>> {
+        let lock = if for_update { "FOR UPDATE" } else { "" };
+        let sql = format!(
+            "SELECT {FACT_COLUMNS} FROM memories WHERE id = $3 AND scope_id = {SCOPE_ID} {lock}"
+        );
+        let row = self
+            .row_opt(c, &sql, &[&scope.user, &scope.peer, &id])
+            .await?;
+        Ok(row.as_ref().map(fact_from_row))
+    }
+
+    /// Every recorded version of a memory, oldest first.
+    pub async fn fact_history(&self, caller: &Caller, id: &str) -> Result<Vec<Fact>> {
+        let current = self.fact(caller, id).await?;
+        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        let client = self.client().await?;
+        let rows = self
+            .rows(
+                &client,
+                "SELECT memory_id, kind, text, state, version, recorded_at, recorded_at
+                 FROM memory_history WHERE memory_id = $1 ORDER BY version",
+                &[&row],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Fact {
+                created_at: current.created_at.clone(),
+                ..fact_from_row(r)
+            })
+            .collect())
+    }
+
+    /// Writes `next` as the new current version of memory `id`.
+    async fn update_fact(&self, c: &impl GenericClient, id: i64, next: &Fact) -> Result<()> {
+        let sql = format!(
+            "UPDATE memories SET kind = $2, text = $3, state = $4, version = $5, updated_at = $6,
+                 search = {}
+             WHERE id = $1",
+            search_vector("$7", "$8")
+        );
+        self.exec(
+            c,
+            &sql,
+            &[
+                &id,
+                &next.kind,
+                &next.text,
+                &state_name(next.state),
+                &(next.version as i32),
+                &next.updated_at,
+                &crate::terms::fold(&next.text),
+                &crate::terms::fold(&next.kind),
+            ],
+        )
+        .await?;
+        self.record_history(
+            c,
+            id,
+            next.version,
+            &next.kind,
+            &next.text,
+            next.state,
+            &next.updated_at,
+        )
+        .await
+    }
+
+    /// Revises kind and/or text, keeping the old version in the history.
+    pub(crate) async fn revise(
+        &self,
+        caller: &Caller,
+        id: &str,
+        patch: &FactPatch,
+    ) -> Result<Fact> {
+        if patch.kind.is_none() && patch.text.is_none() {
+            return Err(MemoryError::invalid("patch", "must set `kind` or `text`"));
+        }
+        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        let scope = Scope::of(caller);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| self.err(e))?;
+        let current = self
+            .load_fact(&tx, &scope, row, true)
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        if current.state == FactState::Retired {
+            return Err(MemoryError::Conflict(format!(
+                "{} is retired; retired memories cannot be revised",
+                current.id
+            )));
+        }
+        let revised = RememberRequest::new(
+            patch.kind.as_deref().unwrap_or(&current.kind),
+            patch.text.as_deref().unwrap_or(&current.text),
+        )?;
+        if revised.kind == current.kind && revised.text == current.text {
+            return Ok(current);
+        }
+        let scope_id: i64 = self
+            .row(&tx, "SELECT scope_id FROM memories WHERE id = $1", &[&row])
+            .await?
+            .get(0);
+        if let Some(other) = self
+            .find_active(&tx, scope_id, &revised.kind, &revised.text)
+            .await?
+        {
+            return Err(MemoryError::Conflict(format!(
+                "the revision of {} would duplicate active memory {}",
+                current.id,
+                citation(other)
+            )));
+        }
+        let next = Fact {
+            kind: revised.kind,
+            text: revised.text,
+            version: current.version + 1,
+            updated_at: now_rfc3339(),
+            ..current
+        };
+        self.update_fact(&tx, row, &next).await?;
+        tx.commit().await.map_err(|e| self.err(e))?;
+        Ok(next)
+    }
+
+    /// Retires a memory: no longer recalled or searched, never erased.
+    pub(crate) async fn retire(&self, caller: &Caller, id: &str) -> Result<Fact> {
+        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        let scope = Scope::of(caller);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| self.err(e))?;
+        let current = self
+            .load_fact(&tx, &scope, row, true)
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        if current.state == FactState::Retired {
+            return Ok(current);
+        }
+        let next = Fact {
+            state: FactState::Retired,
+            version: current.version + 1,
+            updated_at: now_rfc3339(),
+            ..current
+        };
+        self.update_fact(&tx, row, &next).await?;
+        tx.commit().await.map_err(|e| self.err(e))?;
+        Ok(next)
+    }
+}

@@ -1,0 +1,36 @@
+//! # memgate-postgres — the `postgres` backend
+//!
+//! The `local` store's contract on PostgreSQL, so that any number of
+//! stateless `memgate serve` replicas (or Gateway processes) share one
+//! memory. Same behaviour as `local`, by construction where possible: the
+//! same term folding, storable-turn rules, import validation, recall block
+//! and neighbour smoothing are `memgate-store`'s own functions; the shared
+//! conformance suite (`memgate-conformance`) runs against both.
+//!
+//! What PostgreSQL does here: unique constraints with `ON CONFLICT` make
+//! capture and remember idempotent across replicas; full text is its own
+//! text search (`tsvector`, GIN with `btree_gin`, `ts_rank`); migrations run
+//! under an advisory lock; the server enforces the statement timeout.
+//!
+//! Dense vectors (hybrid recall) are not stored: there is no pgvector column
+//! yet, recall is full text only, and [`DoctorInfo::hybrid_vectors`] says so.
+//! The seam is a pgvector migration step plus a vector candidate query in
+//! [`recall`] merged into the same candidate pool.
+//!
+//! Modules, one job each: [`config`], [`pool`] (connections and error
+//! mapping), [`schema`] (recognition and migrations), [`terms`], [`facts`],
+//! [`capture`], [`recall`], [`transfer`], [`backend`].
+
+pub mod backend;
+pub mod capture;
+pub mod config;
+pub mod facts;
+pub mod pool;
+pub mod recall;
+pub mod schema;
+pub mod terms;
+pub mod transfer;
+
+pub use backend::{DoctorInfo, PoolState, PostgresBackend};
+pub use config::PostgresConfig;
+pub use schema::SCHEMA_VERSION;

@@ -1,0 +1,289 @@
+//! Recall and search on PostgreSQL, with `local`'s ranking inputs and
+//! `local`'s block ([`memgate_store::recall::assemble`]).
+//!
+//! 1. Full text: the scope's active memories and turns matching any query
+//!    term (`@@`, through the GIN index on (scope, vector)), scored by
+//!    `ts_rank` with body weight 1.0 and context weight 0.5; of the newest
+//!    [`MATCH_BUDGET`] matches per table the best [`candidate_pool`] are kept
+//!    (the budget bounds the work of very common terms in very large scopes).
+//! 2. Neighbour smoothing: the turns just before and after the best
+//!    [`NEIGHBOURS_OF`] turns join, and each turn earns a share of its
+//!    neighbours' scores ([`smooth_neighbours`], shared with `local`).
+//! 3. Explicit memories count [`MEMORY_WEIGHT`] times.
+//!
+//! Scores are `ts_rank`'s, not BM25's, so they differ from `local`'s in
+//! value; what ranks first for a clearly better match does not. Every
+//! statement selects the scope by (user, peer) itself. A search's `kind`
+//! filter is part of the SQL, so it applies before the cut.
+
+use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
+use crate::terms::{tsquery_text, TEXT_SEARCH_CONFIG};
+use deadpool_postgres::GenericClient;
+use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
+use memgate_store::facts::citation;
+use memgate_store::ranking::{
+    candidate_pool, smooth_neighbours, turn_citation, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
+    TURN_KIND,
+};
+use memgate_store::recall::{assemble, MAX_SEARCH_TOP_K};
+use std::collections::HashSet;
+use tokio_postgres::Row;
+
+/// Most matches per table that `ts_rank` scores for one ranking (the newest).
+pub const MATCH_BUDGET: i64 = 600;
+
+/// `ts_rank` weights, in its order {D, C, B, A}: body (A) 1.0, context (B) 0.5.
+const RANK_WEIGHTS: &str = "'{0, 0, 0.5, 1.0}'";
+
+const TURN_COLUMNS: &str = "id, thread, seq, message_id, role, speaker, occurred_at, text";
+
+fn turn_from_row(r: &Row, score: f64) -> Ranked {
+    Ranked {
+        citation: turn_citation(r.get(0)),
+        kind: TURN_KIND.to_owned(),
+        text: r.get(7),
+        score,
+        origin: Origin::Turn {
+            thread: r.get(1),
+            seq: r.get(2),
+            message_id: r.get(3),
+            role: r.get(4),
+            speaker: r.get(5),
+            occurred_at: r.get(6),
+        },
+    }
+}
+
+/// Which tables compete, from a search's `kind` filter.
+#[derive(Clone, Copy)]
+enum Category<'a> {
+    All,
+    Turns,
+    Memories(&'a str),
+}
+
+impl PostgresBackend {
+    /// Ranks `query` in the caller's scope, best first, at most `top_k`.
+    async fn rank(
+        &self,
+        c: &impl GenericClient,
+        scope: &Scope,
+        query: &str,
+        top_k: usize,
+        category: Category<'_>,
+    ) -> Result<Vec<Ranked>> {
+        let Some(tsquery) = tsquery_text(query) else {
+            return Ok(Vec::new());
+        };
+        let pool = candidate_pool(top_k) as i64;
+        let q = format!("to_tsquery('{TEXT_SEARCH_CONFIG}', $3)");
+        let turns_sql = format!(
+            "SELECT {TURN_COLUMNS}, ts_rank({RANK_WEIGHTS}, search, {q})::float8 AS score
+             FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID} AND search @@ {q}
+                   ORDER BY id DESC LIMIT {MATCH_BUDGET}) m
+             ORDER BY score DESC, id DESC LIMIT $4"
+        );
+        let kind_filter = match category {
+            Category::Memories(_) => "AND kind = $5",
+            _ => "",
+        };
+        let memories_sql = format!(
+            "SELECT id, kind, text, ts_rank({RANK_WEIGHTS}, search, {q})::float8 AS score
+             FROM (SELECT * FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
+                   AND search @@ {q} {kind_filter} ORDER BY id DESC LIMIT {MATCH_BUDGET}) m
+             ORDER BY score DESC, id DESC LIMIT $4"
+        );
+        // Both tables at once: tokio-postgres pipelines the two statements.
+        let no_rows = || async { Ok::<Vec<Row>, MemoryError>(Vec::new()) };
+        let turns = async {
+            if matches!(category, Category::Memories(_)) {
+                no_rows().await
+            } else {
+                self.rows(c, &turns_sql, &[&scope.user, &scope.peer, &tsquery, &pool])
+                    .await
+            }
+        };
+        let memories = async {
+            match category {
+                Category::Turns => no_rows().await,
+                Category::All => {
+                    self.rows(
+                        c,
+                        &memories_sql,
+                        &[&scope.user, &scope.peer, &tsquery, &pool],
+                    )
+                    .await
+                }
+                Category::Memories(kind) => {
+                    self.rows(
+                        c,
+                        &memories_sql,
+                        &[&scope.user, &scope.peer, &tsquery, &pool, &kind],
+                    )
+                    .await
+                }
+            }
+        };
+        let (turn_rows, memory_rows) = tokio::try_join!(turns, memories)?;
+        let mut candidates: Vec<Ranked> = turn_rows
+            .iter()
+            .map(|r| turn_from_row(r, r.get(8)))
+            .collect();
+        candidates.extend(memory_rows.iter().map(|r| Ranked {
+            citation: citation(r.get(0)),
+            kind: r.get(1),
+            text: r.get(2),
+            score: r.get(3),
+            origin: Origin::Memory,
+        }));
+        // One pool over both tables by text score, then the memory boost.
+        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+        candidates.truncate(pool as usize);
+        for r in &mut candidates {
+            if r.origin == Origin::Memory {
+                r.score *= MEMORY_WEIGHT;
+            }
+        }
+        if !matches!(category, Category::Memories(_)) {
+            self.add_neighbours(c, scope, &mut candidates).await?;
+            smooth_neighbours(&mut candidates);
+        }
+        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+        candidates.truncate(top_k);
+        Ok(candidates)
+    }
+
+    /// Turns adjacent to the best [`NEIGHBOURS_OF`] candidates join the
+    /// candidates unscored (one statement for all of them).
+    async fn add_neighbours(
+        &self,
+        c: &impl GenericClient,
+        scope: &Scope,
+        ranked: &mut Vec<Ranked>,
+    ) -> Result<()> {
+        let mut best: Vec<(f64, &str, i64)> = ranked
+            .iter()
+            .filter_map(|r| match &r.origin {
+                Origin::Turn { thread, seq, .. } => Some((r.score, thread.as_str(), *seq)),
+                Origin::Memory => None,
+            })
+            .collect();
+        best.sort_by(|a, b| b.0.total_cmp(&a.0));
+        best.truncate(NEIGHBOURS_OF);
+        let present: HashSet<(&str, i64)> = ranked
+            .iter()
+            .filter_map(|r| match &r.origin {
+                Origin::Turn { thread, seq, .. } => Some((thread.as_str(), *seq)),
+                Origin::Memory => None,
+            })
+            .collect();
+        let mut wanted: Vec<(String, i64)> = Vec::new();
+        for (_, thread, seq) in &best {
+            for near in [seq - 1, seq + 1] {
+                let key = (thread.to_string(), near);
+                if !present.contains(&(*thread, near)) && !wanted.contains(&key) {
+                    wanted.push(key);
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let (threads, seqs): (Vec<String>, Vec<i64>) = wanted.into_iter().unzip();
+        let rows = self
+            .rows(
+                c,
+                &format!(
+                    "SELECT t.id, t.thread, t.seq, t.message_id, t.role, t.speaker,
+                            t.occurred_at, t.text
+                     FROM turns t
+                     JOIN unnest($3::text[], $4::bigint[]) AS n(thread, seq)
+                       ON t.thread = n.thread AND t.seq = n.seq
+                     WHERE t.scope_id = {SCOPE_ID}"
+                ),
+                &[&scope.user, &scope.peer, &threads, &seqs],
+            )
+            .await?;
+        ranked.extend(rows.iter().map(|r| turn_from_row(r, 0.0)));
+        Ok(())
+    }
+
+    /// The bounded, cited block, exactly as `local` lays it out: ranked items,
+    /// then the newest explicit memories not among them (`standing_memories`).
+    pub(crate) async fn recall_block(&self, request: &RecallRequest) -> Result<Recall> {
+        let settings = &self.config.recall;
+        let query = match request.query.as_deref().map(str::trim) {
+            Some(q) if !q.is_empty() => q,
+            _ => settings.injection_query.as_str(),
+        };
+        let scope = Scope::of(&request.caller);
+        let client = self.client().await?;
+        let standing_sql = format!(
+            "SELECT {} FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
+             ORDER BY id DESC LIMIT $3",
+            crate::facts::FACT_COLUMNS
+        );
+        let standing_limit = settings.standing_memories as i64;
+        let standing_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&scope.user, &scope.peer, &standing_limit];
+        let (mut ranked, standing) = tokio::try_join!(
+            self.rank(&client, &scope, query, settings.recall_top_k, Category::All),
+            self.rows(&client, &standing_sql, &standing_params),
+        )?;
+        drop(client);
+        for fact in standing.iter().map(crate::facts::fact_from_row) {
+            if !ranked.iter().any(|r| r.citation == fact.id) {
+                ranked.push(Ranked {
+                    citation: fact.id,
+                    kind: fact.kind,
+                    text: fact.text,
+                    score: 0.0,
+                    origin: Origin::Memory,
+                });
+            }
+        }
+        Ok(assemble(&ranked, settings.max_injection_chars))
+    }
+
+    /// Full-text search; `kind` (a memory kind, or `turn`) filters before the
+    /// `top_k` cut. The same validation as `local`.
+    pub(crate) async fn search_hits(
+        &self,
+        caller: &Caller,
+        query: &SearchQuery,
+    ) -> Result<Vec<SearchHit>> {
+        if query.query.trim().is_empty() {
+            return Err(MemoryError::invalid("query", "must not be blank"));
+        }
+        if query.top_k == 0 || query.top_k > MAX_SEARCH_TOP_K {
+            return Err(MemoryError::invalid(
+                "top_k",
+                format!("must be between 1 and {MAX_SEARCH_TOP_K}"),
+            ));
+        }
+        let category = match query.kind.as_deref().map(str::trim) {
+            Some("") => return Err(MemoryError::invalid("kind", "must not be blank")),
+            Some(TURN_KIND) => Category::Turns,
+            Some(kind) => Category::Memories(kind),
+            None => Category::All,
+        };
+        let scope = Scope::of(caller);
+        let client = self.client().await?;
+        let ranked = self
+            .rank(&client, &scope, &query.query, query.top_k, category)
+            .await?;
+        Ok(ranked
+            .into_iter()
+            .map(|r| SearchHit {
+                source: Some(match &r.origin {
+                    Origin::Memory => "memory".to_owned(),
+                    Origin::Turn { thread, .. } => format!("thread:{thread}"),
+                }),
+                id: r.citation,
+                content: r.text,
+                category: r.kind,
+                score: Some(r.score),
+            })
+            .collect())
+    }
+}

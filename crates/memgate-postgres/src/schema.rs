@@ -1,0 +1,242 @@
+//! memgate's PostgreSQL schema: how it is recognised, created and migrated.
+//!
+//! memgate owns one PostgreSQL schema (namespace, `backend_config.schema`,
+//! default `memgate`). Its table `memgate_meta` says `application = memgate`
+//! and `schema_version = N`, the number of [`MIGRATIONS`] applied. Every
+//! replica runs [`migrate`] before its first operation, inside one
+//! transaction that first takes a cluster-wide advisory lock, so replicas
+//! starting at once apply each step exactly once and the others wait, then
+//! see it done. Refused, with nothing written (the transaction rolls back):
+//! a schema of that name holding objects but no memgate marker (foreign),
+//! a marker of another application, and a version newer than this code.
+//!
+//! Full-text search is PostgreSQL's own: a weighted `tsvector` per memory and
+//! turn (body `A`, context `B`; the `english` configuration stems, after
+//! memgate's own folding), indexed by GIN together with the scope id
+//! (`btree_gin`), so a lookup only ever visits its own scope's postings.
+
+use crate::config::PostgresConfig;
+use crate::pool::db_error;
+use memgate_core::{MemoryError, Result};
+use tokio_postgres::Transaction;
+
+/// The advisory lock every memgate migration takes (`MGAT` in ASCII).
+pub const MIGRATION_LOCK: i64 = 0x4D47_4154;
+
+/// The value of `memgate_meta.application`.
+pub const APPLICATION: &str = "memgate";
+
+/// One ordered schema step: SQL run inside the migration transaction.
+struct Migration {
+    name: &'static str,
+    sql: &'static str,
+}
+
+/// Ordered schema steps; `schema_version` = how many have been applied.
+const MIGRATIONS: &[Migration] = &[Migration {
+    name: "scopes, explicit memories with history, captured turns, full-text indexes",
+    sql: "CREATE EXTENSION IF NOT EXISTS btree_gin;
+          CREATE TABLE scopes (
+              id      bigserial PRIMARY KEY,
+              user_id text NOT NULL,
+              peer    text NOT NULL,
+              UNIQUE (user_id, peer)
+          );
+          CREATE TABLE memories (
+              id         bigserial PRIMARY KEY,
+              scope_id   bigint NOT NULL REFERENCES scopes(id),
+              kind       text NOT NULL,
+              text       text NOT NULL,
+              state      text NOT NULL CHECK (state IN ('active', 'retired')),
+              version    integer NOT NULL,
+              created_at text NOT NULL,
+              updated_at text NOT NULL,
+              search     tsvector NOT NULL
+          );
+          -- Texts reach 8 KiB, past a btree entry's limit: the key is their md5,
+          -- and remember compares the text itself.
+          CREATE UNIQUE INDEX memories_one_active_copy
+              ON memories (scope_id, kind, md5(text)) WHERE state = 'active';
+          CREATE INDEX memories_by_scope ON memories (scope_id, id);
+          CREATE INDEX memories_search ON memories USING gin (scope_id, search)
+              WHERE state = 'active';
+          CREATE TABLE memory_history (
+              id          bigserial PRIMARY KEY,
+              memory_id   bigint NOT NULL REFERENCES memories(id),
+              version     integer NOT NULL,
+              kind        text NOT NULL,
+              text        text NOT NULL,
+              state       text NOT NULL,
+              recorded_at text NOT NULL,
+              UNIQUE (memory_id, version)
+          );
+          CREATE TABLE turns (
+              id          bigserial PRIMARY KEY,
+              scope_id    bigint NOT NULL REFERENCES scopes(id),
+              thread      text NOT NULL,
+              seq         bigint NOT NULL,
+              signature   text NOT NULL,
+              message_id  text,
+              role        text NOT NULL CHECK (role IN ('human', 'ai')),
+              speaker     text,
+              occurred_at text,
+              text        text NOT NULL,
+              captured_at text NOT NULL,
+              search      tsvector NOT NULL,
+              UNIQUE (scope_id, thread, signature),
+              UNIQUE (scope_id, thread, seq)
+          );
+          CREATE INDEX turns_by_scope ON turns (scope_id, id);
+          CREATE INDEX turns_search ON turns USING gin (scope_id, search);",
+}];
+
+/// The schema version this code writes and understands.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// What the named schema holds, judged inside the lock.
+enum Found {
+    /// No such schema (or an empty one): ours to create.
+    Nothing,
+    /// A memgate schema at this version.
+    Memgate(u32),
+}
+
+async fn inspect(tx: &Transaction<'_>, config: &PostgresConfig) -> Result<Found> {
+    let schema = config.schema.as_str();
+    let err = |e: tokio_postgres::Error| db_error(config, &e);
+    let row = tx
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                     WHERE n.nspname = $1),
+                    to_regclass(quote_ident($1) || '.memgate_meta') IS NOT NULL",
+            &[&schema],
+        )
+        .await
+        .map_err(err)?;
+    let (objects, has_meta): (i64, bool) = (row.get(0), row.get(1));
+    if !has_meta {
+        if objects == 0 {
+            return Ok(Found::Nothing);
+        }
+        return Err(MemoryError::Corruption(format!(
+            "postgres schema {schema} holds {objects} objects but no memgate marker \
+             (memgate_meta): it belongs to another application and was left untouched; \
+             choose another backend_config.schema"
+        )));
+    }
+    let rows = tx
+        .query(
+            &format!("SELECT key, value FROM {schema}.memgate_meta"),
+            &[],
+        )
+        .await
+        .map_err(err)?;
+    let value = |key: &str| {
+        rows.iter()
+            .find(|r| r.get::<_, &str>(0) == key)
+            .map(|r| r.get::<_, String>(1))
+    };
+    if value("application").as_deref() != Some(APPLICATION) {
+        return Err(MemoryError::Corruption(format!(
+            "postgres schema {schema} is marked as another application's; it was left untouched"
+        )));
+    }
+    let version = value("schema_version")
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or_else(|| {
+            MemoryError::Corruption(format!(
+                "postgres schema {schema} has an unreadable schema_version; it was left untouched"
+            ))
+        })?;
+    if version > SCHEMA_VERSION {
+        return Err(MemoryError::Corruption(format!(
+            "postgres schema {schema} has schema version {version}, newer than this memgate \
+             understands ({SCHEMA_VERSION}); upgrade memgate (nothing was changed, never downgraded)"
+        )));
+    }
+    Ok(Found::Memgate(version))
+}
+
+/// Brings the schema to `target` (tests use a lower target to build an old
+/// version) under the migration lock; returns the version found before.
+pub async fn migrate(
+    client: &mut tokio_postgres::Client,
+    config: &PostgresConfig,
+    target: u32,
+) -> Result<u32> {
+    let schema = config.schema.as_str();
+    let err = |e: tokio_postgres::Error| db_error(config, &e);
+    let tx = client.transaction().await.map_err(err)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(err)?;
+    let before = match inspect(&tx, config).await? {
+        Found::Memgate(v) => v,
+        Found::Nothing => {
+            tx.batch_execute(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema};
+                 CREATE TABLE {schema}.memgate_meta (key text PRIMARY KEY, value text NOT NULL);
+                 INSERT INTO {schema}.memgate_meta VALUES
+                     ('application', '{APPLICATION}'), ('schema_version', '0');"
+            ))
+            .await
+            .map_err(err)?;
+            0
+        }
+    };
+    // The search_path names the schema, so the steps' unqualified names land in it.
+    tx.batch_execute(&format!("SET LOCAL search_path = {schema}"))
+        .await
+        .map_err(err)?;
+    for (i, step) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .take(target as usize)
+        .skip(before as usize)
+    {
+        tx.batch_execute(step.sql).await.map_err(|e| {
+            MemoryError::Backend(format!(
+                "postgres schema migration {} ({}) failed: {}",
+                i + 1,
+                step.name,
+                db_error(config, &e)
+            ))
+        })?;
+        tracing::info!(
+            step = i + 1,
+            name = step.name,
+            schema,
+            "applied postgres migration"
+        );
+    }
+    if target > before {
+        tx.execute(
+            &format!("UPDATE {schema}.memgate_meta SET value = $1 WHERE key = 'schema_version'"),
+            &[&target.to_string()],
+        )
+        .await
+        .map_err(err)?;
+    }
+    tx.commit().await.map_err(err)?;
+    Ok(before)
+}
+
+/// The schema version recorded in the database (doctor, tests).
+pub async fn schema_version(
+    client: &tokio_postgres::Client,
+    config: &PostgresConfig,
+) -> Result<u32> {
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT value FROM {}.memgate_meta WHERE key = 'schema_version'",
+                config.schema
+            ),
+            &[],
+        )
+        .await
+        .map_err(|e| db_error(config, &e))?;
+    row.get::<_, String>(0)
+        .parse()
+        .map_err(|_| MemoryError::Corruption("unreadable postgres schema_version".to_owned()))
+}

@@ -1,0 +1,72 @@
+//! How text reaches PostgreSQL's text search, and how a query becomes a
+//! safe `tsquery`.
+//!
+//! Text is folded by `local`'s own rules first ([`memgate_store::terms`]:
+//! accents dropped, lower-cased, Han and kana split into characters, English
+//! function words dropped), then handed to `to_tsvector('english', …)`,
+//! which stems. A query becomes up to [`MAX_QUERY_TERMS`] distinct folded
+//! terms, each single-quoted (they are letters and digits only, so none can
+//! be `tsquery` syntax) and joined with `|`.
+
+use memgate_store::terms::{terms, MAX_QUERY_TERMS};
+
+/// The text search configuration (stemming) both documents and queries use.
+pub const TEXT_SEARCH_CONFIG: &str = "english";
+
+/// `text` folded into space-separated terms.
+pub fn fold(text: &str) -> String {
+    terms(text).join(" ")
+}
+
+/// The SQL expression of a document's vector from two bound parameters:
+/// body (weight `A`) and context (weight `B`), both already [`fold`]ed.
+pub fn search_vector(body: &str, context: &str) -> String {
+    format!(
+        "setweight(to_tsvector('{TEXT_SEARCH_CONFIG}', {body}), 'A') || \
+         setweight(to_tsvector('{TEXT_SEARCH_CONFIG}', {context}), 'B')"
+    )
+}
+
+/// The `to_tsquery` input for `query`: `'t1' | 't2' | …`; `None` when the
+/// query has no topic term.
+pub fn tsquery_text(query: &str) -> Option<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for term in terms(query) {
+        if !seen.contains(&term) {
+            seen.push(term);
+            if seen.len() == MAX_QUERY_TERMS {
+                break;
+            }
+        }
+    }
+    if seen.is_empty() {
+        return None;
+    }
+    let quoted: Vec<String> = seen.iter().map(|t| format!("'{t}'")).collect();
+    Some(quoted.join(" | "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_quoted_terms_never_syntax() {
+        assert_eq!(
+            tsquery_text("Vim vim 'emacs' | !x & (w) <-> z:*").unwrap(),
+            "'vim' | 'emacs' | 'x' | 'w' | 'z'"
+        );
+        assert_eq!(tsquery_text("what is the"), None);
+        assert_eq!(tsquery_text("  ?! "), None);
+        let long: String = (0..100).map(|i| format!("w{i} ")).collect();
+        assert_eq!(
+            tsquery_text(&long).unwrap().matches('|').count(),
+            MAX_QUERY_TERMS - 1
+        );
+    }
+
+    #[test]
+    fn folding_is_locals() {
+        assert_eq!(fold("The Café's CRÈME"), "cafe creme");
+    }
+}

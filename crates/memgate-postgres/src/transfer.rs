@@ -1,0 +1,156 @@
+//! Export and import of one scope (`memgate.export.v1`), with `local`'s
+//! rules: an export holds every memory (retired ones too) and every turn
+//! with its signature; import validates everything first
+//! ([`memgate_store::transfer::validate_turn`]), then merges in one
+//! transaction. A memory with the same kind, text and state, or a turn with
+//! the same thread and signature, is already present and not added again, so
+//! an import can be re-run (and raced) without duplicating anything.
+
+use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
+use crate::facts::{fact_from_row, state_name, FACT_COLUMNS};
+use memgate_core::facts::{ExportedTurn, EXPORT_FORMAT};
+use memgate_core::{
+    Caller, FactState, ImportReport, MemoryError, MemoryExport, RememberRequest, Result,
+};
+use memgate_store::capture::NewTurn;
+use memgate_store::transfer::{timestamp_or_now, validate_turn};
+
+/// Prefixes the field of a validation error with the entry it came from.
+fn at(entry: String) -> impl Fn(MemoryError) -> MemoryError {
+    move |e| match e {
+        MemoryError::InvalidInput { field, rule } => {
+            MemoryError::invalid(format!("{entry}.{field}"), rule)
+        }
+        other => other,
+    }
+}
+
+impl PostgresBackend {
+    /// Everything the caller's scope holds, in storage order.
+    pub(crate) async fn export_scope(&self, caller: &Caller) -> Result<MemoryExport> {
+        let scope = Scope::of(caller);
+        let mut client = self.client().await?;
+        // One snapshot for facts and turns.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(|e| self.err(e))?;
+        let facts = self
+            .rows(
+                &tx,
+                &format!(
+                    "SELECT {FACT_COLUMNS} FROM memories WHERE scope_id = {SCOPE_ID} ORDER BY id"
+                ),
+                &[&scope.user, &scope.peer],
+            )
+            .await?;
+        let turns = self
+            .rows(
+                &tx,
+                &format!(
+                    "SELECT thread, role, text, signature, captured_at FROM turns
+                     WHERE scope_id = {SCOPE_ID} ORDER BY id"
+                ),
+                &[&scope.user, &scope.peer],
+            )
+            .await?;
+        tx.commit().await.map_err(|e| self.err(e))?;
+        Ok(MemoryExport::new(
+            facts.iter().map(fact_from_row).collect(),
+            turns
+                .iter()
+                .map(|r| ExportedTurn {
+                    thread: r.get(0),
+                    role: r.get(1),
+                    text: r.get(2),
+                    signature: r.get(3),
+                    captured_at: r.get(4),
+                })
+                .collect(),
+        ))
+    }
+
+    /// Merges an export into the caller's scope in one transaction.
+    pub(crate) async fn import_scope(
+        &self,
+        caller: &Caller,
+        data: &MemoryExport,
+    ) -> Result<ImportReport> {
+        if data.format != EXPORT_FORMAT {
+            return Err(MemoryError::invalid(
+                "format",
+                format!("must be `{EXPORT_FORMAT}`"),
+            ));
+        }
+        let facts = data
+            .facts
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                Ok((
+                    RememberRequest::new(&f.kind, &f.text).map_err(at(format!("facts[{i}]")))?,
+                    f.state,
+                    timestamp_or_now(Some(&f.created_at)),
+                    timestamp_or_now(Some(&f.updated_at)),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Turns grouped by thread, each thread's in export order.
+        let mut threads: Vec<(String, Vec<NewTurn>)> = Vec::new();
+        for (i, t) in data.turns.iter().enumerate() {
+            let (thread, turn) = validate_turn(i, t)?;
+            match threads.iter_mut().find(|(name, _)| *name == thread) {
+                Some((_, list)) => list.push(turn),
+                None => threads.push((thread, vec![turn])),
+            }
+        }
+        let scope = Scope::of(caller);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| self.err(e))?;
+        let scope_id = self.ensure_scope(&tx, &scope).await?;
+        let mut report = ImportReport::default();
+        for (request, state, created_at, updated_at) in &facts {
+            let present = match state {
+                // Active copies are unique in storage: the insert decides.
+                FactState::Active => false,
+                FactState::Retired => self
+                    .row_opt(
+                        &tx,
+                        "SELECT 1 FROM memories WHERE scope_id = $1 AND kind = $2
+                         AND text = $3 AND state = $4",
+                        &[&scope_id, &request.kind, &request.text, &state_name(*state)],
+                    )
+                    .await?
+                    .is_some(),
+            };
+            let inserted = !present
+                && self
+                    .insert_fact(
+                        &tx,
+                        scope_id,
+                        &request.kind,
+                        &request.text,
+                        *state,
+                        created_at,
+                        updated_at,
+                    )
+                    .await?
+                    .is_some();
+            if inserted {
+                report.facts_imported += 1;
+            } else {
+                report.facts_already_present += 1;
+            }
+        }
+        for (thread, turns) in &threads {
+            let (stored, known) = self.store_turns(&tx, scope_id, thread, turns).await?;
+            report.turns_imported += stored;
+            report.turns_already_present += known;
+        }
+        tx.commit().await.map_err(|e| self.err(e))?;
+        Ok(report)
+    }
+}

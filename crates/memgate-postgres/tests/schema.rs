@@ -1,0 +1,159 @@
+//! The schema on a real PostgreSQL: created once under the advisory lock
+//! when replicas start together, a foreign or newer schema refused with
+//! nothing changed, doctor figures, and no password in any error.
+
+mod common;
+
+use memgate_core::{Caller, MemoryBackend, MemoryError, RememberRequest};
+use memgate_postgres::{PostgresBackend, PostgresConfig, SCHEMA_VERSION};
+
+async fn sql(dsn: &str, statements: &str) {
+    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(conn);
+    client.batch_execute(statements).await.unwrap();
+    drop(client);
+    let _ = task.await;
+}
+
+async fn count(dsn: &str, query: &str) -> i64 {
+    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let task = tokio::spawn(conn);
+    let n = client.query_one(query, &[]).await.unwrap().get(0);
+    drop(client);
+    let _ = task.await;
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrations_raced_by_eight_backends_apply_once() {
+    let Some(dsn) = common::dsn() else { return };
+    let schema = common::unique_schema("race");
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let b = common::backend(&dsn, &schema);
+        tasks.push(tokio::spawn(async move { b.migrate().await.unwrap() }));
+    }
+    let mut before = Vec::new();
+    for t in tasks {
+        before.push(t.await.unwrap());
+    }
+    // Exactly one saw the empty schema; the others waited and found it current.
+    assert_eq!(before.iter().filter(|v| **v == 0).count(), 1, "{before:?}");
+    assert!(before.iter().all(|v| *v == 0 || *v == SCHEMA_VERSION));
+    let b = common::backend(&dsn, &schema);
+    let info = b.doctor().await.unwrap();
+    assert_eq!(info.schema_version, SCHEMA_VERSION);
+    assert!(
+        info.server_version.starts_with(char::is_numeric),
+        "{info:?}"
+    );
+    assert!(info.pool.size >= 1 && info.pool.max_size == 8, "{info:?}");
+    assert!(!info.hybrid_vectors);
+    println!("doctor: {}", serde_json::to_string(&info).unwrap());
+}
+
+#[tokio::test]
+async fn a_foreign_schema_is_refused_and_left_untouched() {
+    let Some(dsn) = common::dsn() else { return };
+    let schema = common::unique_schema("foreign");
+    sql(&dsn, &format!("CREATE SCHEMA {schema}; CREATE TABLE {schema}.orders (id int); INSERT INTO {schema}.orders VALUES (1);")).await;
+    let b = common::backend(&dsn, &schema);
+    let e = b.warm().await.unwrap_err();
+    assert!(matches!(e, MemoryError::Corruption(_)), "{e}");
+    assert!(e.to_string().contains("another application"), "{e}");
+    let e = b
+        .remember(
+            &Caller::new("u"),
+            &RememberRequest::new("fact", "x").unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, MemoryError::Corruption(_)), "{e}");
+    let tables = count(
+        &dsn,
+        &format!("SELECT count(*) FROM pg_tables WHERE schemaname = '{schema}'"),
+    )
+    .await;
+    assert_eq!(tables, 1, "nothing was added to the foreign schema");
+    assert_eq!(
+        count(&dsn, &format!("SELECT count(*) FROM {schema}.orders")).await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_never_downgraded() {
+    let Some(dsn) = common::dsn() else { return };
+    let schema = common::unique_schema("newer");
+    let b = common::backend(&dsn, &schema);
+    b.remember(
+        &Caller::new("u"),
+        &RememberRequest::new("fact", "kept").unwrap(),
+    )
+    .await
+    .unwrap();
+    sql(
+        &dsn,
+        &format!("UPDATE {schema}.memgate_meta SET value = '99' WHERE key = 'schema_version'"),
+    )
+    .await;
+    let fresh = common::backend(&dsn, &schema);
+    let e = fresh.warm().await.unwrap_err();
+    assert!(matches!(e, MemoryError::Corruption(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("newer than this memgate understands"),
+        "{e}"
+    );
+    let version: String = {
+        let (client, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let task = tokio::spawn(conn);
+        let v = client
+            .query_one(
+                &format!("SELECT value FROM {schema}.memgate_meta WHERE key = 'schema_version'"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        drop(client);
+        let _ = task.await;
+        v
+    };
+    assert_eq!(version, "99");
+    assert_eq!(
+        count(&dsn, &format!("SELECT count(*) FROM {schema}.memories")).await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn the_password_reaches_no_error_and_no_debug_output() {
+    let Some(dsn) = common::dsn() else { return };
+    let config = PostgresConfig::for_dsn(&dsn).unwrap();
+    let password = String::from_utf8(config.connection.get_password().unwrap().to_vec()).unwrap();
+    assert!(!format!("{config:?}").contains(&password));
+    // A wrong password: the server refuses; the message names no secret.
+    let wrong = dsn.replacen(&password, "not-the-password-xyz", 1);
+    let b = PostgresBackend::new(PostgresConfig::for_dsn(&wrong).unwrap()).unwrap();
+    let e = b.warm().await.unwrap_err();
+    let shown = format!("{e} {e:?} {b:?}");
+    assert!(shown.contains("password authentication failed"), "{shown}");
+    assert!(!shown.contains("not-the-password-xyz"), "{shown}");
+    assert!(!shown.contains(&password), "{shown}");
+    // Nothing listening: a connection error, still without the password.
+    let closed = dsn.replacen(
+        &format!("@127.0.0.1:{}", config.connection.get_ports()[0]),
+        "@127.0.0.1:1",
+        1,
+    );
+    let b = PostgresBackend::new(PostgresConfig::for_dsn(&closed).unwrap()).unwrap();
+    let e = b.warm().await.unwrap_err();
+    assert!(!format!("{e} {e:?}").contains(&password), "{e}");
+}

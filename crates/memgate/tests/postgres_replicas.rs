@@ -1,0 +1,420 @@
+//! Several `memgate serve` processes on one PostgreSQL database: the
+//! replicas a load balancer spreads a host's calls over. Real processes, a
+//! real cluster (`testkit/postgres-up`), real HTTP on loopback.
+//!
+//! Bounded (a fixed number of calls, every wait with a deadline), and each
+//! test prints its figures. Missing PostgreSQL fails the test under
+//! `MEMGATE_REQUIRE_REAL_SERVERS=1`, and is reported as skipped otherwise.
+
+use memgate_core::{
+    Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, RememberOutcome, RememberRequest,
+};
+use memgate_postgres::{PostgresBackend, PostgresConfig};
+use memgate_server::client::HttpBackend;
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_memgate");
+const DSN_ENV: &str = "MEMGATE_TEST_POSTGRES_DSN";
+
+fn dsn() -> Option<String> {
+    match std::env::var(DSN_ENV) {
+        Ok(d) if !d.is_empty() => Some(d),
+        _ => {
+            assert!(
+                std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref() != Ok("1"),
+                "{DSN_ENV} is unset but MEMGATE_REQUIRE_REAL_SERVERS=1 (run testkit/postgres-up)"
+            );
+            eprintln!("skipped: no PostgreSQL ({DSN_ENV} unset; run testkit/postgres-up)");
+            None
+        }
+    }
+}
+
+fn unique_schema(label: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        % 1_000_000_000_000;
+    format!("r_{label}_{}_{nanos}", std::process::id())
+}
+
+/// Writes a config for `schema` under `home`.
+fn write_config(home: &Path, schema: &str) -> std::path::PathBuf {
+    let path = home.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "memory:\n  manager_class: postgres\n  backend_config:\n    dsn_env: {DSN_ENV}\n    schema: {schema}\n    pool_size: 4\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// One `memgate serve` replica; killed when dropped.
+struct Replica {
+    child: Child,
+    url: String,
+}
+
+impl Replica {
+    fn spawn(home: &Path, config: &Path) -> Child {
+        Command::new(BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--config"])
+            .arg(config)
+            .current_dir(home)
+            .env("MEMGATE_HOME", home.join("state"))
+            .env_remove("MEMGATE_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Waits (at most 30 s) for the serving line.
+    fn ready(mut child: Child) -> Replica {
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut seen = String::new();
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("on http://").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap().to_owned();
+                    let _ = tx.send(Ok(format!("http://{addr}")));
+                } else {
+                    seen.push_str(&line);
+                    seen.push('\n');
+                }
+            }
+            let _ = tx.send(Err(seen));
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(url)) => Replica { child, url },
+            other => {
+                let _ = child.kill();
+                panic!("replica did not start: {other:?}")
+            }
+        }
+    }
+
+    fn start_all(home: &Path, config: &Path, n: usize) -> Vec<Replica> {
+        // Spawned together, so their migrations race.
+        let children: Vec<Child> = (0..n).map(|_| Self::spawn(home, config)).collect();
+        children.into_iter().map(Self::ready).collect()
+    }
+
+    async fn client(&self) -> Arc<dyn MemoryBackend> {
+        Arc::new(
+            HttpBackend::connect(&self.url, None, Duration::from_secs(30))
+                .await
+                .unwrap(),
+        )
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill(); // SIGKILL
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill9();
+        }
+    }
+}
+
+fn direct(dsn: &str, schema: &str) -> PostgresBackend {
+    PostgresBackend::new(
+        PostgresConfig::for_dsn(dsn)
+            .unwrap()
+            .with_schema(schema)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn transcript(prefix: &str, n: usize) -> Vec<Message> {
+    (0..n)
+        .map(|i| {
+            let text = format!("{prefix} turn {i} mentions subject{i}");
+            let m = if i % 2 == 0 {
+                Message::human(text)
+            } else {
+                Message::ai(text)
+            };
+            m.with_id(format!("{prefix}-{i}"))
+        })
+        .collect()
+}
+
+fn capture(caller: &Caller, thread: &str, messages: Vec<Message>) -> CaptureRequest {
+    CaptureRequest {
+        caller: caller.clone().with_thread(thread),
+        messages,
+        kind: CaptureKind::AfterTurn,
+        trace_id: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_replicas_race_their_migrations_at_start_up() {
+    let Some(dsn) = dsn() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let schema = unique_schema("mig");
+    let config = write_config(home.path(), &schema);
+    let started = Instant::now();
+    let replicas = Replica::start_all(home.path(), &config, 4);
+    let elapsed = started.elapsed();
+    let db = direct(&dsn, &schema);
+    let info = db.doctor().await.unwrap();
+    assert_eq!(info.schema_version, memgate_postgres::SCHEMA_VERSION);
+    // Every replica serves the one schema: a memory from one is seen by all.
+    let first = replicas[0].client().await;
+    let RememberOutcome::Stored { citation } = first
+        .remember(
+            &Caller::new("u"),
+            &RememberRequest::new("fact", "shared by all").unwrap(),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    for r in &replicas {
+        let facts = r
+            .client()
+            .await
+            .list_facts(&Caller::new("u"), false)
+            .await
+            .unwrap();
+        assert_eq!(facts.len(), 1);
+        assert_eq!(facts[0].id, citation.0);
+    }
+    println!(
+        "migrations raced: 4 replicas up in {:.0} ms, schema version {} applied once ({})",
+        elapsed.as_secs_f64() * 1000.0,
+        info.schema_version,
+        info.server_version
+    );
+}
+
+/// Concurrent captures of one shared thread (overlapping snapshots from every
+/// replica) and of one thread per replica, then concurrent remembers of one
+/// text: no duplicate, no loss, every caller told stored or already present.
+async fn replicas_share_one_memory(n: usize) {
+    let Some(dsn) = dsn() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let schema = unique_schema(&format!("rep{n}"));
+    let config = write_config(home.path(), &schema);
+    let replicas = Replica::start_all(home.path(), &config, n);
+    let mut clients = Vec::new();
+    for r in &replicas {
+        clients.push(r.client().await);
+    }
+    let user = Caller::new("team").with_agent("support");
+    const SHARED_TURNS: usize = 40;
+    const OWN_TURNS: usize = 20;
+    let shared = transcript("shared", SHARED_TURNS);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, client) in clients.iter().enumerate() {
+        // Each replica sends the shared thread as it grows, from its own offset.
+        for step in 0..10 {
+            let len = (SHARED_TURNS * (step + 1) / 10).min(SHARED_TURNS - i % 2);
+            let (client, user, snapshot) = (client.clone(), user.clone(), shared[..len].to_vec());
+            tasks.push(tokio::spawn(async move {
+                client
+                    .capture(&capture(&user, "shared", snapshot))
+                    .await
+                    .unwrap()
+                    .stored
+            }));
+        }
+        let own = transcript(&format!("own{i}"), OWN_TURNS);
+        let (client, user) = (client.clone(), user.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut stored = 0;
+            for len in [5, 10, 15, OWN_TURNS, OWN_TURNS] {
+                stored += client
+                    .capture(&capture(&user, &format!("own{i}"), own[..len].to_vec()))
+                    .await
+                    .unwrap()
+                    .stored;
+            }
+            stored
+        }));
+    }
+    let mut reported = 0;
+    for t in tasks {
+        reported += t.await.unwrap();
+    }
+    let capture_ms = started.elapsed().as_secs_f64() * 1000.0;
+    // Concurrent remembers of the same text through every replica.
+    let mut remembers = Vec::new();
+    for round in 0..3 {
+        for client in &clients {
+            let (client, user) = (client.clone(), user.clone());
+            remembers.push(tokio::spawn(async move {
+                let _ = round;
+                client
+                    .remember(
+                        &user,
+                        &RememberRequest::new("fact", "escalate billing issues to Dana").unwrap(),
+                    )
+                    .await
+                    .unwrap()
+            }));
+        }
+    }
+    let mut stored = Vec::new();
+    let mut present = Vec::new();
+    for t in remembers {
+        match t.await.unwrap() {
+            RememberOutcome::Stored { citation } => stored.push(citation.0),
+            RememberOutcome::AlreadyPresent {
+                citation: Some(c), ..
+            } => present.push(c.0),
+            other => panic!("remember through a replica: {other:?}"),
+        }
+    }
+    assert_eq!(stored.len(), 1, "exactly one replica stored it");
+    assert_eq!(present.len(), 3 * n - 1);
+    assert!(present.iter().all(|c| *c == stored[0]));
+
+    // Counts read back, through a replica and straight from the database.
+    let export = clients[n - 1].export(&user).await.unwrap();
+    let shared_back: Vec<&str> = export
+        .turns
+        .iter()
+        .filter(|t| t.thread == "shared")
+        .map(|t| t.text.as_str())
+        .collect();
+    let expected: Vec<String> = shared.iter().map(|m| m.text()).collect();
+    assert_eq!(
+        shared_back, expected,
+        "the shared thread: every turn once, in order"
+    );
+    let signatures: HashSet<&str> = export.turns.iter().map(|t| t.signature.as_str()).collect();
+    assert_eq!(signatures.len(), export.turns.len(), "no duplicate turn");
+    assert_eq!(
+        export.turns.len(),
+        SHARED_TURNS + n * OWN_TURNS,
+        "no lost turn"
+    );
+    assert_eq!(
+        reported,
+        export.turns.len(),
+        "each stored turn reported once"
+    );
+    assert_eq!(export.facts.len(), 1);
+    let db = direct(&dsn, &schema);
+    assert_eq!(
+        db.export(&user).await.unwrap().turns.len(),
+        export.turns.len()
+    );
+    println!(
+        "{n} replicas: {} captures of 1 shared + {n} own threads in {capture_ms:.0} ms; \
+         {} turns stored, 0 duplicates; {} remembers -> 1 stored, {} already present",
+        n * 15,
+        export.turns.len(),
+        3 * n,
+        present.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_share_one_memory() {
+    replicas_share_one_memory(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_replicas_share_one_memory() {
+    replicas_share_one_memory(4).await;
+}
+
+/// A replica is killed (SIGKILL) while captures through it are in flight:
+/// every capture it acknowledged is stored in full, nothing is half-stored,
+/// and the surviving replica completes the thread without duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_killed_mid_capture_loses_nothing_it_acknowledged() {
+    let Some(_) = dsn() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let schema = unique_schema("kill");
+    let config = write_config(home.path(), &schema);
+    let mut replicas = Replica::start_all(home.path(), &config, 2);
+    let (doomed, survivor) = (replicas[0].client().await, replicas[1].client().await);
+    let user = Caller::new("ops");
+    const TURNS: usize = 200;
+    let full = transcript("long", TURNS);
+    let mut tasks = Vec::new();
+    for thread in 0..4 {
+        let (client, user, full) = (doomed.clone(), user.clone(), full.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut acknowledged = 0;
+            for len in (10..=TURNS).step_by(10) {
+                match client
+                    .capture(&capture(&user, &format!("t{thread}"), full[..len].to_vec()))
+                    .await
+                {
+                    Ok(_) => acknowledged = len,
+                    Err(_) => break,
+                }
+            }
+            acknowledged
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    replicas[0].kill9();
+    let mut acknowledged = Vec::new();
+    for t in tasks {
+        acknowledged.push(t.await.unwrap());
+    }
+    let after_kill = survivor.export(&user).await.unwrap();
+    for (thread, acked) in acknowledged.iter().enumerate() {
+        let stored = after_kill
+            .turns
+            .iter()
+            .filter(|t| t.thread == format!("t{thread}"))
+            .count();
+        assert!(
+            stored >= *acked,
+            "thread t{thread}: acknowledged {acked}, stored {stored}"
+        );
+        assert_eq!(
+            stored % 10,
+            0,
+            "a capture is stored whole or not at all ({stored})"
+        );
+    }
+    for thread in 0..4 {
+        survivor
+            .capture(&capture(&user, &format!("t{thread}"), full.clone()))
+            .await
+            .unwrap();
+    }
+    let end = survivor.export(&user).await.unwrap();
+    for thread in 0..4 {
+        let texts: Vec<&str> = end
+            .turns
+            .iter()
+            .filter(|t| t.thread == format!("t{thread}"))
+            .map(|t| t.text.as_str())
+            .collect();
+        let expected: Vec<String> = full.iter().map(|m| m.text()).collect();
+        assert_eq!(texts, expected, "thread t{thread} complete, once, in order");
+    }
+    println!(
+        "replica killed mid-capture: acknowledged prefixes {acknowledged:?} of {TURNS} were all \
+         stored; the survivor completed 4 threads to {} turns with no duplicate",
+        end.turns.len()
+    );
+}
