@@ -90,6 +90,10 @@ pub struct TranscriptCursor {
 pub struct InFlight {
     /// The server's cumulative message count before the first batch.
     pub base_total: u64,
+    /// When the intent was saved (Unix milliseconds): a request the dead
+    /// process sent may still be in the server's hands for a moment, so
+    /// reconciliation waits until the write has had time to settle.
+    pub written_ms: u64,
     /// The matched prefix length the write continues (append-only), or
     /// `None` in the set-difference fallback.
     pub start: Option<u64>,
@@ -181,14 +185,15 @@ impl InFlight {
         let Value::Object(obj) = value else {
             return Err(invalid(F, "must be an object or null"));
         };
-        if let Some(k) = obj
-            .keys()
-            .find(|k| !["base_total", "start", "signatures", "batches"].contains(&k.as_str()))
-        {
+        if let Some(k) = obj.keys().find(|k| {
+            !["base_total", "written_ms", "start", "signatures", "batches"].contains(&k.as_str())
+        }) {
             return Err(invalid(&format!("{F}.{k}"), "is not a known field"));
         }
         let base_total = count(obj.get("base_total"), "memgate_in_flight.base_total")?
             .ok_or_else(|| invalid("memgate_in_flight.base_total", "is required"))?;
+        let written_ms = count(obj.get("written_ms"), "memgate_in_flight.written_ms")?
+            .ok_or_else(|| invalid("memgate_in_flight.written_ms", "is required"))?;
         let start = count(obj.get("start"), "memgate_in_flight.start")?;
         let signatures = digest_list(
             obj.get("signatures").unwrap_or(&Value::Null),
@@ -226,6 +231,7 @@ impl InFlight {
         }
         Ok(Self {
             base_total,
+            written_ms,
             start,
             signatures,
             batches,
@@ -235,6 +241,8 @@ impl InFlight {
     fn push_json(&self, out: &mut String) {
         out.push_str("{\"base_total\": ");
         out.push_str(&self.base_total.to_string());
+        out.push_str(", \"written_ms\": ");
+        out.push_str(&self.written_ms.to_string());
         out.push_str(", \"start\": ");
         push_count(out, self.start);
         out.push_str(", \"signatures\": [");
@@ -278,6 +286,7 @@ impl InFlight {
             .collect();
         (!rest.is_empty()).then(|| Self {
             base_total: self.base_total + payloads,
+            written_ms: self.written_ms,
             start: self.start.map(|s| s + inputs),
             signatures: self.signatures[inputs as usize..].to_vec(),
             batches: rest,
@@ -836,7 +845,7 @@ mod tests {
                 body_with(
                     "memgate_in_flight",
                     Some(
-                        serde_json::json!({"base_total": 0, "start": null, "signatures": [h], "batches": []}),
+                        serde_json::json!({"base_total": 0, "written_ms": 1, "start": null, "signatures": [h], "batches": []}),
                     ),
                 ),
             ),
@@ -845,7 +854,7 @@ mod tests {
                 body_with(
                     "memgate_in_flight",
                     Some(
-                        serde_json::json!({"base_total": 0, "start": null, "signatures": [h],
+                        serde_json::json!({"base_total": 0, "written_ms": 1, "start": null, "signatures": [h],
                         "batches": [{"inputs": 2, "payloads": 2, "prefix_digest": null}]}),
                     ),
                 ),
@@ -886,6 +895,7 @@ mod tests {
         let all = sigs("h", 5);
         let intent = InFlight {
             base_total: 7,
+            written_ms: 1_700_000_000_000,
             start: Some(1),
             signatures: all[1..].to_vec(),
             batches: vec![

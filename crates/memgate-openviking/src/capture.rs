@@ -43,6 +43,7 @@ use std::collections::HashSet;
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const PENDING_COMMIT_FAILED: &str =
     "OpenViking pending commit retry failed; preserving capture cursor";
@@ -153,6 +154,7 @@ impl CapturePlan {
             .collect();
         InFlight {
             base_total,
+            written_ms: now_ms(),
             start: self.start.map(|s| s as u64),
             signatures: self
                 .pending_signatures(self.pending.len())
@@ -254,15 +256,62 @@ async fn server_total(
     }
 }
 
+/// How long after its intent a dead process's write may still be in the
+/// server's hands. Observed on OpenViking 0.5.2: a batch whose client was
+/// killed is still applied after the client is gone, and a session read
+/// meanwhile shows the old count (or a 400 while the session is rewritten).
+const SETTLE: Duration = Duration::from_millis(2_000);
+/// Reads of the count during settling, and the gap between them.
+const SETTLE_READS: usize = 10;
+const READ_GAP: Duration = Duration::from_millis(300);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The session's count once the interrupted write has settled: at least
+/// [`SETTLE`] after its intent, and the same in two reads in a row.
+async fn settled_total(
+    client: &OpenVikingClient,
+    peer: &str,
+    session_id: &str,
+    written_ms: u64,
+) -> std::result::Result<u64, Unsettled> {
+    let age = Duration::from_millis(now_ms().saturating_sub(written_ms));
+    if let Some(wait) = SETTLE.checked_sub(age) {
+        tokio::time::sleep(wait).await;
+    }
+    let mut last: Option<u64> = None;
+    let mut why = String::from("the count did not settle");
+    for read in 0..SETTLE_READS {
+        if read > 0 {
+            tokio::time::sleep(READ_GAP).await;
+        }
+        match server_total(client, peer, session_id).await {
+            Ok(Ok(total)) if last == Some(total) => return Ok(total),
+            Ok(Ok(total)) => last = Some(total),
+            Ok(Err(reason)) => return Err(Unsettled::Contradiction(reason)),
+            Err(e) => {
+                last = None;
+                why = e.to_string();
+            }
+        }
+    }
+    Err(Unsettled::Unreachable(why))
+}
+
 /// Why an interrupted write cannot be settled now.
 enum Unsettled {
     /// The server could not be asked; try again on the next capture.
-    Unreachable(WireError),
+    Unreachable(String),
     /// The server's count fits no batch boundary of the intent.
     Contradiction(String),
 }
 
-/// Moves `cursor` past the batches of its intent that the server holds:
+/// Moves `cursor` past the batches of its intent that the server holds
+/// once the count has settled:
 /// batches arrive whole and in order, so the count since `base_total` names
 /// exactly one batch boundary. Everything delivered leaves the commit
 /// pending (the commit step retries it only when the server still has
@@ -275,11 +324,7 @@ async fn reconcile(
     intent: &InFlight,
     max_seen: usize,
 ) -> std::result::Result<TranscriptCursor, Unsettled> {
-    let total = match server_total(client, peer, session_id).await {
-        Err(e) => return Err(Unsettled::Unreachable(e)),
-        Ok(Err(why)) => return Err(Unsettled::Contradiction(why)),
-        Ok(Ok(total)) => total,
-    };
+    let total = settled_total(client, peer, session_id, intent.written_ms).await?;
     let landed = total.checked_sub(intent.base_total);
     let confirmed = match landed {
         Some(0) => Some(0),

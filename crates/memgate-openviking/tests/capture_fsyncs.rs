@@ -28,7 +28,7 @@ async fn capture_fsyncs_are_three_when_sending_and_zero_when_unchanged() {
             .with_agent("research")
             .with_thread(format!("fsync-{n}"));
         let mut messages = conversation(n, "m");
-        let mut run = |label: &'static str, messages: Vec<_>, expected: u64| {
+        let run = |label: &'static str, messages: Vec<_>, expected: u64| {
             let backend = &backend;
             let caller = caller.clone();
             async move {

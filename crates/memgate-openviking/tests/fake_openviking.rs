@@ -1287,10 +1287,9 @@ async fn every_inexact_cursor_fails_closed_with_zero_requests() {
         ),
         (
             "intent without batches",
-            Box::new(|c| {
-                c["memgate_in_flight"] =
-                    json!({"base_total": 0, "start": 0, "signatures": [], "batches": []})
-            }),
+            Box::new(
+                |c| c["memgate_in_flight"] = json!({"base_total": 0, "written_ms": 0, "start": 0, "signatures": [], "batches": []}),
+            ),
         ),
     ];
     for (name, edit) in edits {
@@ -1361,9 +1360,10 @@ async fn a_lost_answer_is_reconciled_on_the_next_capture_instead_of_resent() {
         [
             format!("GET /api/v1/sessions/{session}"),
             format!("GET /api/v1/sessions/{session}"),
+            format!("GET /api/v1/sessions/{session}"),
             format!("POST /api/v1/sessions/{session}/commit"),
         ],
-        "count read, then the pending commit (its own session read), no batch"
+        "the count read until it settles, then the pending commit (its own session read), no batch"
     );
     let texts: Vec<String> = s
         .fake
@@ -1386,7 +1386,7 @@ async fn a_count_that_fits_no_batch_boundary_fails_closed() {
     let mut cursor: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let sig = message_signature(&human("h2", "next"));
     // An intent whose base is above what the server holds.
-    cursor["memgate_in_flight"] = json!({"base_total": 9, "start": 2, "signatures": [sig],
+    cursor["memgate_in_flight"] = json!({"base_total": 9, "written_ms": 0, "start": 2, "signatures": [sig],
         "batches": [{"inputs": 1, "payloads": 1, "prefix_digest": "a".repeat(64)}]});
     std::fs::write(&path, cursor.to_string()).unwrap();
     let mut grown = first.clone();
