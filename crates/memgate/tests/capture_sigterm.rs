@@ -115,7 +115,7 @@ fn start_capture(home: &Path, port: u16) -> Child {
         .env("OPENVIKING_API_KEY", "test-user-key")
         .env_remove("MEMGATE_CONFIG")
         .env_remove("MEMGATE_URL")
-        .env_remove("MEMGATE_USER")
+        .env("MEMGATE_USER", "alice")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -129,6 +129,32 @@ fn start_capture(home: &Path, port: u16) -> Child {
         .write_all(transcript.as_bytes())
         .unwrap();
     child
+}
+
+/// Waits until the capture's batch reaches the fake (the process is then
+/// inside its write); fails at once if the process exits before that.
+fn wait_for_batch(fake: &Fake, child: &mut Child) {
+    let started = Instant::now();
+    while fake
+        .batch_arrived
+        .recv_timeout(Duration::from_millis(50))
+        .is_err()
+    {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("memgate capture exited ({status}) before writing: {err}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no batch within 60 s"
+        );
+    }
 }
 
 fn sigterm(child: &Child) {
@@ -181,9 +207,7 @@ fn sigterm_during_a_stuck_write_exits_at_the_budget_and_leaves_the_intent() {
     let home = tempfile::tempdir().unwrap();
     let fake = start_fake();
     let mut child = start_capture(home.path(), fake.port);
-    fake.batch_arrived
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the batch reaches the server");
+    wait_for_batch(&fake, &mut child);
     sigterm(&child);
     let (code, took, err) = wait_exit(&mut child, Duration::from_secs(BUDGET_SECONDS + 10));
     assert_eq!(code, Some(143), "{err}");
@@ -205,9 +229,7 @@ fn sigterm_with_a_write_that_finishes_in_the_budget_records_it() {
     let home = tempfile::tempdir().unwrap();
     let fake = start_fake();
     let mut child = start_capture(home.path(), fake.port);
-    fake.batch_arrived
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the batch reaches the server");
+    wait_for_batch(&fake, &mut child);
     sigterm(&child);
     std::thread::sleep(Duration::from_millis(200));
     fake.release_batch.send(()).unwrap();
