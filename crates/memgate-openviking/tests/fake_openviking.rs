@@ -1257,11 +1257,14 @@ async fn captured_once(s: &Setup, messages: &[Message]) -> std::path::PathBuf {
     s.backend.config().cursor_path(&sid(&alice()))
 }
 
+/// One hand edit of a cursor file's JSON.
+type CursorEdit = Box<dyn Fn(&mut Value)>;
+
 #[tokio::test]
 async fn every_inexact_cursor_fails_closed_with_zero_requests() {
     let messages = vec![human("h1", "hi"), ai("a1", "hello"), human("h2", "more")];
     let other = "f".repeat(64);
-    let edits: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let edits: Vec<(&str, CursorEdit)> = vec![
         ("empty object", Box::new(|c| *c = json!({}))),
         (
             "wrong prefix digest",
