@@ -12,7 +12,9 @@
 //!   "submitted_signatures": ["…64 hex…", …],
 //!   "commit_pending": false,
 //!   "submitted_prefix_count": 12,
-//!   "submitted_prefix_digest": "…64 hex…"
+//!   "submitted_prefix_digest": "…64 hex…",
+//!   "memgate_server_total": 12,
+//!   "memgate_in_flight": null
 //! }
 //! ```
 //!
@@ -23,18 +25,28 @@
 //! - `commit_pending` says messages were written but their commit did not
 //!   complete, so the next capture retries the commit first.
 //!
-//! The format and the matching rules are DeerFlow's OpenViking cursor
-//! (`deerflow-memory-contract` §5.8–5.9), so files are interchangeable with
-//! it. Unlike the original, a save is durable before it returns: temp file,
-//! fsync, rename, fsync of the directory. A cursor that cannot be read fails
-//! closed ([`CursorError`]): replaying an unknown prefix would copy a private
-//! conversation again.
+//! The first five keys are DeerFlow's OpenViking cursor
+//! (`deerflow-memory-contract` §5.8–5.9), so its files are read as they are.
+//! The two `memgate_` keys are memgate's addition for crash safety:
+//!
+//! - `memgate_server_total`: the server's cumulative message count for the
+//!   session after the last confirmed write (unknown: absent or null);
+//! - `memgate_in_flight`: the intent of a write that was started but whose
+//!   outcome is not recorded yet ([`InFlight`]). It is saved durably before
+//!   the first request, so a process killed at any moment leaves enough on
+//!   disk to ask the server what actually arrived instead of sending again.
+//!
+//! Unlike the original, a save is durable before it returns: temp file,
+//! fsync, rename, fsync of the directory. A cursor that is not exactly valid
+//! fails closed ([`CursorError`]): replaying an unknown prefix would copy a
+//! private conversation again.
 
-use crate::message::truthy;
 use crate::signature::sequence_digest;
 use serde_json::{Map, Value};
+use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::fs;
+use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,10 +54,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The only schema version this code reads and writes.
 pub const CURSOR_SCHEMA_VERSION: u64 = 1;
 
+const KEYS: [&str; 7] = [
+    "schema_version",
+    "submitted_signatures",
+    "commit_pending",
+    "submitted_prefix_count",
+    "submitted_prefix_digest",
+    "memgate_server_total",
+    "memgate_in_flight",
+];
+
 /// What a cursor file records about one conversation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TranscriptCursor {
-    /// False for "no cursor yet": a missing file or an empty JSON object.
+    /// False for "no cursor yet": a missing file.
     pub recorded: bool,
     /// The last confirmed signatures, oldest first.
     pub submitted_signatures: Vec<String>,
@@ -55,6 +77,42 @@ pub struct TranscriptCursor {
     pub submitted_prefix_count: Option<u64>,
     /// [`sequence_digest`] of that prefix.
     pub submitted_prefix_digest: Option<String>,
+    /// The server's cumulative message count after the last confirmed write.
+    pub server_total: Option<u64>,
+    /// A write whose outcome is not recorded yet.
+    pub in_flight: Option<InFlight>,
+}
+
+/// The durable intent of one write: which messages, in which batches, and
+/// the server's cumulative count before the first batch. Reconciliation
+/// compares that count with the server's to tell how many batches arrived.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InFlight {
+    /// The server's cumulative message count before the first batch.
+    pub base_total: u64,
+    /// When the intent was saved (Unix milliseconds): a request the dead
+    /// process sent may still be in the server's hands for a moment, so
+    /// reconciliation waits until the write has had time to settle.
+    pub written_ms: u64,
+    /// The matched prefix length the write continues (append-only), or
+    /// `None` in the set-difference fallback.
+    pub start: Option<u64>,
+    /// Signatures of the input messages the write covers, in order.
+    pub signatures: Vec<String>,
+    /// One mark per batch, in sending order.
+    pub batches: Vec<BatchMark>,
+}
+
+/// What is confirmed once one batch (and every batch before it) arrived.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchMark {
+    /// Input messages covered, counted from the start of the write.
+    pub inputs: u64,
+    /// Messages sent to the server, counted from the start of the write.
+    pub payloads: u64,
+    /// Digest of the transcript prefix handled after this batch, when the
+    /// write is append-only.
+    pub prefix_digest: Option<String>,
 }
 
 /// Why a cursor file cannot be trusted. Either way the caller must refuse to
@@ -63,7 +121,7 @@ pub struct TranscriptCursor {
 pub enum CursorError {
     /// The file exists but cannot be read or is not JSON.
     Unreadable(String),
-    /// The file is JSON but not a cursor (not an object, or another schema).
+    /// The file is JSON but not exactly a cursor.
     Invalid(String),
 }
 
@@ -78,11 +136,169 @@ impl fmt::Display for CursorError {
 
 impl std::error::Error for CursorError {}
 
+fn invalid(field: &str, rule: &str) -> CursorError {
+    CursorError::Invalid(format!("{field} {rule}"))
+}
+
+/// A signature or digest: 64 lowercase hex digits.
+fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn digest_list(value: &Value, field: &str) -> Result<Vec<String>, CursorError> {
+    let Value::Array(items) = value else {
+        return Err(invalid(field, "must be an array"));
+    };
+    items
+        .iter()
+        .map(|v| match v.as_str() {
+            Some(s) if is_digest(s) => Ok(s.to_owned()),
+            _ => Err(invalid(
+                field,
+                "must hold only 64-hex-digit signature strings",
+            )),
+        })
+        .collect()
+}
+
+fn count(value: Option<&Value>, field: &str) -> Result<Option<u64>, CursorError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| invalid(field, "must be a non-negative integer or null")),
+    }
+}
+
+fn digest(value: Option<&Value>, field: &str) -> Result<Option<String>, CursorError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if is_digest(s) => Ok(Some(s.clone())),
+        Some(_) => Err(invalid(field, "must be a 64-hex-digit digest or null")),
+    }
+}
+
+impl InFlight {
+    fn from_value(value: &Value) -> Result<Self, CursorError> {
+        const F: &str = "memgate_in_flight";
+        let Value::Object(obj) = value else {
+            return Err(invalid(F, "must be an object or null"));
+        };
+        if let Some(k) = obj.keys().find(|k| {
+            !["base_total", "written_ms", "start", "signatures", "batches"].contains(&k.as_str())
+        }) {
+            return Err(invalid(&format!("{F}.{k}"), "is not a known field"));
+        }
+        let base_total = count(obj.get("base_total"), "memgate_in_flight.base_total")?
+            .ok_or_else(|| invalid("memgate_in_flight.base_total", "is required"))?;
+        let written_ms = count(obj.get("written_ms"), "memgate_in_flight.written_ms")?
+            .ok_or_else(|| invalid("memgate_in_flight.written_ms", "is required"))?;
+        let start = count(obj.get("start"), "memgate_in_flight.start")?;
+        let signatures = digest_list(
+            obj.get("signatures").unwrap_or(&Value::Null),
+            "memgate_in_flight.signatures",
+        )?;
+        let Some(Value::Array(marks)) = obj.get("batches") else {
+            return Err(invalid("memgate_in_flight.batches", "must be an array"));
+        };
+        let mut batches = Vec::with_capacity(marks.len());
+        let (mut inputs, mut payloads) = (0, 0);
+        for mark in marks {
+            const B: &str = "memgate_in_flight.batches[]";
+            let Value::Object(m) = mark else {
+                return Err(invalid(B, "must hold objects"));
+            };
+            let next = BatchMark {
+                inputs: count(m.get("inputs"), B)?.ok_or_else(|| invalid(B, "needs inputs"))?,
+                payloads: count(m.get("payloads"), B)?
+                    .ok_or_else(|| invalid(B, "needs payloads"))?,
+                prefix_digest: digest(m.get("prefix_digest"), B)?,
+            };
+            if m.len() != 3
+                || next.inputs <= inputs
+                || next.payloads <= payloads
+                || next.inputs > signatures.len() as u64
+                || next.prefix_digest.is_some() != start.is_some()
+            {
+                return Err(invalid(B, "must grow strictly within the signatures"));
+            }
+            (inputs, payloads) = (next.inputs, next.payloads);
+            batches.push(next);
+        }
+        if batches.is_empty() {
+            return Err(invalid("memgate_in_flight.batches", "must not be empty"));
+        }
+        Ok(Self {
+            base_total,
+            written_ms,
+            start,
+            signatures,
+            batches,
+        })
+    }
+
+    fn push_json(&self, out: &mut String) {
+        out.push_str("{\"base_total\": ");
+        out.push_str(&self.base_total.to_string());
+        out.push_str(", \"written_ms\": ");
+        out.push_str(&self.written_ms.to_string());
+        out.push_str(", \"start\": ");
+        push_count(out, self.start);
+        out.push_str(", \"signatures\": [");
+        for (i, sig) in self.signatures.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            push_json_string(out, sig);
+        }
+        out.push_str("], \"batches\": [");
+        for (i, b) in self.batches.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!(
+                "{{\"inputs\": {}, \"payloads\": {}, \"prefix_digest\": ",
+                b.inputs, b.payloads
+            ));
+            push_digest(out, b.prefix_digest.as_deref());
+            out.push('}');
+        }
+        out.push_str("]}");
+    }
+
+    /// Messages the whole write sends.
+    pub fn payloads(&self) -> u64 {
+        self.batches.last().map_or(0, |b| b.payloads)
+    }
+
+    /// The intent left once the first `confirmed` batches are on the server.
+    pub fn after(&self, confirmed: usize) -> Option<Self> {
+        let done = confirmed.checked_sub(1).map(|i| &self.batches[i]);
+        let (inputs, payloads) = done.map_or((0, 0), |b| (b.inputs, b.payloads));
+        let rest: Vec<BatchMark> = self.batches[confirmed..]
+            .iter()
+            .map(|b| BatchMark {
+                inputs: b.inputs - inputs,
+                payloads: b.payloads - payloads,
+                prefix_digest: b.prefix_digest.clone(),
+            })
+            .collect();
+        (!rest.is_empty()).then(|| Self {
+            base_total: self.base_total + payloads,
+            written_ms: self.written_ms,
+            start: self.start.map(|s| s + inputs),
+            signatures: self.signatures[inputs as usize..].to_vec(),
+            batches: rest,
+        })
+    }
+}
+
 impl TranscriptCursor {
-    /// Parses a cursor file's bytes. Fields of an unexpected type are read the
-    /// way the original reads them: non-string window entries are skipped, a
-    /// prefix count that is not a non-negative integer or a digest that is
-    /// not a string counts as absent, and `commit_pending` is truthiness.
+    /// Parses a cursor file's bytes. Anything that is not exactly a cursor
+    /// is refused: unknown keys, a wrong schema version, window entries that
+    /// are not signatures, counts that are not non-negative integers, a
+    /// digest without its count (or the reverse), `{}`.
     pub fn from_json(bytes: &[u8]) -> Result<Self, CursorError> {
         let value: Value = serde_json::from_slice(bytes)
             .map_err(|e| CursorError::Unreadable(format!("not JSON ({e})")))?;
@@ -93,9 +309,12 @@ impl TranscriptCursor {
     }
 
     fn from_object(obj: &Map<String, Value>) -> Result<Self, CursorError> {
+        if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(invalid(k, "is not a cursor field"));
+        }
         match obj.get("schema_version") {
-            None => {}
             Some(Value::Number(n)) if n.as_u64() == Some(CURSOR_SCHEMA_VERSION) => {}
+            None => return Err(invalid("schema_version", "is required")),
             Some(other) => {
                 return Err(CursorError::Invalid(format!(
                     "schema_version {other} is not {CURSOR_SCHEMA_VERSION}"
@@ -103,27 +322,48 @@ impl TranscriptCursor {
             }
         }
         let submitted_signatures = match obj.get("submitted_signatures") {
-            Some(Value::Array(items)) => items
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect(),
-            _ => Vec::new(),
+            Some(v) => digest_list(v, "submitted_signatures")?,
+            None => return Err(invalid("submitted_signatures", "is required")),
+        };
+        let commit_pending = match obj.get("commit_pending") {
+            Some(Value::Bool(b)) => *b,
+            _ => return Err(invalid("commit_pending", "must be true or false")),
+        };
+        for key in ["submitted_prefix_count", "submitted_prefix_digest"] {
+            if !obj.contains_key(key) {
+                return Err(invalid(key, "is required (null when unknown)"));
+            }
+        }
+        let submitted_prefix_count =
+            count(obj.get("submitted_prefix_count"), "submitted_prefix_count")?;
+        let submitted_prefix_digest = digest(
+            obj.get("submitted_prefix_digest"),
+            "submitted_prefix_digest",
+        )?;
+        if submitted_prefix_count.is_some() != submitted_prefix_digest.is_some() {
+            return Err(invalid(
+                "submitted_prefix_count",
+                "and submitted_prefix_digest must both be set or both be null",
+            ));
+        }
+        let in_flight = match obj.get("memgate_in_flight") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(InFlight::from_value(v)?),
         };
         Ok(Self {
-            recorded: !obj.is_empty(),
+            recorded: true,
             submitted_signatures,
-            commit_pending: obj.get("commit_pending").is_some_and(truthy),
-            submitted_prefix_count: obj.get("submitted_prefix_count").and_then(Value::as_u64),
-            submitted_prefix_digest: obj
-                .get("submitted_prefix_digest")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            commit_pending,
+            submitted_prefix_count,
+            submitted_prefix_digest,
+            server_total: count(obj.get("memgate_server_total"), "memgate_server_total")?,
+            in_flight,
         })
     }
 
     /// The file body: two-space indented JSON with the keys in schema order.
     pub fn to_json(&self) -> String {
-        let mut out = String::with_capacity(160 + self.submitted_signatures.len() * 72);
+        let mut out = String::with_capacity(220 + self.submitted_signatures.len() * 72);
         out.push_str("{\n  \"schema_version\": 1,\n  \"submitted_signatures\": ");
         if self.submitted_signatures.is_empty() {
             out.push_str("[]");
@@ -141,13 +381,14 @@ impl TranscriptCursor {
         out.push_str(",\n  \"commit_pending\": ");
         out.push_str(if self.commit_pending { "true" } else { "false" });
         out.push_str(",\n  \"submitted_prefix_count\": ");
-        match self.submitted_prefix_count {
-            Some(n) => out.push_str(&n.to_string()),
-            None => out.push_str("null"),
-        }
+        push_count(&mut out, self.submitted_prefix_count);
         out.push_str(",\n  \"submitted_prefix_digest\": ");
-        match &self.submitted_prefix_digest {
-            Some(d) => push_json_string(&mut out, d),
+        push_digest(&mut out, self.submitted_prefix_digest.as_deref());
+        out.push_str(",\n  \"memgate_server_total\": ");
+        push_count(&mut out, self.server_total);
+        out.push_str(",\n  \"memgate_in_flight\": ");
+        match &self.in_flight {
+            Some(intent) => intent.push_json(&mut out),
             None => out.push_str("null"),
         }
         out.push_str("\n}");
@@ -174,25 +415,44 @@ impl TranscriptCursor {
                 }
             }
         }
+        self.window_match(signatures)
+            .or(if self.recorded { None } else { Some(0) })
+    }
+
+    /// Where the window, as one contiguous run, ends in `signatures`
+    /// (right-most occurrence), if anywhere.
+    fn window_match<S: AsRef<str>>(&self, signatures: &[S]) -> Option<usize> {
         let window = &self.submitted_signatures;
-        if !window.is_empty() && window.len() <= signatures.len() {
-            let w = window.len();
-            for start in (0..=signatures.len() - w).rev() {
-                let candidate = &signatures[start..start + w];
-                if candidate
-                    .iter()
-                    .zip(window)
-                    .all(|(a, b)| a.as_ref() == b.as_str())
-                {
-                    return Some(start + w);
-                }
-            }
+        if window.is_empty() || window.len() > signatures.len() {
+            return None;
         }
-        if self.recorded {
-            None
-        } else {
-            Some(0)
-        }
+        let w = window.len();
+        (0..=signatures.len() - w).rev().find_map(|start| {
+            signatures[start..start + w]
+                .iter()
+                .zip(window)
+                .all(|(a, b)| a.as_ref() == b.as_str())
+                .then_some(start + w)
+        })
+    }
+
+    /// True when the cursor contradicts itself on this transcript: its
+    /// window sits exactly at the end of the recorded prefix, yet the prefix
+    /// digest does not match. No edit produces that (an edit inside the
+    /// window breaks the window too); a damaged digest does, and trusting it
+    /// would send the fallback's whole difference again.
+    pub fn contradicts<S: AsRef<str>>(&self, signatures: &[S]) -> bool {
+        let (Some(count), Some(digest)) =
+            (self.submitted_prefix_count, &self.submitted_prefix_digest)
+        else {
+            return false;
+        };
+        let Ok(count) = usize::try_from(count) else {
+            return false;
+        };
+        count <= signatures.len()
+            && self.window_match(&signatures[..count]) == Some(count)
+            && sequence_digest(&signatures[..count]) != *digest
     }
 
     /// The cursor after a capture confirmed `newly_submitted`: the window
@@ -202,6 +462,19 @@ impl TranscriptCursor {
     pub fn advanced<S: AsRef<str>>(
         &self,
         prefix: Option<&[S]>,
+        newly_submitted: &[S],
+        max_seen: usize,
+        commit_pending: bool,
+    ) -> Self {
+        let prefix = prefix.map(|p| (p.len() as u64, sequence_digest(p)));
+        self.advanced_to(prefix, newly_submitted, max_seen, commit_pending)
+    }
+
+    /// [`advanced`](Self::advanced) with the new prefix given as its count
+    /// and digest. The server total and intent are kept; callers set them.
+    pub fn advanced_to<S: AsRef<str>>(
+        &self,
+        prefix: Option<(u64, String)>,
         newly_submitted: &[S],
         max_seen: usize,
         commit_pending: bool,
@@ -217,7 +490,7 @@ impl TranscriptCursor {
             .map(str::to_owned)
             .collect();
         let (count, digest) = match prefix {
-            Some(p) => (Some(p.len() as u64), Some(sequence_digest(p))),
+            Some((count, digest)) => (Some(count), Some(digest)),
             None => (
                 self.submitted_prefix_count,
                 self.submitted_prefix_digest.clone(),
@@ -229,6 +502,8 @@ impl TranscriptCursor {
             commit_pending,
             submitted_prefix_count: count,
             submitted_prefix_digest: digest,
+            server_total: self.server_total,
+            in_flight: self.in_flight.clone(),
         }
     }
 
@@ -239,6 +514,20 @@ impl TranscriptCursor {
             commit_pending,
             ..self.clone()
         }
+    }
+}
+
+fn push_count(out: &mut String, n: Option<u64>) {
+    match n {
+        Some(n) => out.push_str(&n.to_string()),
+        None => out.push_str("null"),
+    }
+}
+
+fn push_digest(out: &mut String, d: Option<&str>) {
+    match d {
+        Some(d) => push_json_string(out, d),
+        None => out.push_str("null"),
     }
 }
 
@@ -263,17 +552,44 @@ pub fn load_cursor(path: &Path) -> Result<TranscriptCursor, CursorError> {
 }
 
 static TEMP_SEQUENCE: AtomicU64 = AtomicU64::new(0);
+static FSYNCS: AtomicU64 = AtomicU64::new(0);
 
-/// The temp file a save writes first: `<dir>/<stem>.<pid>.<sequence>.tmp`
-/// (the `.json` suffix replaced, not appended to). The sequence number is
-/// unique within the process, so concurrent writers never share a temp file.
+/// fsync calls made by cursor saves in this process (for tests and the
+/// capture bench).
+pub fn fsync_count() -> u64 {
+    FSYNCS.load(Ordering::Relaxed)
+}
+
+/// The temp file a save writes first:
+/// `<dir>/<stem>.<pid>.<sequence>.<random>.tmp` (the `.json` suffix
+/// replaced, not appended to). The random part keeps a later process that
+/// got the same pid (pid 1 in a restarted container) off the temp files an
+/// earlier, killed one left behind.
 pub fn temp_path_for(path: &Path) -> PathBuf {
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "cursor".to_owned());
     let seq = TEMP_SEQUENCE.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!("{stem}.{}.{seq}.tmp", std::process::id()))
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(seq);
+    let random = hasher.finish();
+    path.with_file_name(format!(
+        "{stem}.{}.{seq}.{random:016x}.tmp",
+        std::process::id()
+    ))
+}
+
+/// How much of a save must be on disk before it returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaveMode {
+    /// Body and rename both durable: an intent, or a state nothing else
+    /// on disk describes.
+    Durable,
+    /// Body durable, rename left to the file system: the outcome of a write
+    /// whose intent is already durable. Losing the rename in a power cut
+    /// leaves the intent, which the next capture reconciles.
+    CoveredByIntent,
 }
 
 /// Writes `cursor` to `path` durably: parent directories created, body
@@ -281,22 +597,45 @@ pub fn temp_path_for(path: &Path) -> PathBuf {
 /// directory fsynced so the rename itself survives a crash. The temp file is
 /// removed if anything fails; the previous cursor is then left untouched.
 pub fn save_cursor(path: &Path, cursor: &TranscriptCursor) -> io::Result<()> {
+    save_cursor_with(path, cursor, SaveMode::Durable)
+}
+
+/// [`save_cursor`] with the durability of the rename chosen by `mode`.
+pub fn save_cursor_with(path: &Path, cursor: &TranscriptCursor, mode: SaveMode) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or_else(|| Path::new("."));
     fs::create_dir_all(dir)?;
-    let temp = temp_path_for(path);
-    let result = write_and_rename(&temp, path, cursor.to_json().as_bytes());
-    if result.is_err() {
-        if let Err(e) = fs::remove_file(&temp) {
-            if e.kind() != io::ErrorKind::NotFound {
-                tracing::debug!(error = %e, "could not remove cursor temp file");
+    let body = cursor.to_json();
+    let mut attempts = 0;
+    let result = loop {
+        let temp = temp_path_for(path);
+        let result = write_and_rename(&temp, path, body.as_bytes());
+        match result {
+            // A leftover with this very name (not ours: never removed).
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if attempts == 8 {
+                    break Err(e);
+                }
+                attempts += 1;
             }
+            Err(e) => {
+                if let Err(e) = fs::remove_file(&temp) {
+                    if e.kind() != io::ErrorKind::NotFound {
+                        tracing::debug!(error = %e, "could not remove cursor temp file");
+                    }
+                }
+                break Err(e);
+            }
+            Ok(()) => break Ok(()),
         }
-        return result;
+    };
+    result?;
+    match mode {
+        SaveMode::Durable => sync_dir(dir),
+        SaveMode::CoveredByIntent => Ok(()),
     }
-    sync_dir(dir)
 }
 
 fn write_and_rename(temp: &Path, target: &Path, body: &[u8]) -> io::Result<()> {
@@ -306,13 +645,16 @@ fn write_and_rename(temp: &Path, target: &Path, body: &[u8]) -> io::Result<()> {
         .open(temp)?;
     file.write_all(body)?;
     file.sync_all()?;
+    FSYNCS.fetch_add(1, Ordering::Relaxed);
     drop(file);
     fs::rename(temp, target)
 }
 
 #[cfg(unix)]
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    fs::File::open(dir)?.sync_all()
+    fs::File::open(dir)?.sync_all()?;
+    FSYNCS.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 #[cfg(not(unix))]
@@ -334,9 +676,6 @@ mod tests {
     fn no_cursor_matches_nothing_yet() {
         let c = TranscriptCursor::default();
         assert_eq!(c.matching_prefix_count(&sigs("h", 3)), Some(0));
-        let empty_object = TranscriptCursor::from_json(b"{}").unwrap();
-        assert!(!empty_object.recorded);
-        assert_eq!(empty_object.matching_prefix_count(&sigs("h", 3)), Some(0));
     }
 
     #[test]
@@ -409,17 +748,21 @@ mod tests {
         );
         let back = TranscriptCursor::from_json(body.as_bytes()).unwrap();
         assert_eq!(back, c);
-        let odd = TranscriptCursor {
-            submitted_signatures: vec!["a\"b\\é".into()],
-            ..c.clone()
-        };
-        assert_eq!(
-            TranscriptCursor::from_json(odd.to_json().as_bytes()).unwrap(),
-            odd
-        );
         let empty = TranscriptCursor::default().to_json();
         assert!(empty.contains("\"submitted_signatures\": []"));
         assert!(empty.contains("\"submitted_prefix_count\": null"));
+    }
+
+    /// A valid file body with `key` replaced by `value` (or removed).
+    fn body_with(key: &str, value: Option<Value>) -> Vec<u8> {
+        let all = sigs("h", 3);
+        let c = TranscriptCursor::default().advanced(Some(&all[..]), &all[..], 512, false);
+        let mut obj: Map<String, Value> = serde_json::from_str(&c.to_json()).unwrap();
+        match value {
+            Some(v) => obj.insert(key.to_owned(), v),
+            None => obj.remove(key),
+        };
+        serde_json::to_vec(&obj).unwrap()
     }
 
     #[test]
@@ -432,17 +775,203 @@ mod tests {
             TranscriptCursor::from_json(b"[1,2]"),
             Err(CursorError::Invalid(_))
         ));
-        assert!(matches!(
-            TranscriptCursor::from_json(br#"{"schema_version": 2}"#),
-            Err(CursorError::Invalid(_))
-        ));
-        let odd = TranscriptCursor::from_json(
-            br#"{"submitted_signatures": ["a", 3, null], "submitted_prefix_count": -1, "commit_pending": 1}"#,
-        )
-        .unwrap();
-        assert_eq!(odd.submitted_signatures, ["a"]);
-        assert_eq!(odd.submitted_prefix_count, None);
-        assert!(odd.commit_pending && odd.recorded);
+    }
+
+    #[test]
+    fn every_inexact_cursor_is_refused() {
+        let h = sigs("x", 1).remove(0);
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("empty object", b"{}".to_vec()),
+            ("schema 2", body_with("schema_version", Some(2.into()))),
+            (
+                "schema string",
+                body_with("schema_version", Some("1".into())),
+            ),
+            ("no schema", body_with("schema_version", None)),
+            ("no window", body_with("submitted_signatures", None)),
+            (
+                "window not a list",
+                body_with("submitted_signatures", Some("a".into())),
+            ),
+            (
+                "non-string signatures",
+                body_with("submitted_signatures", Some(serde_json::json!([1, null]))),
+            ),
+            (
+                "short signature",
+                body_with("submitted_signatures", Some(serde_json::json!(["abc"]))),
+            ),
+            (
+                "upper-case signature",
+                body_with("submitted_signatures", Some(h.to_uppercase().into())),
+            ),
+            (
+                "commit_pending 1",
+                body_with("commit_pending", Some(1.into())),
+            ),
+            ("commit_pending missing", body_with("commit_pending", None)),
+            (
+                "negative count",
+                body_with("submitted_prefix_count", Some((-1).into())),
+            ),
+            (
+                "float count",
+                body_with("submitted_prefix_count", Some(1.5.into())),
+            ),
+            ("count missing", body_with("submitted_prefix_count", None)),
+            (
+                "count without digest",
+                body_with("submitted_prefix_digest", Some(Value::Null)),
+            ),
+            (
+                "digest not hex",
+                body_with("submitted_prefix_digest", Some("zz".into())),
+            ),
+            (
+                "digest a number",
+                body_with("submitted_prefix_digest", Some(7.into())),
+            ),
+            ("unknown key", body_with("extra", Some(true.into()))),
+            (
+                "server total text",
+                body_with("memgate_server_total", Some("3".into())),
+            ),
+            (
+                "intent not an object",
+                body_with("memgate_in_flight", Some(3.into())),
+            ),
+            (
+                "intent without batches",
+                body_with(
+                    "memgate_in_flight",
+                    Some(
+                        serde_json::json!({"base_total": 0, "written_ms": 1, "start": null, "signatures": [h], "batches": []}),
+                    ),
+                ),
+            ),
+            (
+                "intent past its signatures",
+                body_with(
+                    "memgate_in_flight",
+                    Some(
+                        serde_json::json!({"base_total": 0, "written_ms": 1, "start": null, "signatures": [h],
+                        "batches": [{"inputs": 2, "payloads": 2, "prefix_digest": null}]}),
+                    ),
+                ),
+            ),
+        ];
+        for (name, body) in cases {
+            let got = TranscriptCursor::from_json(&body);
+            assert!(
+                matches!(got, Err(CursorError::Invalid(_))),
+                "{name}: {got:?}"
+            );
+        }
+        // The valid body itself, and a DeerFlow body without memgate's keys.
+        assert!(TranscriptCursor::from_json(&body_with("memgate_in_flight", None)).is_ok());
+        let deerflow = body_with("memgate_server_total", None);
+        let c = TranscriptCursor::from_json(&deerflow).unwrap();
+        assert!(c.recorded && c.server_total.is_none() && c.in_flight.is_none());
+    }
+
+    #[test]
+    fn a_damaged_digest_under_an_intact_window_is_a_contradiction() {
+        let all = sigs("h", 5);
+        let good = TranscriptCursor::default().advanced(Some(&all[..3]), &all[..3], 512, false);
+        assert!(!good.contradicts(&all));
+        let damaged = TranscriptCursor {
+            submitted_prefix_digest: Some(sigs("other", 1).remove(0)),
+            ..good.clone()
+        };
+        assert!(damaged.contradicts(&all));
+        // A real edit inside the window breaks the window too: no contradiction.
+        let mut edited = all.clone();
+        edited[1] = sigs("edit", 1).remove(0);
+        assert!(!good.contradicts(&edited));
+    }
+
+    #[test]
+    fn intent_round_trips_and_rebases_after_confirmed_batches() {
+        let all = sigs("h", 5);
+        let intent = InFlight {
+            base_total: 7,
+            written_ms: 1_700_000_000_000,
+            start: Some(1),
+            signatures: all[1..].to_vec(),
+            batches: vec![
+                BatchMark {
+                    inputs: 2,
+                    payloads: 2,
+                    prefix_digest: Some(sequence_digest(&all[..3])),
+                },
+                BatchMark {
+                    inputs: 4,
+                    payloads: 3,
+                    prefix_digest: Some(sequence_digest(&all[..5])),
+                },
+            ],
+        };
+        let c = TranscriptCursor {
+            server_total: Some(7),
+            in_flight: Some(intent.clone()),
+            ..TranscriptCursor::default().advanced(Some(&all[..1]), &all[..1], 512, false)
+        };
+        assert_eq!(
+            TranscriptCursor::from_json(c.to_json().as_bytes()).unwrap(),
+            c
+        );
+        assert_eq!(intent.payloads(), 3);
+        let rest = intent.after(1).unwrap();
+        assert_eq!((rest.base_total, rest.start), (9, Some(3)));
+        assert_eq!(rest.signatures, all[3..].to_vec());
+        assert_eq!((rest.batches[0].inputs, rest.batches[0].payloads), (2, 1));
+        assert!(intent.after(2).is_none());
+        assert_eq!(intent.after(0).unwrap(), intent);
+    }
+
+    #[test]
+    fn a_stale_temp_file_never_blocks_a_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("df_s.json");
+        // Leftovers of a killed process that had our pid, for the next
+        // sequence numbers, under the old naming and the new one.
+        let pid = std::process::id();
+        let next = TEMP_SEQUENCE.load(Ordering::Relaxed);
+        for seq in next..next + 4 {
+            fs::write(dir.path().join(format!("df_s.{pid}.{seq}.tmp")), b"{").unwrap();
+        }
+        let c = TranscriptCursor::default().advanced(
+            Some(&sigs("h", 1)[..]),
+            &sigs("h", 1)[..],
+            512,
+            false,
+        );
+        save_cursor(&path, &c).unwrap();
+        assert_eq!(load_cursor(&path).unwrap(), c);
+        // Two temp names are never the same, even for one sequence number.
+        assert_ne!(temp_path_for(&path), temp_path_for(&path));
+        let stale = dir.path().join(format!("df_s.{pid}.{next}.tmp"));
+        assert!(stale.exists(), "a leftover is not ours to remove");
+    }
+
+    #[test]
+    fn durable_saves_fsync_twice_and_covered_saves_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("df_f.json");
+        let c = TranscriptCursor::default().advanced(
+            Some(&sigs("h", 1)[..]),
+            &sigs("h", 1)[..],
+            512,
+            false,
+        );
+        let before = fsync_count();
+        save_cursor(&path, &c).unwrap();
+        let durable = fsync_count() - before;
+        save_cursor_with(&path, &c, SaveMode::CoveredByIntent).unwrap();
+        let covered = fsync_count() - before - durable;
+        // Other tests save in parallel; they can only add.
+        assert!(durable >= 2 && covered >= 1, "{durable} {covered}");
+        assert_eq!(load_cursor(&path).unwrap(), c);
     }
 
     #[test]
@@ -465,7 +994,8 @@ mod tests {
         assert_eq!(parts[0], "df_x");
         assert_eq!(parts[1], std::process::id().to_string());
         assert!(parts[2].chars().all(|c| c.is_ascii_digit()));
-        assert_eq!(parts[3], "tmp");
+        assert!(parts[3].len() == 16 && parts[3].chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(parts[4], "tmp");
     }
 
     #[cfg(unix)]

@@ -1,33 +1,49 @@
 //! Capture: each transcript message goes to its session once
-//! (`deerflow-memory-contract` §5.6, §5.10).
+//! (`deerflow-memory-contract` §5.6, §5.10), also when the process dies
+//! mid-write.
 //!
 //! Under the session's lock:
-//! 1. read the hash-only cursor (unreadable: refuse, whatever the policy);
-//! 2. sign every captured message;
-//! 3. if a commit is pending from an earlier capture, retry it first; if that
-//!    fails, stop here (nothing new is sent, the cursor is kept);
+//! 1. read the hash-only cursor (not exactly valid: refuse, whatever the
+//!    policy, with no request sent);
+//! 2. if it holds the intent of an interrupted write, ask the server how
+//!    many messages the session holds and move the cursor by exactly the
+//!    batches that arrived ([`reconcile`]), before anything is sent;
+//! 3. sign every captured message; if a commit is pending from an earlier
+//!    capture, retry it first; if that fails, stop here (nothing new is
+//!    sent, the cursor is kept);
 //! 4. decide what is new: the messages after the matched prefix, or, when
 //!    the prefix cannot be matched (compaction, edits), every message whose
 //!    signature the window does not hold;
-//! 5. record the new messages and commit; move the cursor by exactly what the
-//!    server confirmed, including a commit left pending.
+//! 5. save the intent durably (the one added fsync), record the new
+//!    messages and commit, then save the outcome; the intent already covers
+//!    that last save, so its rename is not fsynced. Nothing new: no write at
+//!    all unless the cursor itself changes.
 //!
 //! Step 5 runs in its own task: once messages are on their way, a caller
 //! that stops waiting (a host timeout) does not stop the cursor from being
 //! saved, so confirmed messages are never sent twice because of it.
+//!
+//! Reconciliation relies on OpenViking 0.5's `total_message_count`, which
+//! counts every message the session ever received, committed or not (pinned
+//! in `tests/real_openviking.rs`).
 
+use crate::client::{OpenVikingClient, WireError};
 use crate::config::OpenVikingConfig;
 use crate::lifecycle::Operation;
 use crate::locks::SessionGuard;
 use crate::payload::to_payload;
-use crate::recorder::{self, Prepared, RecordError};
-use memgate_core::cursor::{load_cursor, save_cursor, CursorError, TranscriptCursor};
-use memgate_core::signature::message_signature;
+use crate::recorder::{self, Prepared, RecordError, MAX_BATCH_MESSAGES};
+use memgate_core::cursor::{
+    load_cursor, save_cursor_with, BatchMark, CursorError, InFlight, SaveMode, TranscriptCursor,
+};
+use memgate_core::signature::{message_signature, sequence_digest};
 use memgate_core::{MemoryError, Message, Result};
+use serde_json::Value;
 use std::collections::HashSet;
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const PENDING_COMMIT_FAILED: &str =
     "OpenViking pending commit retry failed; preserving capture cursor";
@@ -35,6 +51,10 @@ const PARTIALLY_RECORDED: &str =
     "OpenViking partially recorded a conversation; confirmed progress was preserved";
 const RECORDING_FAILED: &str =
     "OpenViking conversation recording failed; capture cursor was not advanced";
+const RECONCILE_FAILED: &str =
+    "OpenViking could not be asked what an interrupted capture delivered; nothing was sent";
+const COUNT_FAILED: &str =
+    "OpenViking could not be asked how many messages the session holds; nothing was sent";
 
 /// What is new in a transcript, given the cursor.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +132,38 @@ impl CapturePlan {
             commit_pending,
         )
     }
+
+    /// The durable intent of sending `prepared` (converted from the pending
+    /// messages) when the session held `base_total` messages: one mark per
+    /// batch of at most [`MAX_BATCH_MESSAGES`], as the recorder sends them.
+    pub fn intent(&self, base_total: u64, prepared: &[Prepared]) -> InFlight {
+        let batches = prepared
+            .chunks(MAX_BATCH_MESSAGES)
+            .scan(0, |payloads, batch| {
+                *payloads += batch.len();
+                let inputs = batch.last().map_or(0, |p| p.input_end);
+                let prefix_digest = self
+                    .start
+                    .map(|start| sequence_digest(&self.signatures[..start + inputs]));
+                Some(BatchMark {
+                    inputs: inputs as u64,
+                    payloads: *payloads as u64,
+                    prefix_digest,
+                })
+            })
+            .collect();
+        InFlight {
+            base_total,
+            written_ms: now_ms(),
+            start: self.start.map(|s| s as u64),
+            signatures: self
+                .pending_signatures(self.pending.len())
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            batches,
+        }
+    }
 }
 
 /// Signatures of the captured messages (streamed; equal to core's).
@@ -135,6 +187,16 @@ pub struct CaptureOutcome {
     pub failure: Option<MemoryError>,
 }
 
+impl CaptureOutcome {
+    fn failed(already_known: usize, failure: MemoryError) -> Self {
+        Self {
+            sent: 0,
+            already_known,
+            failure: Some(failure),
+        }
+    }
+}
+
 fn write_failure(message: &str, session_id: &str, cause: impl Display) -> MemoryError {
     MemoryError::Backend(format!("{message} (session={session_id}): {cause}"))
 }
@@ -144,8 +206,8 @@ fn corruption(err: CursorError, session_id: &str) -> MemoryError {
         CursorError::Unreadable(_) => format!(
             "OpenViking capture cursor is unreadable; refusing unsafe replay (session={session_id})"
         ),
-        CursorError::Invalid(_) => format!(
-            "OpenViking capture cursor is invalid; refusing unsafe replay (session={session_id})"
+        CursorError::Invalid(why) => format!(
+            "OpenViking capture cursor is invalid ({why}); refusing unsafe replay (session={session_id})"
         ),
     })
 }
@@ -160,9 +222,14 @@ async fn load(path: PathBuf, session_id: &str) -> Result<TranscriptCursor> {
     })
 }
 
-/// Saves durably. A failed save is never softened by the write policy.
-async fn save(path: PathBuf, cursor: TranscriptCursor, session_id: &str) -> Result<()> {
-    let saved = tokio::task::spawn_blocking(move || save_cursor(&path, &cursor))
+/// Saves the cursor. A failed save is never softened by the write policy.
+async fn save(
+    path: PathBuf,
+    cursor: TranscriptCursor,
+    mode: SaveMode,
+    session_id: &str,
+) -> Result<()> {
+    let saved = tokio::task::spawn_blocking(move || save_cursor_with(&path, &cursor, mode))
         .await
         .map_err(|e| MemoryError::Backend(format!("OpenViking cursor write task failed: {e}")))?;
     saved.map_err(|e| {
@@ -170,6 +237,137 @@ async fn save(path: PathBuf, cursor: TranscriptCursor, session_id: &str) -> Resu
             "OpenViking capture cursor could not be saved (session={session_id}): {e}"
         ))
     })
+}
+
+/// The session's cumulative message count; a session the server does not
+/// know holds none.
+async fn server_total(
+    client: &OpenVikingClient,
+    peer: &str,
+    session_id: &str,
+) -> std::result::Result<std::result::Result<u64, String>, WireError> {
+    match client.get_session(peer, session_id).await {
+        Ok(session) => Ok(session
+            .get("total_message_count")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| "the session has no total_message_count".to_owned())),
+        Err(e) if e.is_not_found() => Ok(Ok(0)),
+        Err(e) => Err(e),
+    }
+}
+
+/// How long after its intent a dead process's write may still be in the
+/// server's hands. Observed on OpenViking 0.5.2: a batch whose client was
+/// killed is still applied after the client is gone, and a session read
+/// meanwhile shows the old count (or a 400 while the session is rewritten).
+const SETTLE: Duration = Duration::from_millis(2_000);
+/// Reads of the count during settling, and the gap between them.
+const SETTLE_READS: usize = 10;
+const READ_GAP: Duration = Duration::from_millis(300);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The session's count once the interrupted write has settled: at least
+/// [`SETTLE`] after its intent, and the same in two reads in a row.
+async fn settled_total(
+    client: &OpenVikingClient,
+    peer: &str,
+    session_id: &str,
+    written_ms: u64,
+) -> std::result::Result<u64, Unsettled> {
+    let age = Duration::from_millis(now_ms().saturating_sub(written_ms));
+    if let Some(wait) = SETTLE.checked_sub(age) {
+        tokio::time::sleep(wait).await;
+    }
+    let mut last: Option<u64> = None;
+    let mut why = String::from("the count did not settle");
+    for read in 0..SETTLE_READS {
+        if read > 0 {
+            tokio::time::sleep(READ_GAP).await;
+        }
+        match server_total(client, peer, session_id).await {
+            Ok(Ok(total)) if last == Some(total) => return Ok(total),
+            Ok(Ok(total)) => last = Some(total),
+            Ok(Err(reason)) => return Err(Unsettled::Contradiction(reason)),
+            Err(e) => {
+                last = None;
+                why = e.to_string();
+            }
+        }
+    }
+    Err(Unsettled::Unreachable(why))
+}
+
+/// Why an interrupted write cannot be settled now.
+enum Unsettled {
+    /// The server could not be asked; try again on the next capture.
+    Unreachable(String),
+    /// The server's count fits no batch boundary of the intent.
+    Contradiction(String),
+}
+
+/// Moves `cursor` past the batches of its intent that the server holds
+/// once the count has settled:
+/// batches arrive whole and in order, so the count since `base_total` names
+/// exactly one batch boundary. Everything delivered leaves the commit
+/// pending (the commit step retries it only when the server still has
+/// uncommitted tokens).
+async fn reconcile(
+    client: &OpenVikingClient,
+    peer: &str,
+    session_id: &str,
+    cursor: &TranscriptCursor,
+    intent: &InFlight,
+    max_seen: usize,
+) -> std::result::Result<TranscriptCursor, Unsettled> {
+    let total = settled_total(client, peer, session_id, intent.written_ms).await?;
+    let landed = total.checked_sub(intent.base_total);
+    let confirmed = match landed {
+        Some(0) => Some(0),
+        Some(n) => intent
+            .batches
+            .iter()
+            .position(|b| b.payloads == n)
+            .map(|i| i + 1),
+        None => None,
+    };
+    let Some(confirmed) = confirmed else {
+        return Err(Unsettled::Contradiction(format!(
+            "the session holds {total} messages; the interrupted capture expected {} to {}",
+            intent.base_total,
+            intent.base_total + intent.payloads()
+        )));
+    };
+    let (inputs, prefix) = match confirmed.checked_sub(1).map(|i| &intent.batches[i]) {
+        None => (0, None),
+        Some(mark) => (
+            mark.inputs as usize,
+            intent
+                .start
+                .zip(mark.prefix_digest.clone())
+                .map(|(start, digest)| (start + mark.inputs, digest)),
+        ),
+    };
+    let delivered_all = confirmed == intent.batches.len();
+    tracing::info!(
+        session = session_id,
+        batches = confirmed,
+        of = intent.batches.len(),
+        "OpenViking interrupted capture reconciled against the server's count"
+    );
+    let mut next = cursor.advanced_to(
+        prefix,
+        &intent.signatures[..inputs],
+        max_seen,
+        cursor.commit_pending || delivered_all,
+    );
+    next.server_total = Some(total);
+    next.in_flight = None;
+    Ok(next)
 }
 
 /// Runs one capture of `captured` (already filtered) while `guard` holds
@@ -183,17 +381,48 @@ pub async fn capture_session(
     let sid = target.session_id.as_str();
     let max_seen = target.config.max_seen_message_ids;
     let path = target.config.cursor_path(sid);
-    let mut cursor = load(path.clone(), sid).await?;
+    let loaded = load(path.clone(), sid).await?;
     let signatures = sign_all(captured);
+    if loaded.contradicts(&signatures) {
+        tracing::error!(
+            session = sid,
+            "OpenViking capture cursor contradicts itself"
+        );
+        return Err(MemoryError::Corruption(format!(
+            "OpenViking capture cursor is invalid (its prefix digest contradicts its window); refusing unsafe replay (session={sid})"
+        )));
+    }
+    let mut cursor = loaded.clone();
+    let client = operation.client();
+
+    if let Some(intent) = &loaded.in_flight {
+        match reconcile(client, &target.peer, sid, &loaded, intent, max_seen).await {
+            Ok(next) => cursor = next,
+            Err(Unsettled::Unreachable(cause)) => {
+                return Ok(CaptureOutcome::failed(
+                    0,
+                    write_failure(RECONCILE_FAILED, sid, cause),
+                ))
+            }
+            Err(Unsettled::Contradiction(why)) => {
+                tracing::error!(session = sid, %why, "OpenViking interrupted capture cannot be reconciled");
+                return Err(MemoryError::Corruption(format!(
+                    "OpenViking interrupted capture cannot be reconciled ({why}); refusing unsafe replay (session={sid})"
+                )));
+            }
+        }
+    }
 
     if cursor.commit_pending {
-        match recorder::flush(operation.client(), &target.peer, sid).await {
+        match recorder::flush(client, &target.peer, sid).await {
             Err(cause) => {
-                return Ok(CaptureOutcome {
-                    sent: 0,
-                    already_known: 0,
-                    failure: Some(write_failure(PENDING_COMMIT_FAILED, sid, cause)),
-                })
+                if cursor != loaded {
+                    save(path, cursor, SaveMode::Durable, sid).await?;
+                }
+                return Ok(CaptureOutcome::failed(
+                    0,
+                    write_failure(PENDING_COMMIT_FAILED, sid, cause),
+                ));
             }
             Ok(committed) => {
                 tracing::info!(
@@ -202,7 +431,6 @@ pub async fn capture_session(
                     "OpenViking pending commit retried"
                 );
                 cursor = cursor.with_commit_pending(false);
-                save(path.clone(), cursor.clone(), sid).await?;
             }
         }
     }
@@ -210,14 +438,6 @@ pub async fn capture_session(
     let plan = CapturePlan::new(&cursor, signatures);
     let pending_len = plan.pending.len();
     let already_known = captured.len() - pending_len;
-    if pending_len == 0 {
-        save(path, plan.completed(&cursor, max_seen), sid).await?;
-        return Ok(CaptureOutcome {
-            sent: 0,
-            already_known,
-            failure: None,
-        });
-    }
     let prepared: Vec<Prepared> = plan
         .pending
         .iter()
@@ -229,6 +449,43 @@ pub async fn capture_session(
             })
         })
         .collect();
+    if prepared.is_empty() {
+        // Nothing to send (nothing new, or only messages that are never
+        // recorded): write only if the cursor itself moved.
+        let next = plan.completed(&cursor, max_seen);
+        if next != loaded {
+            save(path, next, SaveMode::Durable, sid).await?;
+        }
+        return Ok(CaptureOutcome {
+            sent: 0,
+            already_known,
+            failure: None,
+        });
+    }
+
+    let base_total = match cursor.server_total {
+        Some(total) => total,
+        None => match server_total(client, &target.peer, sid).await {
+            Ok(Ok(total)) => total,
+            Ok(Err(why)) => {
+                return Ok(CaptureOutcome::failed(
+                    already_known,
+                    write_failure(COUNT_FAILED, sid, why),
+                ))
+            }
+            Err(cause) => {
+                return Ok(CaptureOutcome::failed(
+                    already_known,
+                    write_failure(COUNT_FAILED, sid, cause),
+                ))
+            }
+        },
+    };
+    let intent = plan.intent(base_total, &prepared);
+    cursor.server_total = Some(base_total);
+    let mut with_intent = cursor.clone();
+    with_intent.in_flight = Some(intent.clone());
+    save(path.clone(), with_intent, SaveMode::Durable, sid).await?;
 
     let task = tokio::spawn(async move {
         // The lock and the operation both live until the cursor is saved:
@@ -238,20 +495,30 @@ pub async fn capture_session(
         let sid = target.session_id.as_str();
         let recorded =
             recorder::record(operation.client(), &target.peer, sid, prepared, pending_len).await;
+        let settled = |mut next: TranscriptCursor, batches: usize| {
+            let done = batches
+                .checked_sub(1)
+                .map_or(0, |i| intent.batches[i].payloads);
+            next.server_total = Some(base_total + done);
+            next.in_flight = intent.after(batches);
+            next
+        };
         match recorded {
             Ok(_) => {
-                save(path, plan.completed(&cursor, max_seen), sid).await?;
+                let next = settled(plan.completed(&cursor, max_seen), intent.batches.len());
+                save(path, next, SaveMode::CoveredByIntent, sid).await?;
                 Ok(CaptureOutcome {
                     sent: pending_len,
                     already_known,
                     failure: None,
                 })
             }
-            Err(RecordError::NothingConfirmed(cause)) => Ok(CaptureOutcome {
-                sent: 0,
+            // The batch may have arrived with its answer lost: the intent
+            // stays, and the next capture asks the server.
+            Err(RecordError::NothingConfirmed(cause)) => Ok(CaptureOutcome::failed(
                 already_known,
-                failure: Some(write_failure(RECORDING_FAILED, sid, cause)),
-            }),
+                write_failure(RECORDING_FAILED, sid, cause),
+            )),
             Err(RecordError::Partial {
                 input_messages_consumed,
                 commit_pending,
@@ -259,10 +526,20 @@ pub async fn capture_session(
                 ..
             }) => {
                 let consumed = input_messages_consumed.min(pending_len);
-                if consumed > 0 || commit_pending {
-                    let next = plan.partially(&cursor, consumed, commit_pending, max_seen);
-                    save(path, next, sid).await?;
-                }
+                let batches = if commit_pending {
+                    intent.batches.len()
+                } else {
+                    intent
+                        .batches
+                        .iter()
+                        .position(|b| b.inputs as usize == consumed)
+                        .map_or(0, |i| i + 1)
+                };
+                let next = settled(
+                    plan.partially(&cursor, consumed, commit_pending, max_seen),
+                    batches,
+                );
+                save(path, next, SaveMode::CoveredByIntent, sid).await?;
                 Ok(CaptureOutcome {
                     sent: consumed,
                     already_known,

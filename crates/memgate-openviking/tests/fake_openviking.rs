@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::fake::{hit, slow_drip_server, FakeOpenViking, Reply};
+use common::fake::{hit, payload_text, slow_drip_server, FakeOpenViking, Reply};
 use common::*;
 use memgate_core::cursor::load_cursor;
 use memgate_core::signature::{message_signature, sequence_digest};
@@ -151,11 +151,15 @@ async fn writes_are_batches_then_an_always_commit_with_only_the_user_key() {
     assert_eq!(
         routes,
         [
+            // The first capture of a conversation asks for the session's
+            // count, the base of its durable intent.
+            format!("/api/v1/sessions/{session}"),
             format!("/api/v1/sessions/{session}/messages/batch"),
             format!("/api/v1/sessions/{session}/commit")
         ]
     );
-    assert_eq!(requests[1].body, json!({"keep_recent_count": 0}));
+    assert_eq!(requests[0].method, "GET");
+    assert_eq!(requests[2].body, json!({"keep_recent_count": 0}));
     for r in &requests {
         assert_eq!(r.header("x-api-key"), Some(USER_KEY));
         assert_eq!(r.header("x-openviking-actor-peer"), Some("research"));
@@ -520,7 +524,12 @@ async fn failed_write_does_not_advance_capture_cursor() {
         .await
         .unwrap();
     assert_eq!(report.stored, 0, "log_and_drop swallowed the failure");
-    assert!(!s.backend.config().cursor_path(&sid(&alice())).exists());
+    // Only the intent is on disk: nothing confirmed, the batch may have
+    // arrived, so the next capture asks the server first.
+    let cursor = load_cursor(&s.backend.config().cursor_path(&sid(&alice()))).unwrap();
+    assert_eq!(cursor.submitted_prefix_count, None);
+    assert!(cursor.submitted_signatures.is_empty());
+    assert_eq!(cursor.in_flight.unwrap().base_total, 0);
     assert!(s.fake.requests_to("commit").is_empty());
     s.backend
         .capture(&capture_request(&alice(), messages))
@@ -537,7 +546,10 @@ async fn failed_write_does_not_advance_capture_cursor() {
 
 #[tokio::test]
 async fn corrupt_cursor_fails_closed_instead_of_replaying_history() {
-    for (body, word) in [("not-json", "unreadable"), ("[1, 2]", "invalid")] {
+    for (body, word) in [
+        ("not-json", "unreadable"),
+        ("[1, 2]", "invalid (not a JSON object)"),
+    ] {
         let s = setup(|_| {}).await; // write policy log_and_drop
         let path = s.backend.config().cursor_path(&sid(&alice()));
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -1232,4 +1244,197 @@ async fn content_modes_choose_the_text() {
             assert!(recall.text.contains("Overview of memories"));
         }
     }
+}
+
+/// Captures `messages` once so a valid cursor exists, then forgets the
+/// requests that took.
+async fn captured_once(s: &Setup, messages: &[Message]) -> std::path::PathBuf {
+    s.backend
+        .capture(&capture_request(&alice(), messages.to_vec()))
+        .await
+        .unwrap();
+    s.fake.clear_requests();
+    s.backend.config().cursor_path(&sid(&alice()))
+}
+
+/// One hand edit of a cursor file's JSON.
+type CursorEdit = Box<dyn Fn(&mut Value)>;
+
+#[tokio::test]
+async fn every_inexact_cursor_fails_closed_with_zero_requests() {
+    let messages = vec![human("h1", "hi"), ai("a1", "hello"), human("h2", "more")];
+    let other = "f".repeat(64);
+    let edits: Vec<(&str, CursorEdit)> = vec![
+        ("empty object", Box::new(|c| *c = json!({}))),
+        (
+            "wrong prefix digest",
+            Box::new(move |c| c["submitted_prefix_digest"] = json!(other.clone())),
+        ),
+        (
+            "non-string signatures",
+            Box::new(|c| c["submitted_signatures"] = json!([1, 2, 3])),
+        ),
+        ("schema 2", Box::new(|c| c["schema_version"] = json!(2))),
+        ("unknown key", Box::new(|c| c["replay"] = json!(true))),
+        (
+            "count only",
+            Box::new(|c| c["submitted_prefix_digest"] = Value::Null),
+        ),
+        (
+            "string count",
+            Box::new(|c| c["submitted_prefix_count"] = json!("3")),
+        ),
+        (
+            "pending as text",
+            Box::new(|c| c["commit_pending"] = json!("false")),
+        ),
+        (
+            "intent without batches",
+            Box::new(
+                |c| c["memgate_in_flight"] = json!({"base_total": 0, "written_ms": 0, "start": 0, "signatures": [], "batches": []}),
+            ),
+        ),
+    ];
+    for (name, edit) in edits {
+        let s = setup(|_| {}).await; // write policy log_and_drop
+        let path = captured_once(&s, &messages[..2]).await;
+        let mut cursor: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        edit(&mut cursor);
+        let body = cursor.to_string();
+        std::fs::write(&path, &body).unwrap();
+        let err = s
+            .backend
+            .capture(&capture_request(&alice(), messages.clone()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, MemoryError::Corruption(_)), "{name}: {err:?}");
+        assert!(
+            err.to_string().contains("refusing unsafe replay"),
+            "{name}: {err}"
+        );
+        assert!(s.fake.requests().is_empty(), "{name}: no request at all");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            body,
+            "{name}: file kept"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_lost_answer_is_reconciled_on_the_next_capture_instead_of_resent() {
+    let s = setup(|c| set(c, "timeout_seconds", json!(0.5))).await;
+    let first = vec![human("h1", "hi"), ai("a1", "hello")];
+    let path = captured_once(&s, &first).await;
+    let mut grown = first.clone();
+    grown.extend([human("h2", "next"), ai("a2", "reply")]);
+    // The server stores the batch, but its answer never arrives: to the
+    // client this is a process that died right after sending.
+    s.fake.plan("batch", [Reply::Late(Duration::from_secs(2))]);
+    let report = s
+        .backend
+        .capture(&capture_request(&alice(), grown.clone()))
+        .await
+        .unwrap();
+    assert_eq!(report.stored, 0);
+    let left = load_cursor(&path).unwrap();
+    let intent = left.in_flight.clone().expect("the intent stays");
+    assert_eq!((intent.base_total, intent.payloads()), (2, 2));
+    assert_eq!(left.submitted_prefix_count, Some(2));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    s.fake.clear_requests();
+    let report = s
+        .backend
+        .capture(&capture_request(&alice(), grown.clone()))
+        .await
+        .unwrap();
+    assert_eq!((report.stored, report.already_known), (0, 4));
+    let routes: Vec<String> = s
+        .fake
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    let session = sid(&alice());
+    assert_eq!(
+        routes,
+        [
+            format!("GET /api/v1/sessions/{session}"),
+            format!("GET /api/v1/sessions/{session}"),
+            format!("GET /api/v1/sessions/{session}"),
+            format!("POST /api/v1/sessions/{session}/commit"),
+        ],
+        "the count read until it settles, then the pending commit (its own session read), no batch"
+    );
+    let texts: Vec<String> = s
+        .fake
+        .session_messages(&session)
+        .iter()
+        .map(payload_text)
+        .collect();
+    assert_eq!(texts, ["hi", "hello", "next", "reply"], "each message once");
+    let settled = load_cursor(&path).unwrap();
+    assert!(settled.in_flight.is_none() && !settled.commit_pending);
+    assert_eq!(settled.submitted_prefix_count, Some(4));
+    assert_eq!(settled.server_total, Some(4));
+}
+
+#[tokio::test]
+async fn a_count_that_fits_no_batch_boundary_fails_closed() {
+    let s = setup(|_| {}).await;
+    let first = vec![human("h1", "hi"), ai("a1", "hello")];
+    let path = captured_once(&s, &first).await;
+    let mut cursor: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let sig = message_signature(&human("h2", "next"));
+    // An intent whose base is above what the server holds.
+    cursor["memgate_in_flight"] = json!({"base_total": 9, "written_ms": 0, "start": 2, "signatures": [sig],
+        "batches": [{"inputs": 1, "payloads": 1, "prefix_digest": "a".repeat(64)}]});
+    std::fs::write(&path, cursor.to_string()).unwrap();
+    let mut grown = first.clone();
+    grown.push(human("h2", "next"));
+    let err = s
+        .backend
+        .capture(&capture_request(&alice(), grown))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, MemoryError::Corruption(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("the session holds 2 messages"),
+        "{err}"
+    );
+    assert_eq!(s.fake.requests_to("batch").len(), 0);
+}
+
+#[tokio::test]
+async fn unchanged_recapture_writes_nothing_and_a_sending_one_adds_one_fsync() {
+    let s = setup(|_| {}).await;
+    let mut messages = vec![human("h1", "hi"), ai("a1", "hello")];
+    let path = captured_once(&s, &messages).await;
+    let before = std::fs::metadata(&path).unwrap().modified().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    s.backend
+        .capture(&capture_request(&alice(), messages.clone()))
+        .await
+        .unwrap();
+    assert!(s.fake.requests().is_empty());
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().modified().unwrap(),
+        before,
+        "not rewritten"
+    );
+    // A capture that sends: intent (body + directory) and outcome (body).
+    messages.push(human("h2", "more"));
+    let fsyncs = memgate_core::cursor::fsync_count();
+    s.backend
+        .capture(&capture_request(&alice(), messages))
+        .await
+        .unwrap();
+    let spent = memgate_core::cursor::fsync_count() - fsyncs;
+    // Tests in this binary run in parallel and may add their own.
+    assert!(spent >= 3, "{spent}");
+    assert!(load_cursor(&path).unwrap().in_flight.is_none());
 }

@@ -458,3 +458,76 @@ async fn real_server_refuses_an_unknown_key_at_warm_and_recall() {
                 == 0
     );
 }
+
+/// The counters crash reconciliation relies on, as OpenViking 0.5.2 keeps
+/// them: `total_message_count` counts every message the session received,
+/// committed (archived) or not, and a commit leaves it alone while it clears
+/// `message_count`; a session that was never written is a 404.
+#[tokio::test]
+async fn real_server_pins_the_session_counts_reconciliation_reads() {
+    let Some(server) = real_server("real_server_pins_the_session_counts_reconciliation_reads")
+    else {
+        return;
+    };
+    let account = create_account(&server, "cnt").await;
+    let key = &account.alice_key;
+    let session = format!("{}/api/v1/sessions/pin-counts", server.url);
+    let counts = |body: &Value| {
+        let r = &body["result"];
+        (
+            r["message_count"].as_u64(),
+            r["total_message_count"].as_u64(),
+            r["commit_count"].as_u64(),
+        )
+    };
+    let (status, _) = get(&session, key).await;
+    assert_eq!(status, 404, "never written: not found");
+    let batch = json!({"messages": [{"role": "user", "content": "one"},
+                                    {"role": "assistant", "content": "two"}]});
+    let (status, body) = post(&format!("{session}/messages/batch"), key, batch.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, body) = get(&session, key).await;
+    assert_eq!(counts(&body), (Some(2), Some(2), Some(0)), "{body}");
+    let (status, body) = post(
+        &format!("{session}/commit"),
+        key,
+        json!({"keep_recent_count": 0}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, body) = get(&session, key).await;
+    assert_eq!(
+        counts(&body),
+        (Some(0), Some(2), Some(1)),
+        "commit keeps the total: {body}"
+    );
+    post(&format!("{session}/messages/batch"), key, batch).await;
+    let (_, body) = get(&session, key).await;
+    assert_eq!(counts(&body), (Some(2), Some(4), Some(1)), "{body}");
+    wait_for_extraction(&server.url, key).await;
+    let (_, body) = get(&session, key).await;
+    assert_eq!(
+        counts(&body).1,
+        Some(4),
+        "extraction does not touch it: {body}"
+    );
+
+    // memgate's cursor follows the same count after a capture.
+    let dir = tempfile::tempdir().unwrap();
+    let alice = backend(&server.url, key, "alice", dir.path());
+    let caller = Caller::new("alice")
+        .with_agent("counts")
+        .with_thread("t-counts");
+    let messages = vec![human("h1", "count me"), common::ai("a1", "counted")];
+    alice
+        .capture(&capture_request(&caller, messages))
+        .await
+        .unwrap();
+    let sid = memgate_openviking::scope::session_id("alice", "counts", "t-counts");
+    let cursor = memgate_core::cursor::load_cursor(&alice.config().cursor_path(&sid)).unwrap();
+    let (_, body) = get(&format!("{}/api/v1/sessions/{sid}", server.url), key).await;
+    assert_eq!(cursor.server_total, counts(&body).1, "{body}");
+    assert!(cursor.in_flight.is_none());
+    alice.shutdown(Duration::from_secs(5)).await;
+    account.delete().await;
+}

@@ -310,8 +310,10 @@ impl FakeOpenViking {
             }
             "session" => {
                 let sid = session_of(&seen.path);
+                let total = state.sessions.get(&sid).map_or(0, Vec::len);
                 match state.pending_tokens.get(&sid) {
-                    Some(tokens) => ok(json!({"session_id": sid, "pending_tokens": tokens, "message_count": 0})),
+                    // Like OpenViking 0.5: total_message_count counts committed messages too.
+                    Some(tokens) => ok(json!({"session_id": sid, "pending_tokens": tokens, "message_count": 0, "total_message_count": total})),
                     None => (
                         StatusCode::NOT_FOUND,
                         json!({"status": "error", "error": {"code": "NOT_FOUND", "message": format!("Session {sid} not found")}}).to_string(),

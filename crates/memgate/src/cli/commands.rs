@@ -51,6 +51,10 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             postgres_dsn_env,
             json,
         } => super::migrate::run(cli.config.as_deref(), &from, &to, &postgres_dsn_env, json).await,
+        command @ Command::Capture { .. } => {
+            let (backend, timeout) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
+            capture_until_terminated(backend, timeout, caller, command).await
+        }
         command => {
             let (backend, budget) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
             let result = operate(&*backend, caller, command).await;
@@ -58,6 +62,57 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             result.map(|()| ExitCode::SUCCESS)
         }
     }
+}
+
+/// Exit status after SIGTERM (128 + 15, what a shell reports).
+const TERMINATED: u8 = 143;
+
+/// `memgate capture` under SIGTERM: stop waiting for the capture, give the
+/// write already on its way the shutdown budget to finish and save its
+/// outcome, then exit with 143. A write still running at the deadline is
+/// abandoned; its intent is on disk and the next capture reconciles it with
+/// the server, so nothing is sent twice.
+async fn capture_until_terminated(
+    backend: Arc<dyn MemoryBackend>,
+    timeout: Duration,
+    caller: Caller,
+    command: Command,
+) -> Result<ExitCode> {
+    let terminated = terminated();
+    tokio::pin!(terminated);
+    let capture = operate(&*backend, caller, command);
+    tokio::select! {
+        result = capture => {
+            backend.shutdown(timeout).await;
+            result.map(|()| ExitCode::SUCCESS)
+        }
+        () = &mut terminated => {
+            eprintln!(
+                "memgate: SIGTERM: finishing the write in flight (at most {:.1}s)",
+                timeout.as_secs_f64()
+            );
+            if backend.shutdown(timeout).await {
+                eprintln!("memgate: stopped; nothing left in flight");
+            } else {
+                eprintln!("memgate: stopped at the deadline; the next capture reconciles the write left in flight");
+            }
+            Ok(ExitCode::from(TERMINATED))
+        }
+    }
+}
+
+/// Resolves on SIGTERM (never, where there are no Unix signals or the
+/// handler cannot be installed).
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            term.recv().await;
+            return;
+        }
+    }
+    std::future::pending::<()>().await
 }
 
 /// Who MCP tool calls run as: `mcp.user`/`mcp.agent` from the config, else
