@@ -6,6 +6,11 @@
 //! An operation counts as in flight until its blocking work has finished,
 //! even if the caller stopped waiting, so `shutdown` can drain it before
 //! checkpointing and closing the file.
+//!
+//! With `max_turn_age_days` set, a background thread runs the retention
+//! sweep ([`MemoryStore::sweep_expired_turns`]) once at start and then every
+//! [`RETENTION_SWEEP_INTERVAL`]; it stops at shutdown or when the last clone
+//! of the backend is dropped.
 
 use crate::capture::Streamed;
 use crate::config::{LocalConfig, ResolvedConfig};
@@ -13,15 +18,15 @@ use crate::store::MemoryStore;
 use async_trait::async_trait;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch,
-    ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome,
-    RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+    ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall,
+    RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::Receiver;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
 use tokio::sync::Notify;
 
 /// Counts in-flight operations and refuses new ones after shutdown began.
@@ -67,11 +72,49 @@ impl Gate {
     }
 }
 
+/// How often the retention sweep runs when a maximum turn age is set.
+pub const RETENTION_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Stops the retention thread when dropped (or at shutdown).
+struct Retention(Mutex<Option<Sender<()>>>);
+
+impl Retention {
+    /// Sweeps `store` now and then every `interval`, holding it only weakly.
+    fn start(store: &Arc<MemoryStore>, interval: Duration) -> Self {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let store: Weak<MemoryStore> = Arc::downgrade(store);
+        let spawned = std::thread::Builder::new()
+            .name("memgate-retention".to_owned())
+            .spawn(move || loop {
+                let Some(store) = store.upgrade() else { return };
+                match store.sweep_expired_turns(SystemTime::now()) {
+                    Ok(_) => {}
+                    Err(MemoryError::Closed(_)) => return,
+                    Err(e) => tracing::warn!(error = %e, "local store retention sweep failed"),
+                }
+                drop(store);
+                match stopped.recv_timeout(interval) {
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    _ => return,
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "local store retention sweep could not start");
+        }
+        Self(Mutex::new(Some(stop)))
+    }
+
+    fn stop(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
+
 /// The embedded default backend (`manager_class: local`).
 #[derive(Clone)]
 pub struct LocalBackend {
     store: Arc<MemoryStore>,
     gate: Arc<Gate>,
+    retention: Option<Arc<Retention>>,
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -89,9 +132,11 @@ impl LocalBackend {
         let ResolvedConfig {
             database_path,
             settings,
+            redactor,
         } = LocalConfig::from_backend_config(config, ctx)?;
-        let store =
-            MemoryStore::open(&database_path, settings)?.with_keep_hidden(ctx.keep_hidden.clone());
+        let store = MemoryStore::open(&database_path, settings)?
+            .with_keep_hidden(ctx.keep_hidden.clone())
+            .with_redactor(redactor);
         Ok(Self::from_store(store))
     }
 
@@ -100,10 +145,18 @@ impl LocalBackend {
         Ok(Self::from_store(MemoryStore::open(path, config)?))
     }
 
+    /// Wraps a store; starts the retention sweep when it has a maximum
+    /// turn age.
     pub fn from_store(store: MemoryStore) -> Self {
+        let store = Arc::new(store);
+        let retention = store
+            .config()
+            .max_turn_age
+            .map(|_| Arc::new(Retention::start(&store, RETENTION_SWEEP_INTERVAL)));
         Self {
-            store: Arc::new(store),
+            store,
             gate: Arc::default(),
+            retention,
         }
     }
 
@@ -217,6 +270,11 @@ impl MemoryBackend for LocalBackend {
         self.run(move |s| s.import(&caller, &data)).await
     }
 
+    async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
+        let (caller, target) = (caller.clone(), target.clone());
+        self.run(move |s| s.forget(&caller, &target)).await
+    }
+
     /// Ready after SQLite's quick integrity check; corruption is an error.
     async fn warm(&self) -> Result<WarmStatus> {
         self.run(|s| s.check_integrity()).await?;
@@ -228,6 +286,9 @@ impl MemoryBackend for LocalBackend {
     /// the deadline; the file is then closed when the backend is dropped.
     async fn shutdown(&self, timeout: Duration) -> bool {
         self.gate.closing.store(true, Ordering::Release);
+        if let Some(retention) = &self.retention {
+            retention.stop();
+        }
         if !self.gate.drain(timeout).await {
             tracing::warn!("local store shutdown: in-flight work did not finish in time");
             return false;
