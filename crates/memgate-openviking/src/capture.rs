@@ -19,11 +19,11 @@
 use crate::config::OpenVikingConfig;
 use crate::lifecycle::Operation;
 use crate::locks::SessionGuard;
-use crate::payload::to_payload;
+use crate::payload::{redact_payload, to_payload};
 use crate::recorder::{self, Prepared, RecordError};
 use memgate_core::cursor::{load_cursor, save_cursor, CursorError, TranscriptCursor};
 use memgate_core::signature::message_signature;
-use memgate_core::{MemoryError, Message, Result};
+use memgate_core::{MemoryError, Message, Redactor, Result};
 use std::collections::HashSet;
 use std::fmt::Display;
 use std::path::PathBuf;
@@ -124,6 +124,8 @@ pub struct CaptureTarget {
     pub config: Arc<OpenVikingConfig>,
     pub peer: String,
     pub session_id: String,
+    /// Applied to each payload after the cursor's signatures are taken.
+    pub redactor: Arc<Redactor>,
 }
 
 /// What one capture did; `failure` is a write failure the write policy
@@ -223,9 +225,12 @@ pub async fn capture_session(
         .iter()
         .enumerate()
         .filter_map(|(k, &i)| {
-            to_payload(captured[i], &target.peer).map(|payload| Prepared {
-                payload,
-                input_end: k + 1,
+            to_payload(captured[i], &target.peer).map(|mut payload| {
+                redact_payload(&mut payload, &target.redactor);
+                Prepared {
+                    payload,
+                    input_end: k + 1,
+                }
             })
         })
         .collect();
