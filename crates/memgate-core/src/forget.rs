@@ -8,7 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// What to erase, always inside the caller's (user, agent) scope.
+/// What to erase, always inside the caller's user (and, but for `User`,
+/// the caller's agent).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "target", rename_all = "snake_case")]
@@ -19,6 +20,9 @@ pub enum ForgetTarget {
     Thread,
     /// Everything stored for the caller's (user, agent) scope.
     Scope,
+    /// Everything stored for the caller's user, under every agent (a
+    /// deletion request; the host's `clear_memory` without an agent).
+    User,
 }
 
 impl ForgetTarget {
@@ -27,6 +31,7 @@ impl ForgetTarget {
             Self::Fact { .. } => "fact",
             Self::Thread => "thread",
             Self::Scope => "scope",
+            Self::User => "user",
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Erasure: `forget` a memory with its history, a thread, or a whole
-//! (user, agent) scope, and the retention sweep that erases captured turns
+//! Erasure: `forget` a memory with its history, a thread, a whole
+//! (user, agent) scope or every scope of a user, and the retention sweep that erases captured turns
 //! older than `max_turn_age_days`.
 //!
 //! Erased means unrecoverable from the files once the call returns:
@@ -69,6 +69,22 @@ fn erase_turns(conn: &Connection, index: &mut IndexWrites, turns: &[i64]) -> Res
     Ok(())
 }
 
+/// Erases a whole scope: its memories with history, its turns, its row.
+fn erase_scope(conn: &Connection, index: &mut IndexWrites, scope: i64) -> Result<ForgetReport> {
+    let mut report = ForgetReport::default();
+    for id in ids(conn, "SELECT id FROM memories WHERE scope_id = ?1", [scope])? {
+        report.versions += erase_memory(conn, index, id)?;
+        report.facts += 1;
+    }
+    let turns = ids(conn, "SELECT id FROM turns WHERE scope_id = ?1", [scope])?;
+    erase_turns(conn, index, &turns)?;
+    report.turns = turns.len();
+    conn.prepare_cached("DELETE FROM scopes WHERE id = ?1")
+        .and_then(|mut s| s.execute([scope]))
+        .map_err(db_error)?;
+    Ok(report)
+}
+
 /// `captured_at` values before this are older than `age` (RFC 3339 UTC
 /// strings of one format compare in time order).
 fn cutoff(now: SystemTime, age: Duration) -> String {
@@ -93,6 +109,9 @@ impl MemoryStore {
             ForgetTarget::Thread => Some(caller.require_thread()?.to_owned()),
             _ => None,
         };
+        if *target == ForgetTarget::User {
+            return self.forget_user(caller);
+        }
         let report = self.write(|tx, index| {
             let mut report = ForgetReport::default();
             let Some(scope) = key.find(tx)? else {
@@ -127,17 +146,8 @@ impl MemoryStore {
                     erase_turns(tx, index, &turns)?;
                     report.turns = turns.len();
                 }
-                ForgetTarget::Scope => {
-                    for id in ids(tx, "SELECT id FROM memories WHERE scope_id = ?1", [scope])? {
-                        report.versions += erase_memory(tx, index, id)?;
-                        report.facts += 1;
-                    }
-                    let turns = ids(tx, "SELECT id FROM turns WHERE scope_id = ?1", [scope])?;
-                    erase_turns(tx, index, &turns)?;
-                    report.turns = turns.len();
-                    tx.prepare_cached("DELETE FROM scopes WHERE id = ?1")
-                        .and_then(|mut s| s.execute([scope]))
-                        .map_err(db_error)?;
+                ForgetTarget::Scope | ForgetTarget::User => {
+                    report = erase_scope(tx, index, scope)?;
                 }
             }
             if report != ForgetReport::default() || matches!(target, ForgetTarget::Scope) {
@@ -145,6 +155,28 @@ impl MemoryStore {
             }
             Ok(report)
         })?;
+        self.finish_erasure(target, report)
+    }
+
+    /// Every scope of the caller's user, whatever the agent.
+    fn forget_user(&self, caller: &Caller) -> Result<ForgetReport> {
+        let user = caller.user.as_str().to_owned();
+        let report = self.write(|tx, index| {
+            let mut report = ForgetReport::default();
+            for scope in ids(tx, "SELECT id FROM scopes WHERE user_id = ?1", [&user])? {
+                let erased = erase_scope(tx, index, scope)?;
+                report.facts += erased.facts;
+                report.versions += erased.versions;
+                report.turns += erased.turns;
+            }
+            index.purge_removed();
+            Ok(report)
+        })?;
+        self.finish_erasure(&ForgetTarget::User, report)
+    }
+
+    /// Empties the WAL (it still holds the erased pages) and reports.
+    fn finish_erasure(&self, target: &ForgetTarget, report: ForgetReport) -> Result<ForgetReport> {
         self.truncate_wal_fully()?;
         tracing::info!(
             target_kind = target.as_str(),

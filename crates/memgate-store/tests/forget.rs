@@ -375,3 +375,29 @@ async fn the_backend_sweeps_in_the_background_and_forget_runs_through_it() {
     assert_eq!(report.facts, 1);
     assert!(backend.shutdown(Duration::from_secs(5)).await);
 }
+
+#[test]
+fn forgetting_a_user_erases_every_agent_of_that_user_only() {
+    let t = TestStore::new();
+    let frank = Caller::new("frank5523user");
+    remember(&t.store, &frank, "frank's default peer likes kiwi3321");
+    remember(
+        &t.store,
+        &frank.clone().with_agent("coder"),
+        "coder peer notes takahe8876",
+    );
+    t.store
+        .capture(&capture(
+            &frank.clone().with_agent("coder"),
+            "t1",
+            vec![Message::human("coder turn kakapo4410")],
+        ))
+        .unwrap();
+    remember(&t.store, &alice(), "alice keeps kiwi notes");
+    let report = t.store.forget(&frank, &ForgetTarget::User).unwrap();
+    assert_eq!((report.facts, report.turns), (2, 1));
+    for gone in ["kiwi3321", "takahe8876", "kakapo4410", "frank5523user"] {
+        assert_eq!(files_containing(&t.path(), gone), none(), "{gone}");
+    }
+    assert_eq!(t.store.list_facts(&alice(), false).unwrap().len(), 1);
+}
