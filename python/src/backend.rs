@@ -15,8 +15,9 @@ use memgate_assembly::{
 use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::tool::call_remember;
 use memgate_core::{
-    Caller, CaptureKind, CaptureReport, CaptureRequest, FactPatch, KeepHiddenHook, MemoryBackend,
-    MemoryError, MemoryMode, RecallRequest, RememberRequest, SearchQuery, UserId, WarmStatus,
+    Caller, CaptureKind, CaptureReport, CaptureRequest, FactPatch, ForgetTarget, KeepHiddenHook,
+    MemoryBackend, MemoryError, MemoryMode, RecallRequest, RememberRequest, SearchQuery, UserId,
+    WarmStatus,
 };
 use memgate_store::{LocalBackend, Streamed};
 use pyo3::exceptions::PyValueError;
@@ -522,6 +523,33 @@ impl Backend {
     ) -> PyResult<Bound<'py, PyAny>> {
         let who = caller(user, agent, None);
         self.answer(py, self.inner.retire_fact(&who, id))
+    }
+
+    /// Erases for good (the local store; others answer unsupported):
+    /// `target` is `fact` (with `id`), `thread`, `scope` or `user`.
+    #[pyo3(signature = (target, id=None, user=None, agent=None, thread=None))]
+    fn forget<'py>(
+        &self,
+        py: Python<'py>,
+        target: &str,
+        id: Option<&str>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let target = match (target, id) {
+            ("fact", Some(id)) => ForgetTarget::Fact { id: id.to_owned() },
+            ("thread", _) => ForgetTarget::Thread,
+            ("scope", _) => ForgetTarget::Scope,
+            ("user", _) => ForgetTarget::User,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "target must be fact (with an id), thread, scope or user",
+                ))
+            }
+        };
+        let who = caller(user, agent, thread);
+        self.answer(py, self.inner.forget(&who, &target))
     }
 
     /// One `remember` tool call: the model's arguments (only `text` and

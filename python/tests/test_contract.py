@@ -121,8 +121,8 @@ def test_unsupported_operations_name_method_and_class(tmp_path, environment):
     ]
     for manager in managers:
         name = type(manager).__name__
-        # The local store has the fact operations (test_local_facts.py);
-        # clearing would erase, which memgate never does.
+        # The local store has the fact operations and erasure
+        # (test_local_facts.py).
         local = isinstance(manager, LocalMemoryManager)
         for method, call in [
             ("get_memory", lambda m: m.get_memory(user_id="alice")),
@@ -134,7 +134,7 @@ def test_unsupported_operations_name_method_and_class(tmp_path, environment):
             ("delete_fact", lambda m: m.delete_fact("f1", user_id="alice")),
             ("reload_memory", lambda m: m.reload_memory(user_id="alice")),
         ]:
-            if local and method != "clear_memory":
+            if local:
                 continue
             with pytest.raises(NotImplementedError) as err:
                 call(manager)

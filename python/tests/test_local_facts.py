@@ -131,3 +131,40 @@ def test_an_empty_store_gives_the_gateway_an_empty_document(manager):
     assert document["facts"] == [] and document["lastUpdated"] == ""
     assert set(document) == {"version", "lastUpdated", "user", "history", "facts"}
     assert manager.reload_memory(user_id="alice") == document
+
+
+def _files_containing(storage, needle: bytes):
+    db = storage / "local" / "memgate.sqlite3"
+    files = [p for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")) if p.exists()]
+    return [p.name for p in files if needle in p.read_bytes() or needle.lower() in p.read_bytes()]
+
+
+def test_clear_memory_erases_for_good_and_only_the_callers(tmp_path):
+    m = LocalMemoryManager.from_config({"storage_path": str(tmp_path)})
+    try:
+        m.create_fact("alice keeps a quoll7781 plush", user_id="alice")
+        m.create_fact("alice's coder notes mention tuatara2245", user_id="alice", agent_name="coder")
+        m.create_fact("alice keeps a quoll plush too", user_id="bob")
+        assert _files_containing(tmp_path, b"quoll7781")
+        # An explicit agent clears only that agent.
+        cleared = m.clear_memory(user_id="alice", agent_name="coder")
+        assert cleared["facts"] == []
+        assert not _files_containing(tmp_path, b"tuatara2245")
+        assert contents(m.get_memory(user_id="alice")) == ["alice keeps a quoll7781 plush"]
+        # No agent: all of the user's memory.
+        m.create_fact("coder again: tuatara2245", user_id="alice", agent_name="coder")
+        assert m.clear_memory(user_id="alice")["facts"] == []
+        assert m.get_memory(user_id="alice", agent_name="coder")["facts"] == []
+        for gone in (b"quoll7781", b"tuatara2245"):
+            assert not _files_containing(tmp_path, gone), gone
+        assert contents(m.get_memory(user_id="bob")) == ["alice keeps a quoll plush too"]
+    finally:
+        m.close()
+
+
+def test_a_secret_is_not_saved_as_a_fact(manager):
+    key = "sk-proj-Q8Zt3LmN0vXr5YpK2wHc9JbD4sFg7TaE1uQi6oWx-Rk_VnM3hPz8LcB2yAd5GfS0"
+    with pytest.raises(Exception, match="secret"):
+        manager.create_fact(f"key: {key}", user_id="alice")
+    _, fact_id = manager.create_fact(f"the billing job reads {key} from the vault", user_id="alice")
+    assert contents(manager.get_memory(user_id="alice")) == ["the billing job reads [redacted:api_key] from the vault"]

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use memgate_core::work::{DrainReport, Ticket, WorkTracker};
 use memgate_core::{
     Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch, FailurePolicy,
-    ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome,
-    RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+    ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall,
+    RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -319,6 +319,11 @@ impl MemoryBackend for AssembledBackend {
 
     async fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {
         self.run(Operation::Import, self.inner.import(caller, data))
+            .await
+    }
+
+    async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
+        self.run(Operation::Forget, self.inner.forget(caller, target))
             .await
     }
 

@@ -23,6 +23,7 @@ pub enum Operation {
     RetireFact,
     Export,
     Import,
+    Forget,
     Warm,
 }
 
@@ -40,6 +41,7 @@ impl Operation {
             Self::RetireFact => "facts_retire",
             Self::Export => "export",
             Self::Import => "import",
+            Self::Forget => "forget",
             Self::Warm => "warm",
         }
     }

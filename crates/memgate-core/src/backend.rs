@@ -7,6 +7,7 @@
 
 use crate::capture::{CaptureReport, CaptureRequest};
 use crate::facts::{Fact, FactPatch, ImportReport, MemoryExport, SearchHit, SearchQuery};
+use crate::forget::{ForgetReport, ForgetTarget};
 use crate::identity::Caller;
 use crate::recall::{Recall, RecallRequest};
 use crate::remember::{RememberOutcome, RememberRequest};
@@ -109,6 +110,14 @@ pub trait MemoryBackend: Send + Sync + 'static {
     async fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {
         let _ = (caller, data);
         Err(self.unsupported("import"))
+    }
+
+    /// Erases `target` in the caller's scope (rows, history, index and any
+    /// recoverable copy the backend owns). Remote backends leave erasure to
+    /// their server and answer `Unsupported`.
+    async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
+        let _ = (caller, target);
+        Err(self.unsupported("forget"))
     }
 
     /// Start-up health check, under the backend's start-up policy.

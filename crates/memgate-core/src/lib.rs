@@ -13,8 +13,10 @@
 //!   shape and tolerant of unknown fields;
 //! - [`signature`]: stable content hashes of messages (shared with the
 //!   OpenViking cursor and the local store's de-duplication);
-//! - [`capture`], [`recall`], [`remember`], [`facts`]: request and result
-//!   types of each operation;
+//! - [`capture`], [`recall`], [`remember`], [`facts`], [`forget`]: request
+//!   and result types of each operation;
+//! - [`redaction`]: secrets replaced by typed placeholders before anything
+//!   is stored or sent (rules in `memgate-redact`);
 //! - [`backend`]: the trait itself and its capability flags;
 //! - [`error`]: the error family that mirrors the host contract;
 //! - [`policy`]: read, write and start-up failure policies;
@@ -31,11 +33,13 @@ pub mod capture;
 pub mod cursor;
 pub mod error;
 pub mod facts;
+pub mod forget;
 pub mod identity;
 pub mod message;
 pub mod noop;
 pub mod policy;
 pub mod recall;
+pub mod redaction;
 pub mod remember;
 pub mod setup;
 pub mod signature;
@@ -47,9 +51,11 @@ pub use backend::{Capabilities, MemoryBackend, WarmStatus};
 pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook};
 pub use error::{MemoryError, Result, WireError};
 pub use facts::{Fact, FactPatch, FactState, ImportReport, MemoryExport, SearchHit, SearchQuery};
+pub use forget::{ForgetReport, ForgetTarget};
 pub use identity::{Caller, UserId, DEFAULT_USER_ID};
 pub use message::{Content, Message, Role, RoleKind, ToolCall};
 pub use policy::{FailurePolicy, ReadPolicy, StartupPolicy, WritePolicy};
 pub use recall::{Recall, RecallRequest, RecalledItem};
+pub use redaction::Redactor;
 pub use remember::{Citation, RememberOutcome, RememberRequest};
 pub use setup::{BackendContext, MemoryMode};

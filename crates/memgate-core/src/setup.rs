@@ -1,9 +1,10 @@
 //! What the host hands a backend at construction, besides its private
 //! `backend_config` map: the memory mode, the storage root, the keep-hook for
-//! hidden messages and a view of the process environment (so tests can
+//! hidden messages, the secret redactor and a view of the process environment (so tests can
 //! supply variables without touching the real environment).
 
 use crate::capture::KeepHiddenHook;
+use crate::redaction::Redactor;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,6 +45,10 @@ pub struct BackendContext {
     pub storage_path: PathBuf,
     /// The host's keep-hook for hidden messages, if it has one.
     pub keep_hidden: Option<KeepHiddenHook>,
+    /// Replaces secrets in message text after signatures are computed and
+    /// before anything is stored or sent: every built-in rule unless the
+    /// host configured otherwise (`memory.redaction`).
+    pub redactor: Arc<Redactor>,
     pub env: EnvSource,
 }
 
@@ -53,6 +58,7 @@ impl BackendContext {
             mode: MemoryMode::Middleware,
             storage_path: storage_path.into(),
             keep_hidden: None,
+            redactor: Redactor::shared_default(),
             env: process_env(),
         }
     }
@@ -72,6 +78,11 @@ impl BackendContext {
         self
     }
 
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
     pub fn var(&self, name: &str) -> Option<String> {
         (self.env)(name)
     }
@@ -83,6 +94,7 @@ impl std::fmt::Debug for BackendContext {
             .field("mode", &self.mode)
             .field("storage_path", &self.storage_path)
             .field("keep_hidden", &self.keep_hidden.is_some())
+            .field("redaction", &self.redactor.is_enabled())
             .finish_non_exhaustive()
     }
 }

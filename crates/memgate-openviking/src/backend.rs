@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use memgate_core::capture::captureable;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, KeepHiddenHook,
-    MemoryBackend, MemoryError, MemoryMode, Recall, RecallRequest, RecalledItem, Result, SearchHit,
-    SearchQuery, StartupPolicy, WarmStatus,
+    MemoryBackend, MemoryError, MemoryMode, Recall, RecallRequest, RecalledItem, Redactor, Result,
+    SearchHit, SearchQuery, StartupPolicy, WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::fmt;
@@ -44,6 +44,7 @@ struct Inner {
     lifecycle: Arc<Lifecycle>,
     locks: Arc<SessionLocks>,
     keep_hidden: Option<KeepHiddenHook>,
+    redactor: Arc<Redactor>,
     uri_style: Mutex<UriStyle>,
     server_version: Mutex<Option<String>>,
 }
@@ -67,11 +68,19 @@ impl OpenVikingBackend {
             return Err(MemoryError::Config(MIDDLEWARE_ONLY.to_owned()));
         }
         let config = OpenVikingConfig::from_backend_config(config, ctx)?;
-        Self::new(config, ctx.keep_hidden.clone())
+        Self::build(config, ctx.keep_hidden.clone(), Arc::clone(&ctx.redactor))
     }
 
-    /// Builds the backend from a validated configuration.
+    /// Builds the backend from a validated configuration (default redaction).
     pub fn new(config: OpenVikingConfig, keep_hidden: Option<KeepHiddenHook>) -> Result<Self> {
+        Self::build(config, keep_hidden, Redactor::shared_default())
+    }
+
+    fn build(
+        config: OpenVikingConfig,
+        keep_hidden: Option<KeepHiddenHook>,
+        redactor: Arc<Redactor>,
+    ) -> Result<Self> {
         let client = OpenVikingClient::new(&config.base_url, &config.api_key, config.timeout)
             .map_err(|why| MemoryError::Config(format!("{why} (set {})", config.api_key_env)))?;
         Ok(Self {
@@ -80,6 +89,7 @@ impl OpenVikingBackend {
                 lifecycle: Lifecycle::new(client),
                 locks: Arc::new(SessionLocks::default()),
                 keep_hidden,
+                redactor,
                 uri_style: Mutex::new(UriStyle::Home),
                 server_version: Mutex::new(None),
             }),
@@ -257,6 +267,7 @@ impl MemoryBackend for OpenVikingBackend {
             config: self.inner.config.clone(),
             peer,
             session_id: sid,
+            redactor: Arc::clone(&self.inner.redactor),
         };
         let outcome = capture_session(op, guard, target, &captured).await?;
         let report = CaptureReport {

@@ -31,13 +31,13 @@ use crate::client::{OpenVikingClient, WireError};
 use crate::config::OpenVikingConfig;
 use crate::lifecycle::Operation;
 use crate::locks::SessionGuard;
-use crate::payload::to_payload;
+use crate::payload::{redact_payload, to_payload};
 use crate::recorder::{self, Prepared, RecordError, MAX_BATCH_MESSAGES};
 use memgate_core::cursor::{
     load_cursor, save_cursor_with, BatchMark, CursorError, InFlight, SaveMode, TranscriptCursor,
 };
 use memgate_core::signature::{message_signature, sequence_digest};
-use memgate_core::{MemoryError, Message, Result};
+use memgate_core::{MemoryError, Message, Redactor, Result};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::fmt::Display;
@@ -176,6 +176,8 @@ pub struct CaptureTarget {
     pub config: Arc<OpenVikingConfig>,
     pub peer: String,
     pub session_id: String,
+    /// Applied to each payload after the cursor's signatures are taken.
+    pub redactor: Arc<Redactor>,
 }
 
 /// What one capture did; `failure` is a write failure the write policy
@@ -443,9 +445,12 @@ pub async fn capture_session(
         .iter()
         .enumerate()
         .filter_map(|(k, &i)| {
-            to_payload(captured[i], &target.peer).map(|payload| Prepared {
-                payload,
-                input_end: k + 1,
+            to_payload(captured[i], &target.peer).map(|mut payload| {
+                redact_payload(&mut payload, &target.redactor);
+                Prepared {
+                    payload,
+                    input_end: k + 1,
+                }
             })
         })
         .collect();

@@ -13,9 +13,12 @@
 //! - anything else is recorded only when it has text.
 //!
 //! Every payload carries the peer id, so extraction writes peer memory.
+//! Before a payload goes on the wire, [`redact_payload`] replaces secrets in
+//! its parts (text, tool inputs and outputs) with typed placeholders.
 
 use memgate_core::message::truthy;
-use memgate_core::{Content, Message, RoleKind};
+use memgate_core::redaction::redact_json_strings;
+use memgate_core::{Content, Message, Redactor, RoleKind};
 use serde_json::{json, Map, Value};
 
 /// The adapter's text of a message: a string as is; for blocks, the
@@ -129,10 +132,34 @@ pub fn to_payload(message: &Message, peer_id: &str) -> Option<Value> {
     Some(payload)
 }
 
+/// Replaces secrets in every string of the payload's parts; the message
+/// signature (computed earlier, over the host's message) is unaffected.
+pub fn redact_payload(payload: &mut Value, redactor: &Redactor) {
+    if let Some(parts) = payload.get_mut("parts") {
+        redact_json_strings(redactor, parts);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use memgate_core::{Role, ToolCall};
+
+    #[test]
+    fn secrets_in_text_and_tool_parts_are_redacted() {
+        let key = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+        let call = Message::ai(format!("pushing with {key}")).with_tool_calls(vec![ToolCall::new(
+            "git",
+            json!({"token": key}),
+            Some("c1".into()),
+        )]);
+        let mut p = to_payload(&call, "p").unwrap();
+        redact_payload(&mut p, &Redactor::default());
+        assert!(!p.to_string().contains(key), "{p}");
+        assert_eq!(p["parts"][0]["text"], "pushing with [redacted:token]");
+        assert_eq!(p["parts"][1]["tool_input"]["token"], "[redacted:token]");
+        assert_eq!(p["peer_id"], "p");
+    }
 
     #[test]
     fn conversion_follows_the_official_adapter() {

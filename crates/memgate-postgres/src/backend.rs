@@ -32,6 +32,9 @@ use tokio_postgres::{Row, Statement};
 pub struct PostgresBackend {
     pub(crate) config: PostgresConfig,
     pub(crate) keep_hidden: Option<KeepHiddenHook>,
+    /// Secrets in captured turns and explicit memories are replaced before
+    /// they are stored (signatures stay over the original message).
+    pub(crate) redactor: std::sync::Arc<memgate_core::Redactor>,
     pool: Pool,
     /// Set once the schema is known to be current.
     migrated: OnceCell<()>,
@@ -97,7 +100,9 @@ impl PostgresBackend {
     /// Builds the backend from `memory.backend_config` and the host context.
     pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
         let settings = PostgresConfig::from_backend_config(config, ctx)?;
-        Ok(Self::new(settings)?.with_keep_hidden(ctx.keep_hidden.clone()))
+        let mut backend = Self::new(settings)?.with_keep_hidden(ctx.keep_hidden.clone());
+        backend.redactor = ctx.redactor.clone();
+        Ok(backend)
     }
 
     /// Builds the backend over validated settings; connects on first use.
@@ -106,6 +111,7 @@ impl PostgresBackend {
         Ok(Self {
             config,
             keep_hidden: None,
+            redactor: memgate_core::Redactor::shared_default(),
             pool,
             migrated: OnceCell::new(),
             closing: AtomicBool::new(false),

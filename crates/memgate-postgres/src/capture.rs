@@ -120,7 +120,7 @@ c,
             .messages
             .iter()
             .filter(|m| is_captureable(m, keep))
-            .filter_map(|m| storable(m, &captured_at))
+            .filter_map(|m| storable(m, &captured_at, &self.redactor))
             .collect();
         let mut report = CaptureReport::default();
         if turns.is_empty() {

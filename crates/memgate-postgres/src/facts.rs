@@ -174,6 +174,10 @@ impl PostgresBackend {
         request: &RememberRequest,
     ) -> Result<RememberOutcome> {
         let request = RememberRequest::new(&request.kind, &request.text)?;
+        let request = match memgate_core::redaction::redact_remember(&self.redactor, &request) {
+            Ok(redacted) => redacted,
+            Err(refused) => return Ok(refused),
+        };
         let scope = Scope::of(caller);
         let mut client = self.client().await?;
         // A retire between the refused insert and the read can empty the

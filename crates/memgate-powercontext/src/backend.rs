@@ -12,7 +12,8 @@ use crate::transport::Transport;
 use async_trait::async_trait;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, MemoryBackend,
-    MemoryError, Recall, RecallRequest, RememberOutcome, RememberRequest, Result, WarmStatus,
+    MemoryError, Recall, RecallRequest, Redactor, RememberOutcome, RememberRequest, Result,
+    WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -27,6 +28,8 @@ pub struct PowerContextBackend {
     pub(crate) settings: Arc<Settings>,
     pub(crate) transport: Transport,
     server: OnceCell<ServerInfo>,
+    /// Applied to remembered text before it is sent.
+    pub(crate) redactor: Arc<Redactor>,
     /// The name used in Unsupported errors: says where management happens.
     unsupported_name: String,
 }
@@ -38,7 +41,9 @@ impl PowerContextBackend {
     /// environment source (see [`SettingsLoader::process`]). No network I/O.
     pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
         reject_yaml_binding("backend_config", config)?;
-        Self::from_settings(SettingsLoader::process().load(ctx)?)
+        let mut backend = Self::from_settings(SettingsLoader::process().load(ctx)?)?;
+        backend.redactor = Arc::clone(&ctx.redactor);
+        Ok(backend)
     }
 
     /// A backend over an existing snapshot. No network I/O.
@@ -47,6 +52,7 @@ impl PowerContextBackend {
             transport: Transport::new(&settings)?,
             settings,
             server: OnceCell::new(),
+            redactor: Redactor::shared_default(),
             unsupported_name: format!("{MANAGER_CLASS} ({MANAGEMENT_POINTER})"),
         })
     }

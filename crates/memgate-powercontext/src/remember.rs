@@ -28,6 +28,7 @@ use crate::diagnostic::Problem;
 use crate::generation::ServerGeneration;
 use crate::PowerContextBackend;
 use memgate_core::canonical_json::to_python_json;
+use memgate_core::redaction::redact_remember;
 use memgate_core::{Citation, RememberOutcome, RememberRequest};
 use serde_json::{json, Value};
 use tokio::time::{timeout_at, Instant};
@@ -51,8 +52,15 @@ enum Mutation {
 }
 
 impl PowerContextBackend {
-    /// Sends one remember request and reports its exact outcome.
+    /// Sends one remember request and reports its exact outcome. Secrets
+    /// are redacted before anything is sent; a text that is a secret is
+    /// refused (`Failed`) without a request.
     pub(crate) async fn remember_once(&self, request: &RememberRequest) -> RememberOutcome {
+        let request = match redact_remember(&self.redactor, request) {
+            Ok(redacted) => redacted,
+            Err(refused) => return refused,
+        };
+        let request = &request;
         let deadline = Instant::now() + self.settings.remember_timeout();
 
         // Phase 1: nothing has been sent yet.

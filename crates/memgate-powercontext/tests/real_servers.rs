@@ -228,7 +228,41 @@ both_generations!(
     untrusted_and_long_multibyte_text_respect_the_limits,
     passive_capture_and_an_unused_backend_write_nothing,
     restart_keeps_the_binding,
+    secrets_are_redacted_before_remember_sends_them,
 );
+
+/// A remembered text that mentions a key reaches the server with the
+/// placeholder; a text that is a key is refused without being sent.
+async fn secrets_are_redacted_before_remember_sends_them(h: Harness) {
+    const KEY: &str = "sk-proj-Pc7vQ2mN7pL4kR8sT1wY6uB3cF5hJ0aDgEx9Zt3LmN0vXr5YpK2wHc9JbD4sFg";
+    let backend = h.backend();
+    let refused = backend
+        .remember(&owner(), &fact(&format!("key: {KEY}")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&refused, RememberOutcome::Failed { reason } if reason.contains("api_key") && !reason.contains(KEY)),
+        "{refused:?}"
+    );
+    assert_eq!(h.stored().await, Vec::<(String, String)>::new());
+    let saved = backend
+        .remember(
+            &owner(),
+            &fact(&format!(
+                "The order service reads its OpenAI key {KEY} from the vault"
+            )),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(saved, RememberOutcome::Stored { .. }), "{saved:?}");
+    assert_eq!(
+        h.stored().await,
+        vec![(
+            "fact".to_owned(),
+            "The order service reads its OpenAI key [redacted:api_key] from the vault".to_owned()
+        )]
+    );
+}
 
 /// Explicit save → new chat: the write's citation, then a bounded prepare
 /// answer in a fresh backend that carries the convention and that citation.

@@ -115,6 +115,15 @@ pub struct ExportBody {
     pub caller: Caller,
 }
 
+/// `POST /v1/forget/thread` (the caller's thread), `POST /v1/forget/scope`
+/// (the caller's user and agent) and `POST /v1/forget/user` (every agent).
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetBody {
+    #[serde(default)]
+    pub caller: Caller,
+}
+
 /// `POST /v1/import`.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -5,9 +5,9 @@
 use crate::api::*;
 use async_trait::async_trait;
 use memgate_core::{
-    Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch, ImportReport,
-    MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome,
-    RememberRequest, Result, SearchHit, SearchQuery, WarmStatus, WireError,
+    Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch, ForgetReport,
+    ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
+    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus, WireError,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -207,6 +207,24 @@ impl MemoryBackend for HttpBackend {
             data: data.clone(),
         };
         self.call("/v1/import", &body).await
+    }
+
+    /// Forwards to the server's erasure routes; a 501 there stays
+    /// `Unsupported` here.
+    async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
+        let caller = caller.clone();
+        match target {
+            ForgetTarget::Fact { id } => {
+                let body = FactIdBody {
+                    caller,
+                    id: id.clone(),
+                };
+                self.call("/v1/forget/fact", &body).await
+            }
+            ForgetTarget::Thread => self.call("/v1/forget/thread", &ForgetBody { caller }).await,
+            ForgetTarget::Scope => self.call("/v1/forget/scope", &ForgetBody { caller }).await,
+            ForgetTarget::User => self.call("/v1/forget/user", &ForgetBody { caller }).await,
+        }
     }
 
     async fn warm(&self) -> Result<WarmStatus> {

@@ -4,8 +4,8 @@
 
 use crate::api::*;
 use memgate_core::{
-    CaptureReport, CaptureRequest, Fact, ImportReport, MemoryExport, Recall, RecallRequest,
-    RememberOutcome,
+    CaptureReport, CaptureRequest, Fact, ForgetReport, ImportReport, MemoryExport, Recall,
+    RecallRequest, RememberOutcome,
 };
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::{JsonSchema, Schema};
@@ -109,6 +109,38 @@ pub const OPERATIONS: &[Operation] = &[
         summary: "Merge an export into the caller's memory; never duplicates.",
         request: Some(schema_of::<ImportBody>),
         response: Some(schema_of::<ImportReport>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/forget/fact",
+        id: "forgetFact",
+        summary: "Erase an explicit memory with its whole history (501 on remote backends).",
+        request: Some(schema_of::<FactIdBody>),
+        response: Some(schema_of::<ForgetReport>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/forget/thread",
+        id: "forgetThread",
+        summary: "Erase every captured turn of the caller's thread (501 on remote backends).",
+        request: Some(schema_of::<ForgetBody>),
+        response: Some(schema_of::<ForgetReport>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/forget/scope",
+        id: "forgetScope",
+        summary: "Erase everything of the caller's user and agent (501 on remote backends).",
+        request: Some(schema_of::<ForgetBody>),
+        response: Some(schema_of::<ForgetReport>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/forget/user",
+        id: "forgetUser",
+        summary: "Erase everything of the caller's user under every agent (501 on remote backends).",
+        request: Some(schema_of::<ForgetBody>),
+        response: Some(schema_of::<ForgetReport>),
     },
     Operation {
         method: "get",

@@ -14,8 +14,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use memgate_assembly::{AssembledBackend, WorkTracker};
 use memgate_core::{
-    CaptureReport, CaptureRequest, Fact, ImportReport, MemoryBackend, MemoryError, Recall,
-    RecallRequest, RememberOutcome, RememberRequest, SearchQuery,
+    CaptureReport, CaptureRequest, Fact, ForgetReport, ForgetTarget, ImportReport, MemoryBackend,
+    MemoryError, Recall, RecallRequest, RememberOutcome, RememberRequest, SearchQuery,
 };
 use serde::Serialize;
 use std::future::Future;
@@ -68,6 +68,10 @@ pub fn router(state: ServerState) -> Router {
         .route("/v1/facts/retire", post(retire_fact))
         .route("/v1/export", post(export))
         .route("/v1/import", post(import))
+        .route("/v1/forget/fact", post(forget_fact))
+        .route("/v1/forget/thread", post(forget_thread))
+        .route("/v1/forget/scope", post(forget_scope))
+        .route("/v1/forget/user", post(forget_user))
         .route("/metrics", get(metrics));
     if let Some(endpoint) = state.mcp.clone() {
         guarded = guarded.nest_service("/mcp", mcp::http_service(endpoint));
@@ -213,6 +217,37 @@ async fn import(
         ));
     }
     answer(state.backend.import(&body.caller, &body.data)).await
+}
+
+/// Erasure: 501 from backends whose memory lives on a server.
+async fn forget_fact(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<FactIdBody>,
+) -> Result<Json<ForgetReport>, ApiError> {
+    let target = ForgetTarget::Fact { id: body.id };
+    answer(state.backend.forget(&body.caller, &target)).await
+}
+
+async fn forget_thread(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<ForgetBody>,
+) -> Result<Json<ForgetReport>, ApiError> {
+    body.caller.require_thread().map_err(ApiError::from)?;
+    answer(state.backend.forget(&body.caller, &ForgetTarget::Thread)).await
+}
+
+async fn forget_scope(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<ForgetBody>,
+) -> Result<Json<ForgetReport>, ApiError> {
+    answer(state.backend.forget(&body.caller, &ForgetTarget::Scope)).await
+}
+
+async fn forget_user(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<ForgetBody>,
+) -> Result<Json<ForgetReport>, ApiError> {
+    answer(state.backend.forget(&body.caller, &ForgetTarget::User)).await
 }
 
 async fn health(State(state): State<ServerState>) -> Json<Health> {

@@ -8,6 +8,11 @@
 //! checkpointing and closing the file. At most [`MAX_CONCURRENT_WORK`]
 //! operations touch SQLite at once; the rest wait their turn without a
 //! thread.
+//!
+//! With `max_turn_age_days` set, a background thread runs the retention
+//! sweep ([`MemoryStore::sweep_expired_turns`]) once at start and then every
+//! [`RETENTION_SWEEP_INTERVAL`]; it stops at shutdown or when the last clone
+//! of the backend is dropped.
 
 use crate::capture::Streamed;
 use crate::config::{LocalConfig, ResolvedConfig};
@@ -16,14 +21,15 @@ use async_trait::async_trait;
 use memgate_core::work::WorkTracker;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch,
-    ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome,
-    RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+    ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall,
+    RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::path::Path;
-use std::sync::mpsc::Receiver;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
 use tokio::sync::Semaphore;
 
 /// SQLite work running at once on the blocking pool: each holds a thread
@@ -32,12 +38,50 @@ use tokio::sync::Semaphore;
 /// connection anyway.
 pub const MAX_CONCURRENT_WORK: usize = 8;
 
+/// How often the retention sweep runs when a maximum turn age is set.
+pub const RETENTION_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
+
+/// Stops the retention thread when dropped (or at shutdown).
+struct Retention(Mutex<Option<Sender<()>>>);
+
+impl Retention {
+    /// Sweeps `store` now and then every `interval`, holding it only weakly.
+    fn start(store: &Arc<MemoryStore>, interval: Duration) -> Self {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let store: Weak<MemoryStore> = Arc::downgrade(store);
+        let spawned = std::thread::Builder::new()
+            .name("memgate-retention".to_owned())
+            .spawn(move || loop {
+                let Some(store) = store.upgrade() else { return };
+                match store.sweep_expired_turns(SystemTime::now()) {
+                    Ok(_) => {}
+                    Err(MemoryError::Closed(_)) => return,
+                    Err(e) => tracing::warn!(error = %e, "local store retention sweep failed"),
+                }
+                drop(store);
+                match stopped.recv_timeout(interval) {
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    _ => return,
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "local store retention sweep could not start");
+        }
+        Self(Mutex::new(Some(stop)))
+    }
+
+    fn stop(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
+
 /// The embedded default backend (`manager_class: local`).
 #[derive(Clone)]
 pub struct LocalBackend {
     store: Arc<MemoryStore>,
     work: Arc<WorkTracker>,
     slots: Arc<Semaphore>,
+    retention: Option<Arc<Retention>>,
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -55,9 +99,11 @@ impl LocalBackend {
         let ResolvedConfig {
             database_path,
             settings,
+            redactor,
         } = LocalConfig::from_backend_config(config, ctx)?;
-        let store =
-            MemoryStore::open(&database_path, settings)?.with_keep_hidden(ctx.keep_hidden.clone());
+        let store = MemoryStore::open(&database_path, settings)?
+            .with_keep_hidden(ctx.keep_hidden.clone())
+            .with_redactor(redactor);
         Ok(Self::from_store(store))
     }
 
@@ -66,11 +112,19 @@ impl LocalBackend {
         Ok(Self::from_store(MemoryStore::open(path, config)?))
     }
 
+    /// Wraps a store; starts the retention sweep when it has a maximum
+    /// turn age.
     pub fn from_store(store: MemoryStore) -> Self {
+        let store = Arc::new(store);
+        let retention = store
+            .config()
+            .max_turn_age
+            .map(|_| Arc::new(Retention::start(&store, RETENTION_SWEEP_INTERVAL)));
         Self {
-            store: Arc::new(store),
+            store,
             work: WorkTracker::new(),
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_WORK)),
+            retention,
         }
     }
 
@@ -191,6 +245,11 @@ impl MemoryBackend for LocalBackend {
         self.run(move |s| s.import(&caller, &data)).await
     }
 
+    async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
+        let (caller, target) = (caller.clone(), target.clone());
+        self.run(move |s| s.forget(&caller, &target)).await
+    }
+
     /// Ready after SQLite's quick integrity check; corruption is an error.
     async fn warm(&self) -> Result<WarmStatus> {
         self.run(|s| s.check_integrity()).await?;
@@ -201,6 +260,9 @@ impl MemoryBackend for LocalBackend {
     /// checkpoints the WAL and closes. False when work was still running at
     /// the deadline; the file is then closed when the backend is dropped.
     async fn shutdown(&self, timeout: Duration) -> bool {
+        if let Some(retention) = &self.retention {
+            retention.stop();
+        }
         if self.work.close_and_wait(timeout).await > 0 {
             tracing::warn!("local store shutdown: in-flight work did not finish in time");
             return false;

@@ -25,7 +25,7 @@ use memgate_core::budget::prefix_bytes;
 use memgate_core::capture::is_captureable;
 use memgate_core::signature::message_signature;
 use memgate_core::time::now_rfc3339;
-use memgate_core::{Caller, CaptureReport, CaptureRequest, Message, RoleKind};
+use memgate_core::{Caller, CaptureReport, CaptureRequest, Message, Redactor, RoleKind};
 use memgate_core::{MemoryError, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
@@ -59,9 +59,10 @@ fn bounded_context(value: Option<&str>) -> Option<String> {
 }
 
 /// The storable form of a message that survived the host's hidden filter,
-/// or `None` when memory should not keep it.
+/// or `None` when memory should not keep it. The signature covers the
+/// original message; the stored text has its secrets replaced.
 /// (Shared with the postgres backend: both stores keep the same turns.)
-pub fn storable(message: &Message, captured_at: &str) -> Option<NewTurn> {
+pub fn storable(message: &Message, captured_at: &str, redactor: &Redactor) -> Option<NewTurn> {
     let role = match message.role.kind() {
         RoleKind::Human => "human",
         RoleKind::Ai if message.tool_calls.is_empty() => "ai",
@@ -71,7 +72,9 @@ pub fn storable(message: &Message, captured_at: &str) -> Option<NewTurn> {
         return None;
     }
     let text = message.text();
-    let text = prefix_bytes(text.trim(), MAX_TURN_TEXT_BYTES);
+    // Redact before cutting, so a cut never leaves half a secret unmatched.
+    let redacted = redactor.redact(text.trim());
+    let text = prefix_bytes(&redacted.text, MAX_TURN_TEXT_BYTES);
     if text.is_empty() {
         return None;
     }
@@ -251,6 +254,7 @@ impl MemoryStore {
         seen: &'a Cell<usize>,
     ) -> impl Iterator<Item = Result<NewTurn>> + 'a {
         let keep = self.keep_hidden.as_ref();
+        let redactor = &*self.redactor;
         messages.filter_map(move |message| {
             let message = match message {
                 Ok(m) => m,
@@ -259,7 +263,7 @@ impl MemoryStore {
             let message = message.borrow();
             seen.set(seen.get() + 1);
             is_captureable(message, keep)
-                .then(|| storable(message, captured_at))
+                .then(|| storable(message, captured_at, redactor))
                 .flatten()
                 .map(Ok)
         })
@@ -323,7 +327,7 @@ mod tests {
     use serde_json::json;
 
     fn keeps(m: &Message) -> bool {
-        storable(m, "t").is_some()
+        storable(m, "t", &Redactor::default()).is_some()
     }
 
     #[test]
@@ -363,17 +367,33 @@ mod tests {
         let m = Message::human("I went hiking")
             .with_name("Caroline")
             .with_flag(TIMESTAMP_KEY, "1:56 pm on 8 May, 2023");
-        let t = storable(&m, "now").unwrap();
+        let t = storable(&m, "now", &Redactor::default()).unwrap();
         assert_eq!(t.speaker.as_deref(), Some("Caroline"));
         assert_eq!(t.occurred_at.as_deref(), Some("1:56 pm on 8 May, 2023"));
         let odd = Message::human("x").with_flag(TIMESTAMP_KEY, 17);
-        assert_eq!(storable(&odd, "now").unwrap().occurred_at, None);
+        assert_eq!(
+            storable(&odd, "now", &Redactor::default())
+                .unwrap()
+                .occurred_at,
+            None
+        );
+    }
+
+    #[test]
+    fn secrets_are_redacted_but_the_signature_covers_the_original() {
+        let key = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+        let m = Message::human(format!("push with {key} please"));
+        let t = storable(&m, "now", &Redactor::default()).unwrap();
+        assert_eq!(t.text, "push with [redacted:token] please");
+        assert_eq!(t.signature, message_signature(&m));
+        let off = storable(&m, "now", &Redactor::disabled()).unwrap();
+        assert!(off.text.contains(key));
     }
 
     #[test]
     fn huge_texts_are_cut_on_a_character_boundary() {
         let m = Message::human("日".repeat(MAX_TURN_TEXT_BYTES));
-        let t = storable(&m, "now").unwrap();
+        let t = storable(&m, "now", &Redactor::default()).unwrap();
         assert!(t.text.len() <= MAX_TURN_TEXT_BYTES);
         assert!(t.text.chars().all(|c| c == '日'));
     }

@@ -8,16 +8,20 @@
 //! | `recall_top_k` | 10 | integer 1–100 |
 //! | `standing_memories` | 20 | integer 0–100: newest explicit memories recall carries even when the request shares no words with them |
 //! | `busy_timeout_ms` | 5000 | integer 0–600000 |
+//! | `redaction` | the host's (`memory.redaction`; every rule on) | a redaction mapping (`enabled`, `disable`, `patterns`; see [`memgate_core::redaction`]) |
+//! | `max_turn_age_days` | none (kept until forgotten) | integer 1–36500: captured turns older than this are erased by a background sweep |
 //!
 //! Every key has a default; an unknown key or a value outside its rule is a
 //! [`MemoryError::Config`] that names `backend_config.<key>` and the rule, so a
 //! typo never silently falls back to a default. Values are never echoed.
 
+use memgate_core::redaction::{redactor_from_config, Redactor};
 use memgate_core::{BackendContext, MemoryError, Result};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The recall query used when the caller has none (the seeds' default).
@@ -31,6 +35,8 @@ const MAX_INJECTION_CHARS: RangeInclusive<u64> = 256..=100_000;
 const RECALL_TOP_K: RangeInclusive<u64> = 1..=100;
 const STANDING_MEMORIES: RangeInclusive<u64> = 0..=100;
 const BUSY_TIMEOUT_MS: RangeInclusive<u64> = 0..=600_000;
+const MAX_TURN_AGE_DAYS: RangeInclusive<u64> = 1..=36_500;
+const DAY: Duration = Duration::from_secs(86_400);
 
 /// The keys this backend understands, for error messages.
 const KNOWN_KEYS: &[&str] = &[
@@ -40,6 +46,8 @@ const KNOWN_KEYS: &[&str] = &[
     "recall_top_k",
     "standing_memories",
     "busy_timeout_ms",
+    "redaction",
+    "max_turn_age_days",
 ];
 
 /// Validated settings of the local store.
@@ -58,6 +66,9 @@ pub struct LocalConfig {
     pub standing_memories: usize,
     /// How long a connection waits for a lock held by another process.
     pub busy_timeout: Duration,
+    /// Captured turns older than this are erased by the retention sweep;
+    /// `None` keeps them until they are forgotten.
+    pub max_turn_age: Option<Duration>,
 }
 
 impl Default for LocalConfig {
@@ -68,15 +79,19 @@ impl Default for LocalConfig {
             recall_top_k: 10,
             standing_memories: 20,
             busy_timeout: Duration::from_millis(5_000),
+            max_turn_age: None,
         }
     }
 }
 
-/// The settings plus where the database file is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The settings plus where the database file is and how secrets are
+/// redacted.
+#[derive(Clone, Debug)]
 pub struct ResolvedConfig {
     pub database_path: PathBuf,
     pub settings: LocalConfig,
+    /// `backend_config.redaction` when set, else the host's redactor.
+    pub redactor: Arc<Redactor>,
 }
 
 impl LocalConfig {
@@ -132,9 +147,18 @@ impl LocalConfig {
                 }
             };
         }
+        if let Some(v) = config.get("max_turn_age_days") {
+            settings.max_turn_age =
+                Some(DAY * integer_in(v, "max_turn_age_days", MAX_TURN_AGE_DAYS)? as u32);
+        }
+        let redactor = match config.get("redaction") {
+            None | Some(Value::Null) => Arc::clone(&ctx.redactor),
+            Some(v) => Arc::new(redactor_from_config(v, "backend_config.redaction")?),
+        };
         Ok(ResolvedConfig {
             database_path: Self::database_path(&storage_root),
             settings,
+            redactor,
         })
     }
 }
@@ -225,6 +249,36 @@ mod tests {
         }
         let e = parse(json!({"recall_top_k": 0})).unwrap_err();
         assert!(e.to_string().contains("between 1 and 100"), "{e}");
+    }
+
+    #[test]
+    fn redaction_and_retention_keys() {
+        let r = parse(json!({})).unwrap();
+        assert!(r.redactor.is_enabled(), "redaction is on by default");
+        assert_eq!(r.settings.max_turn_age, None);
+        let r = parse(json!({
+            "redaction": {"disable": ["jwt"], "patterns": {"ticket": "TCK-[0-9]+"}},
+            "max_turn_age_days": 30
+        }))
+        .unwrap();
+        assert!(!r.redactor.rule_ids().any(|id| id == "jwt"));
+        assert!(r.redactor.rule_ids().any(|id| id == "ticket"));
+        assert_eq!(r.settings.max_turn_age, Some(DAY * 30));
+        let off = parse(json!({"redaction": {"enabled": false}})).unwrap();
+        assert!(!off.redactor.is_enabled());
+        let e = parse(json!({"redaction": {"disable": ["nope"]}})).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("backend_config.redaction.disable[0]: "),
+            "{e}"
+        );
+        for bad in [json!(0), json!(36_501), json!("30")] {
+            let e = parse(json!({ "max_turn_age_days": bad })).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "backend_config.max_turn_age_days must be an integer between 1 and 36500"
+            );
+        }
     }
 
     #[test]

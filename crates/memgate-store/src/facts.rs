@@ -2,8 +2,9 @@
 //!
 //! A memory's citation is `mem_<id>` and never changes. Every change (the
 //! first version, each revision, the retirement) is appended to
-//! `memory_history`, so nothing a user saved is ever erased: a retired memory
-//! leaves the recall index but stays listable with `include_retired`. At most
+//! `memory_history`, so retiring never erases: a retired memory leaves the
+//! recall index but stays listable with `include_retired` (erasure is
+//! [`crate::forget`]'s job). At most
 //! one *active* copy of a (kind, text) pair exists per scope (a unique index
 //! enforces it), which is what makes `remember` answer `AlreadyPresent`.
 
@@ -11,6 +12,7 @@ use crate::index::IndexWrites;
 use crate::schema::db_error;
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
+use memgate_core::redaction::redact_remember;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
@@ -177,6 +179,10 @@ impl MemoryStore {
     pub fn remember(&self, caller: &Caller, request: &RememberRequest) -> Result<RememberOutcome> {
         // Re-validate: the request's fields are public and may be hand-built.
         let request = RememberRequest::new(&request.kind, &request.text)?;
+        let request = match redact_remember(&self.redactor, &request) {
+            Ok(redacted) => redacted,
+            Err(refused) => return Ok(refused),
+        };
         let key = ScopeKey::of(caller);
         self.write(|tx, index| {
             let scope = key.ensure(tx)?;
@@ -268,6 +274,9 @@ impl MemoryStore {
                 patch.kind.as_deref().unwrap_or(&current.kind),
                 patch.text.as_deref().unwrap_or(&current.text),
             )?;
+            let revised = redact_remember(&self.redactor, &revised).map_err(|_| {
+                MemoryError::invalid("text", "is a secret; memory does not keep secrets")
+            })?;
             if revised.kind == current.kind && revised.text == current.text {
                 return Ok(current);
             }

@@ -27,6 +27,8 @@ enum Op {
     Remove {
         rowid: i64,
     },
+    /// Merges every segment into one, dropping deleted entries for good.
+    Optimize,
 }
 
 /// Index writes of one transaction, applied in order by [`Self::apply`].
@@ -53,6 +55,18 @@ impl IndexWrites {
         self.0.push(Op::Remove {
             rowid: memory_rowid(id),
         });
+    }
+
+    /// Removes a captured turn from the index.
+    pub fn remove_turn(&mut self, id: i64) {
+        self.0.push(Op::Remove { rowid: id });
+    }
+
+    /// Rewrites the index so removed entries leave no trace in its segments
+    /// (a contentless index only marks deletions until segments merge).
+    /// Costs a pass over the whole index: erasure only.
+    pub fn purge_removed(&mut self) {
+        self.0.push(Op::Optimize);
     }
 
     /// Indexes a captured turn: its text, with speaker and date as context.
@@ -88,6 +102,10 @@ impl IndexWrites {
                     context,
                 } => insert.execute(params![rowid, body, context]),
                 Op::Remove { rowid } => delete.execute([rowid]),
+                Op::Optimize => conn.execute(
+                    "INSERT INTO recall_index (recall_index) VALUES ('optimize')",
+                    [],
+                ),
             }
             .map_err(db_error)?;
         }

@@ -20,7 +20,8 @@
 //!
 //! Modules, one job each: [`config`], [`schema`] (file recognition and
 //! migrations), [`scope`], [`terms`] (folding and safe MATCH expressions),
-//! [`index`], [`facts`] (explicit memories), [`capture`], [`ranking`],
+//! [`index`], [`facts`] (explicit memories), [`forget`] (erasure and
+//! retention), [`capture`], [`ranking`],
 //! [`recall`] (the injected block and search), [`transfer`]
 //! (export/import), [`backend`].
 
@@ -29,6 +30,7 @@ pub mod bench;
 pub mod capture;
 pub mod config;
 pub mod facts;
+pub mod forget;
 pub mod index;
 pub mod locomo;
 pub mod ranking;

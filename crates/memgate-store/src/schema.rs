@@ -215,6 +215,10 @@ pub fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connection> {
     }
     let mut conn = Connection::open(path).map_err(db_error)?;
     configure(&conn, busy_timeout).map_err(db_error)?;
+    // Deleted content is overwritten with zeros (cells, freed pages), so an
+    // erased memory leaves no copy in free space of the file.
+    conn.execute_batch("PRAGMA secure_delete = ON")
+        .map_err(db_error)?;
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
         .map_err(db_error)?;

@@ -11,11 +11,11 @@ use crate::config::LocalConfig;
 use crate::index::IndexWrites;
 use crate::ranking::CommonTerms;
 use crate::schema::{self, db_error};
-use memgate_core::{KeepHiddenHook, MemoryError, Result};
+use memgate_core::{KeepHiddenHook, MemoryError, Redactor, Result};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Idle reader connections kept for reuse: as many as can be busy at once.
 const MAX_IDLE_READERS: usize = crate::backend::MAX_CONCURRENT_WORK;
@@ -25,6 +25,8 @@ pub struct MemoryStore {
     path: PathBuf,
     pub(crate) config: LocalConfig,
     pub(crate) keep_hidden: Option<KeepHiddenHook>,
+    /// Applied to turn and memory text after signatures are computed.
+    pub(crate) redactor: Arc<Redactor>,
     pub(crate) common_terms: CommonTerms,
     writer: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
@@ -61,6 +63,7 @@ impl MemoryStore {
             path,
             config,
             keep_hidden: None,
+            redactor: Redactor::shared_default(),
             common_terms: CommonTerms::default(),
             writer: Mutex::new(Some(writer)),
             readers: Mutex::new(Vec::new()),
@@ -72,6 +75,13 @@ impl MemoryStore {
     /// says so).
     pub fn with_keep_hidden(mut self, hook: Option<KeepHiddenHook>) -> Self {
         self.keep_hidden = hook;
+        self
+    }
+
+    /// Sets the redactor applied before anything is stored (the default
+    /// has every built-in rule on).
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Self {
+        self.redactor = redactor;
         self
     }
 
@@ -170,6 +180,33 @@ impl MemoryStore {
             .as_ref()
             .ok_or_else(|| MemoryError::Closed("local".to_owned()))?;
         truncate_wal(conn)
+    }
+
+    /// Copies the WAL into the database file and truncates it to zero bytes,
+    /// waiting (up to the busy timeout) for readers that still hold old
+    /// frames: after an erasure no copy may stay behind in the log.
+    pub(crate) fn truncate_wal_fully(&self) -> Result<()> {
+        self.check_open()?;
+        let guard = lock(&self.writer);
+        let conn = guard
+            .as_ref()
+            .ok_or_else(|| MemoryError::Closed("local".to_owned()))?;
+        let deadline = std::time::Instant::now() + self.config.busy_timeout;
+        loop {
+            let busy: i64 = conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+                .map_err(db_error)?;
+            if busy == 0 {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(MemoryError::backend(
+                    "the erasure is committed, but readers kept the write-ahead log from being \
+                     truncated; it is truncated at the next checkpoint",
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     /// Stops accepting work, checkpoints the WAL into the main file and

@@ -8,6 +8,8 @@
 //! is written, and the whole import is one transaction: bad data is an error
 //! naming the entry and the rule, and leaves stored memory as it was.
 //!
+//! Secrets in imported texts are redacted like captured ones.
+//!
 //! Imported memories start a fresh history (version 1) in this store; the
 //! speaker and date context of turns is not part of the v1 format.
 
@@ -164,8 +166,9 @@ impl MemoryStore {
             .iter()
             .enumerate()
             .map(|(i, f)| {
+                let redacted = self.redactor.redact(&f.text);
                 Ok(ImportedFact {
-                    request: RememberRequest::new(&f.kind, &f.text)
+                    request: RememberRequest::new(&f.kind, &redacted.text)
                         .map_err(at(format!("facts[{i}]")))?,
                     state: f.state,
                     created_at: timestamp_or_now(Some(&f.created_at)),
@@ -177,7 +180,13 @@ impl MemoryStore {
             .turns
             .iter()
             .enumerate()
-            .map(|(i, t)| validate_turn(i, t))
+            .map(|(i, t)| {
+                let (thread, mut turn) = validate_turn(i, t)?;
+                if let std::borrow::Cow::Owned(text) = self.redactor.redact(&turn.text).text {
+                    turn.text = text;
+                }
+                Ok((thread, turn))
+            })
             .collect::<Result<Vec<_>>>()?;
         let key = ScopeKey::of(caller);
         self.write(|tx, index| {

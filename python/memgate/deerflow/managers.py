@@ -394,7 +394,8 @@ class _FactStore:
     explicit memories: the Gateway's ``/api/memory`` routes and tool mode's
     ``memory_add``/``memory_update``/``memory_delete``. A fact's id is its
     memgate citation. Deleting retires (no longer recalled, kept in the
-    history); nothing is ever erased, so ``clear_memory`` stays unsupported."""
+    history), as the host's fact contract says; ``clear_memory`` is where
+    memory is erased for good (on backends that can erase)."""
 
     def get_memory(self, *, user_id=None, agent_name=None) -> dict[str, Any]:
         return self._document("get_memory", user_id, agent_name)
@@ -476,6 +477,15 @@ class LocalMemoryManager(_FactStore, _Searchable, _MemgateManager):
     memgate_backend: ClassVar[str] = "local"
     supports_search: ClassVar[bool] = True
     requires_passive_writes_in_tool_mode: ClassVar[bool] = True
+
+    def clear_memory(self, *, user_id=None, agent_name=None) -> dict[str, Any]:
+        """Erases memory for good (facts with their history, captured turns,
+        index entries, and every copy in the database files): all of the
+        user's memory without ``agent_name``, else only that agent's. Returns
+        the now-empty document. Export first if a copy is wanted."""
+        target = "user" if not agent_name else "scope"
+        self._call("clear_memory", self._native_backend.forget, target, None, _user(user_id), agent_name or None)
+        return self._document("clear_memory", user_id, agent_name)
 
 
 class OpenVikingMemoryManager(_Searchable, _MemgateManager):

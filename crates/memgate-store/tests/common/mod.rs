@@ -74,3 +74,31 @@ pub use memgate_store::bench::SplitMix as Rng;
 pub fn pick<'a, T>(rng: &mut Rng, items: &'a [T]) -> &'a T {
     &items[rng.below(items.len())]
 }
+
+/// The database files that exist next to `db` (main file, WAL, shared memory).
+pub fn database_files(db: &std::path::Path) -> Vec<PathBuf> {
+    ["", "-wal", "-shm"]
+        .iter()
+        .map(|suffix| PathBuf::from(format!("{}{suffix}", db.display())))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// The files of `db` whose bytes contain `needle` as written or in lower
+/// case (the recall index stores folded terms).
+pub fn files_containing(db: &std::path::Path, needle: &str) -> Vec<String> {
+    let forms = [
+        needle.as_bytes().to_vec(),
+        needle.to_lowercase().into_bytes(),
+    ];
+    database_files(db)
+        .into_iter()
+        .filter(|p| {
+            let bytes = std::fs::read(p).unwrap();
+            forms
+                .iter()
+                .any(|f| bytes.windows(f.len()).any(|w| w == f.as_slice()))
+        })
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect()
+}

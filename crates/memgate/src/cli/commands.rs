@@ -3,7 +3,7 @@
 //! named by `--url`), run one operation and shut the backend down cleanly.
 
 use super::output::print_json;
-use super::{Cli, Command, ConfigCommand, EvalCommand, FactsCommand};
+use super::{Cli, Command, ConfigCommand, EvalCommand, FactsCommand, ForgetCommand};
 use memgate_assembly::config::{Config, ConfigSource};
 use memgate_assembly::factory::{
     assemble, backend_notes, check_writable, open_backend, BackendSetup,
@@ -11,8 +11,8 @@ use memgate_assembly::factory::{
 use memgate_assembly::AssembledBackend;
 use memgate_core::message::parse_transcript;
 use memgate_core::{
-    Caller, CaptureKind, CaptureRequest, FactPatch, MemoryBackend, MemoryError, MemoryExport,
-    RecallRequest, RememberRequest, Result, SearchQuery, UserId, WarmStatus,
+    Caller, CaptureKind, CaptureRequest, FactPatch, ForgetTarget, MemoryBackend, MemoryError,
+    MemoryExport, RecallRequest, RememberRequest, Result, SearchQuery, UserId, WarmStatus,
 };
 use memgate_server::client::HttpBackend;
 use std::io::Read;
@@ -272,8 +272,31 @@ async fn operate(backend: &dyn MemoryBackend, caller: Caller, command: Command) 
             );
         }
         Command::Facts { action } => facts(backend, &caller, action).await?,
+        Command::Forget { what } => forget(backend, caller, what).await?,
         _ => unreachable!("handled in run()"),
     }
+    Ok(())
+}
+
+/// `memgate forget …`: erases, then says what was erased.
+async fn forget(backend: &dyn MemoryBackend, caller: Caller, what: ForgetCommand) -> Result<()> {
+    let (caller, target) = match what {
+        ForgetCommand::Fact { id } => (caller, ForgetTarget::Fact { id }),
+        ForgetCommand::Thread { thread } => (caller.with_thread(thread), ForgetTarget::Thread),
+        ForgetCommand::Scope { yes: false } | ForgetCommand::User { yes: false } => {
+            return Err(MemoryError::invalid(
+                "--yes",
+                "is required to erase a whole scope or user",
+            ))
+        }
+        ForgetCommand::Scope { yes: true } => (caller, ForgetTarget::Scope),
+        ForgetCommand::User { yes: true } => (caller, ForgetTarget::User),
+    };
+    let report = backend.forget(&caller, &target).await?;
+    println!(
+        "erased {} memories ({} versions) and {} captured turns",
+        report.facts, report.versions, report.turns
+    );
     Ok(())
 }
 

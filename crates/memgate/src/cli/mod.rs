@@ -93,6 +93,14 @@ enum Command {
         #[command(subcommand)]
         action: FactsCommand,
     },
+    /// Erase memory for good (local store): a fact with its history, a
+    /// thread's captured turns, or everything of the user/agent. Export
+    /// first if a copy is wanted; remote backends answer that erasure is the
+    /// server's job.
+    Forget {
+        #[command(subcommand)]
+        what: ForgetCommand,
+    },
     /// Check configuration.
     Config {
         #[command(subcommand)]
@@ -131,6 +139,26 @@ enum Command {
     Eval {
         #[command(subcommand)]
         dataset: EvalCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ForgetCommand {
+    /// One explicit memory and every recorded version of it.
+    Fact { id: String },
+    /// Every captured turn of a thread.
+    Thread { thread: String },
+    /// Everything stored for --user (and --agent).
+    Scope {
+        /// Required: confirms erasing the whole scope.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Everything stored for --user, under every agent.
+    User {
+        /// Required: confirms erasing all of the user's memory.
+        #[arg(long)]
+        yes: bool,
     },
 }
 

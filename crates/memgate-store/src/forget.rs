@@ -1,0 +1,243 @@
+//! Erasure: `forget` a memory with its history, a thread, a whole
+//! (user, agent) scope or every scope of a user, and the retention sweep that erases captured turns
+//! older than `max_turn_age_days`.
+//!
+//! Erased means unrecoverable from the files once the call returns:
+//! - rows leave `memories`, `memory_history`, `turns` (and `scopes` for a
+//!   whole scope, so the user id itself is gone);
+//! - the recall index drops their entries and is then merged into a single
+//!   segment (a contentless index only marks deletions until segments merge,
+//!   so the terms would otherwise stay in the file);
+//! - the writer runs with `secure_delete`, so freed cells and pages are
+//!   overwritten with zeros rather than left in free space;
+//! - the write-ahead log, which still holds the old page images, is
+//!   checkpointed into the file and truncated to zero bytes.
+//!
+//! The cost is a rewrite of the recall index per erasure: erasure is rare,
+//! and a cheaper erasure that leaves copies behind would not be one.
+
+use crate::facts::parse_citation;
+use crate::index::IndexWrites;
+use crate::schema::db_error;
+use crate::scope::ScopeKey;
+use crate::store::MemoryStore;
+use memgate_core::time::format_unix_millis;
+use memgate_core::{Caller, ForgetReport, ForgetTarget, MemoryError, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Turns one retention transaction erases at most, so a sweep never holds
+/// the write lock for long.
+pub const SWEEP_BATCH: usize = 500;
+/// Batches one sweep runs at most; the rest waits for the next sweep.
+pub const SWEEP_MAX_BATCHES: usize = 20;
+
+fn ids(conn: &Connection, sql: &str, args: impl rusqlite::Params) -> Result<Vec<i64>> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.query_map(args, |r| r.get(0))?.collect())
+        .map_err(db_error)
+}
+
+/// Erases memory `id` (any state) and its history; its index entry when active.
+fn erase_memory(conn: &Connection, index: &mut IndexWrites, id: i64) -> Result<usize> {
+    let active: Option<bool> = conn
+        .prepare_cached("SELECT state = 'active' FROM memories WHERE id = ?1")
+        .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+        .map_err(db_error)?;
+    let versions = conn
+        .prepare_cached("DELETE FROM memory_history WHERE memory_id = ?1")
+        .and_then(|mut s| s.execute([id]))
+        .map_err(db_error)?;
+    conn.prepare_cached("DELETE FROM memories WHERE id = ?1")
+        .and_then(|mut s| s.execute([id]))
+        .map_err(db_error)?;
+    if active == Some(true) {
+        index.remove_memory(id);
+    }
+    Ok(versions)
+}
+
+/// Erases turns by id, with their index entries.
+fn erase_turns(conn: &Connection, index: &mut IndexWrites, turns: &[i64]) -> Result<()> {
+    let mut delete = conn
+        .prepare_cached("DELETE FROM turns WHERE id = ?1")
+        .map_err(db_error)?;
+    for &id in turns {
+        delete.execute([id]).map_err(db_error)?;
+        index.remove_turn(id);
+    }
+    Ok(())
+}
+
+/// Erases a whole scope: its memories with history, its turns, its row.
+fn erase_scope(conn: &Connection, index: &mut IndexWrites, scope: i64) -> Result<ForgetReport> {
+    let mut report = ForgetReport::default();
+    for id in ids(conn, "SELECT id FROM memories WHERE scope_id = ?1", [scope])? {
+        report.versions += erase_memory(conn, index, id)?;
+        report.facts += 1;
+    }
+    let turns = ids(conn, "SELECT id FROM turns WHERE scope_id = ?1", [scope])?;
+    erase_turns(conn, index, &turns)?;
+    report.turns = turns.len();
+    conn.prepare_cached("DELETE FROM scopes WHERE id = ?1")
+        .and_then(|mut s| s.execute([scope]))
+        .map_err(db_error)?;
+    Ok(report)
+}
+
+/// `captured_at` values before this are older than `age` (RFC 3339 UTC
+/// strings of one format compare in time order).
+fn cutoff(now: SystemTime, age: Duration) -> String {
+    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    format_unix_millis(now.saturating_sub(age).as_millis() as i64)
+}
+
+impl MemoryStore {
+    /// Erases `target` in the caller's scope and every recoverable copy of
+    /// it in the database files. Forgetting what is not there erases nothing
+    /// and says so with zero counts; a fact id of another scope is not found.
+    pub fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
+        let key = ScopeKey::of(caller);
+        let fact = match target {
+            ForgetTarget::Fact { id } => Some(
+                parse_citation(id)
+                    .ok_or_else(|| MemoryError::invalid("id", "must be `mem_<number>`"))?,
+            ),
+            _ => None,
+        };
+        let thread = match target {
+            ForgetTarget::Thread => Some(caller.require_thread()?.to_owned()),
+            _ => None,
+        };
+        if *target == ForgetTarget::User {
+            return self.forget_user(caller);
+        }
+        let report = self.write(|tx, index| {
+            let mut report = ForgetReport::default();
+            let Some(scope) = key.find(tx)? else {
+                return match fact {
+                    Some(n) => Err(MemoryError::NotFound(format!(
+                        "memory mem_{n} in this scope"
+                    ))),
+                    None => Ok(report),
+                };
+            };
+            match target {
+                ForgetTarget::Fact { .. } => {
+                    let n = fact.unwrap_or_default();
+                    let mine: Option<i64> = tx
+                        .prepare_cached("SELECT id FROM memories WHERE id = ?1 AND scope_id = ?2")
+                        .and_then(|mut s| s.query_row(params![n, scope], |r| r.get(0)).optional())
+                        .map_err(db_error)?;
+                    if mine.is_none() {
+                        return Err(MemoryError::NotFound(format!(
+                            "memory mem_{n} in this scope"
+                        )));
+                    }
+                    report.versions = erase_memory(tx, index, n)?;
+                    report.facts = 1;
+                }
+                ForgetTarget::Thread => {
+                    let turns = ids(
+                        tx,
+                        "SELECT id FROM turns WHERE scope_id = ?1 AND thread = ?2",
+                        params![scope, thread.as_deref().unwrap_or_default()],
+                    )?;
+                    erase_turns(tx, index, &turns)?;
+                    report.turns = turns.len();
+                }
+                ForgetTarget::Scope | ForgetTarget::User => {
+                    report = erase_scope(tx, index, scope)?;
+                }
+            }
+            if report != ForgetReport::default() || matches!(target, ForgetTarget::Scope) {
+                index.purge_removed();
+            }
+            Ok(report)
+        })?;
+        self.finish_erasure(target, report)
+    }
+
+    /// Every scope of the caller's user, whatever the agent.
+    fn forget_user(&self, caller: &Caller) -> Result<ForgetReport> {
+        let user = caller.user.as_str().to_owned();
+        let report = self.write(|tx, index| {
+            let mut report = ForgetReport::default();
+            for scope in ids(tx, "SELECT id FROM scopes WHERE user_id = ?1", [&user])? {
+                let erased = erase_scope(tx, index, scope)?;
+                report.facts += erased.facts;
+                report.versions += erased.versions;
+                report.turns += erased.turns;
+            }
+            index.purge_removed();
+            Ok(report)
+        })?;
+        self.finish_erasure(&ForgetTarget::User, report)
+    }
+
+    /// Empties the WAL (it still holds the erased pages) and reports.
+    fn finish_erasure(&self, target: &ForgetTarget, report: ForgetReport) -> Result<ForgetReport> {
+        self.truncate_wal_fully()?;
+        tracing::info!(
+            target_kind = target.as_str(),
+            facts = report.facts,
+            versions = report.versions,
+            turns = report.turns,
+            "local store forget"
+        );
+        Ok(report)
+    }
+
+    /// One retention sweep: erases captured turns older than
+    /// `max_turn_age` at `now`, in batches of [`SWEEP_BATCH`] and at most
+    /// [`SWEEP_MAX_BATCHES`] of them. Returns how many turns were erased;
+    /// nothing to do when no maximum age is configured.
+    pub fn sweep_expired_turns(&self, now: SystemTime) -> Result<usize> {
+        let Some(age) = self.config.max_turn_age else {
+            return Ok(0);
+        };
+        let before = cutoff(now, age);
+        let mut erased = 0;
+        for _ in 0..SWEEP_MAX_BATCHES {
+            let batch = self.write(|tx, index| {
+                let turns = ids(
+                    tx,
+                    "SELECT id FROM turns WHERE captured_at < ?1 ORDER BY id LIMIT ?2",
+                    params![before, SWEEP_BATCH as i64],
+                )?;
+                erase_turns(tx, index, &turns)?;
+                if !turns.is_empty() {
+                    index.purge_removed();
+                }
+                Ok(turns.len())
+            })?;
+            erased += batch;
+            if batch < SWEEP_BATCH {
+                break;
+            }
+        }
+        if erased > 0 {
+            self.truncate_wal_fully()?;
+            tracing::info!(erased, "local store retention sweep");
+        }
+        Ok(erased)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cutoff_is_the_age_before_now() {
+        let now = UNIX_EPOCH + Duration::from_secs(86_400 * 31);
+        assert_eq!(
+            cutoff(now, Duration::from_secs(86_400 * 30)),
+            "1970-01-02T00:00:00.000Z"
+        );
+        assert_eq!(
+            cutoff(UNIX_EPOCH, Duration::from_secs(5)),
+            "1970-01-01T00:00:00.000Z"
+        );
+    }
+}
