@@ -174,3 +174,19 @@ def test_search_confidence_is_between_0_and_1_and_follows_the_score(manager):
         assert hit["score"] >= 0.0
     by_score = sorted(hits, key=lambda h: h["score"], reverse=True)
     assert [h["confidence"] for h in by_score] == sorted((h["confidence"] for h in hits), reverse=True)
+
+
+def test_a_new_lifespans_warm_reopens_a_closed_manager(tmp_path):
+    """DeerFlow keeps its memory-manager singleton across Gateway lifespans
+    in one process and closes it at each shutdown; the next start-up's
+    warm() opens the backend again and what was stored is still there."""
+    m = LocalMemoryManager.from_config({"storage_path": str(tmp_path)})
+    m.create_fact("Deploys need a change ticket.", user_id="alice")
+    assert m.shutdown_flush(5.0) is True
+    m.close()
+    assert m.get_context("alice") == "", "closed: nothing is read"
+    assert m.warm() in (True, None)
+    assert "Deploys need a change ticket." in m.get_context("alice")
+    m.create_fact("Releases on Thursdays.", user_id="alice")
+    assert len(m.get_memory(user_id="alice")["facts"]) == 2
+    m.close()

@@ -136,8 +136,10 @@ class _MemgateManager(MemoryManager):
 
     if _IS_PYDANTIC:
         _native_backend: Any = PrivateAttr(default=None)
+        _keep_hidden: Any = PrivateAttr(default=None)
     else:
         _native_backend: Any = None
+        _keep_hidden: Any = None
 
     @classmethod
     def from_config(cls, backend_config: dict[str, Any] | None = None, *, mode: str = "middleware", **host_hooks: Any):
@@ -151,18 +153,22 @@ class _MemgateManager(MemoryManager):
             raise ValueError(cls.middleware_only)
         manager = cls(backend_config=dict(backend_config or {}), mode=mode)
         hook = host_hooks.get("should_keep_hidden_message")
-        manager._native_backend.set_keep_hidden(hook if callable(hook) else None)
+        manager._keep_hidden = hook if callable(hook) else None
+        manager._native_backend.set_keep_hidden(manager._keep_hidden)
         return manager
 
     def model_post_init(self, context: Any) -> None:
         parent = getattr(super(), "model_post_init", None)
         if parent is not None:
             parent(context)
+        self._native_backend = self._open_native("from_config")
+
+    def _open_native(self, method: str) -> Any:
         config = dict(self.backend_config or {})
         root = storage_root(config)
         config["storage_path"] = root
         try:
-            self._native_backend = _native.Backend.open(
+            return _native.Backend.open(
                 self.memgate_backend,
                 config,
                 self.mode,
@@ -171,7 +177,7 @@ class _MemgateManager(MemoryManager):
                 _report_background_error,
             )
         except _native.NativeError as err:
-            raise host_error(err, "from_config", self) from None
+            raise host_error(err, method, self) from None
 
     def _call(self, method: str, fn, *args, **kwargs):
         try:
@@ -288,8 +294,20 @@ class _MemgateManager(MemoryManager):
     # Lifecycle.
     def warm(self) -> bool | None:
         """Start-up health: True ready, False degraded (``startup_policy:
-        warn``), None nothing to check; a ``fail_fast`` failure raises."""
-        status, reason = self._call("warm", self._native_backend.warm)
+        warn``), None nothing to check; a ``fail_fast`` failure raises.
+        After ``shutdown_flush``/``close`` it reopens the backend (the next
+        lifespan's start-up)."""
+        try:
+            status, reason = self._native_backend.warm()
+        except _native.NativeError as err:
+            if err.args[0] != "closed":
+                raise host_error(err, "warm", self) from None
+            # A new Gateway lifespan in the same process: the host keeps its
+            # memory-manager singleton across lifespans and closed it at the
+            # last shutdown; start-up opens the backend again.
+            self._native_backend = self._open_native("warm")
+            self._native_backend.set_keep_hidden(self._keep_hidden)
+            status, reason = self._call("warm", self._native_backend.warm)
         if status == "ready":
             return True
         if status == "degraded":
