@@ -126,7 +126,13 @@ class Host:
         )
         reset_host()
         from deerflow.config.app_config import get_app_config
+        from memgate import _native
+        from memgate.deerflow import managers
 
+        # memgate reads POWERCONTEXT_DEERFLOW_* once per environment source (a
+        # per-process snapshot, as the RFC asks); a fresh source per host
+        # configuration is what a fresh Gateway process would see.
+        self.monkeypatch.setattr(managers, "_ENVIRONMENT", _native.Environment.from_mapping(dict(os.environ)))
         # Loads config.yaml now: DeerFlow's memory config follows the app config.
         assert get_app_config().memory.manager_class.startswith("memgate.deerflow:")
 
