@@ -39,7 +39,8 @@ needs_source = pytest.mark.skipif(
 
 def uv(args, cwd, timeout=600):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "UV_PYTHON"))}
-    env.update(UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1")
+    # The manager runs `uv` from PATH, as `make extension-install` does.
+    env.update(UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1", PATH=f"{Path(UV).parent}{os.pathsep}{env.get('PATH', '')}")
     return subprocess.run([UV, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
