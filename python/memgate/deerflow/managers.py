@@ -550,7 +550,8 @@ class LocalMemoryManager(_FactStore, _Searchable, _MemgateManager):
     """memgate's embedded store (SQLite + FTS5) under the host's storage root
     (``<storage_path>/local/memgate.sqlite3``). Keys: ``max_injection_chars``,
     ``injection_query``, ``recall_top_k``, ``standing_memories``,
-    ``busy_timeout_ms``. Recall uses the host's query when it passes one.
+    ``busy_timeout_ms``. Recall uses the host's query when it passes one,
+    else ``injection_query``.
     Search and the fact operations are supported, so tool mode's four
     memory tools work; passive capture stays on in tool mode (the store
     learns from captured turns)."""
@@ -581,8 +582,9 @@ class OpenVikingMemoryManager(_Searchable, _MemgateManager):
 class PowerContextMemoryManager(_MemgateManager):
     """One authenticated owner bound to one PowerContext Scope (the RFC).
     ``backend_config`` must be ``{}`` (the host's ``storage_path`` aside);
-    the binding comes from ``POWERCONTEXT_DEERFLOW_*``. Recall needs the
-    host's query; passive capture (``add``, ``aadd``, ``add_nowait``) is an
+    the binding comes from ``POWERCONTEXT_DEERFLOW_*``. Recall sends the
+    host's query; without one it recalls nothing (one warning), unless the
+    operator set ``POWERCONTEXT_DEERFLOW_PROFILE_QUERY``. Passive capture (``add``, ``aadd``, ``add_nowait``) is an
     explicit no-op: nothing is uploaded, nothing is learned; saving is the
     explicit ``remember`` tool."""
 
