@@ -121,6 +121,8 @@ class Host:
                   enabled: false
                 """
             )
+            # DeerFlow resolves its SQLite directory against the working directory.
+            + f"database:\n  sqlite_dir: {self.home / 'data'}\n"
             + f"memory:\n  enabled: true\n  injection_enabled: true\n  mode: {mode}\n  {self.memory}\n"
             + extra
         )
