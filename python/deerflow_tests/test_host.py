@@ -150,7 +150,7 @@ def test_first_turn_of_a_new_thread_sends_the_memory_to_the_model(host, asynchro
     assert user[0].removesuffix("__user") == memory["id"].removesuffix("__memory")
 
 
-@pytest.mark.parametrize("host", ["local", "pc14"], indirect=True)
+@pytest.mark.parametrize("host", ["local", "pc002", "pc14"], indirect=True)
 def test_the_memory_middleware_captures_a_finished_run(host):
     """Local: the finished turn is stored and recalled for its words.
     PowerContext: passive capture is off, nothing is sent."""
@@ -236,7 +236,7 @@ def test_gateway_memory_routes_over_two_lifespans(host, monkeypatch):
             assert len(listed.json()["facts"]) == lifespan + 1, "what the first lifespan stored is still there"
 
 
-@pytest.mark.parametrize("host", ["local", "pc14"], indirect=True)
+@pytest.mark.parametrize("host", ["local", "pc002", "pc14"], indirect=True)
 def test_remember_from_a_tools_entry_saves_for_the_hosts_user(host):
     host.write(extra="tools:\n  - name: remember\n    group: memory\n    use: memgate.deerflow.tool:remember_tool\n")
     token = f"rem{uuid.uuid4().hex[:8]}"
