@@ -1,4 +1,4 @@
-//! memgate errors as one Python exception, `NativeError(code, message)`.
+//! memgate errors as one Python exception, `NativeError(code, message, rule)`.
 //!
 //! The Python layer maps the code to the host's error family
 //! (`MemoryManagerError`, `MemoryConflictError`, `MemoryCorruptionError`,
@@ -17,8 +17,15 @@ create_exception!(
     "A memgate error: args are (code, message); memgate.deerflow maps it to the host's errors."
 );
 
-/// The Python error for a memgate error. Messages never carry secrets
-/// (the backends guarantee it); they name the field or the rule.
+/// The Python error for a memgate error: `(code, message, rule)`. Messages
+/// never carry secrets (the backends guarantee it); they name the field and
+/// the rule. `rule` is the rule alone for bad input (the message without
+/// memgate's `invalid <field>:` prefix), else the message: the OpenViking
+/// manager raises it, since the built-in backend's errors are those words.
 pub fn to_py(err: MemoryError) -> PyErr {
-    NativeError::new_err((err.code(), err.to_string()))
+    let rule = match &err {
+        MemoryError::InvalidInput { rule, .. } => rule.clone(),
+        other => other.to_string(),
+    };
+    NativeError::new_err((err.code(), err.to_string(), rule))
 }

@@ -17,10 +17,10 @@ mod runtime;
 
 use pyo3::prelude::*;
 
-/// Converting a transcript allocates and frees thousands of small values per
-/// call; mimalloc keeps that cheap (and off glibc's cross-thread paths).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// No `#[global_allocator]`: a library loaded into someone else's interpreter
+// uses the host process's allocator. A replacement (mimalloc) crashed in its
+// per-thread set-up once memgate was first used on a thread that then exited
+// (tests/test_threads.py).
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from memgate.deerflow.tool import make_remember_tool
 from memgate.deerflow import (
     HOST_CONTRACT,
     LocalMemoryManager,
@@ -156,10 +157,13 @@ def test_identity_refusals_are_memory_manager_errors(tmp_path, environment):
     with pytest.raises(ValueError, match="Invalid OpenViking peer scope"):
         ov.get_context("alice", agent_name="  ")
     assert not (tmp_path / "ov" / "openviking").exists(), "refused before touching the disk"
+    # PowerContext's refusal is no memory (one warning, see test_powercontext_real),
+    # while its remember path still reports the refusal.
     pc = PowerContextMemoryManager.from_config({"storage_path": str(tmp_path / "pc")})
     for user in (None, "", "default", " alice", "bob"):
-        with pytest.raises(MemoryManagerError, match="powercontext refused the caller"):
-            pc.get_context(user, query="coffee")
+        assert pc.get_context(user, query="coffee") == ""
+    outcome = json.loads(make_remember_tool(pc).func(runtime={"context": {"user_id": "bob"}}, text="x"))
+    assert outcome["error"]["code"] == "rejected_identity" and "powercontext refused the caller" in outcome["error"]["message"]
     ov.close()
     pc.close()
 

@@ -168,3 +168,62 @@ def test_a_secret_is_not_saved_as_a_fact(manager):
         manager.create_fact(f"key: {key}", user_id="alice")
     _, fact_id = manager.create_fact(f"the billing job reads {key} from the vault", user_id="alice")
     assert contents(manager.get_memory(user_id="alice")) == ["the billing job reads [redacted:api_key] from the vault"]
+
+
+def test_a_duplicate_fact_is_refused_as_deermem_refuses_it(manager):
+    """DeerMem raises ``ValueError("Duplicate fact")`` (the Gateway answers
+    409) for content already stored, compared stripped and casefolded,
+    whatever the category; nothing new is stored."""
+    _, fact_id = manager.create_fact("Lives in Lisbon.", "personal", user_id="alice")
+    for again, category in [("Lives in Lisbon.", "personal"), ("  lives in LISBON.  ", "context")]:
+        with pytest.raises(ValueError) as refused:
+            manager.create_fact(again, category, user_id="alice")
+        assert refused.value.args == ("Duplicate fact",)
+    assert [f["id"] for f in manager.get_memory(user_id="alice")["facts"]] == [fact_id]
+    # Another user or agent is another memory.
+    assert manager.create_fact("Lives in Lisbon.", user_id="bob")[1]
+    assert manager.create_fact("Lives in Lisbon.", user_id="alice", agent_name="researcher")[1]
+
+
+def test_bad_confidence_is_refused_the_way_the_gateway_reads_it(manager):
+    """The Gateway maps ``ValueError`` by ``args[0] == "confidence"`` to its
+    "must be between 0 and 1" answer; the message also says the rule."""
+    for bad in (1.5, -0.1, float("nan"), True, "high"):
+        with pytest.raises(ValueError) as refused:
+            manager.create_fact("Prefers tea.", confidence=bad, user_id="alice")
+        assert refused.value.args[0] == "confidence"
+        assert "between 0 and 1" in str(refused.value)
+    assert manager.get_memory(user_id="alice")["facts"] == []
+
+
+def test_search_confidence_is_between_0_and_1_and_follows_the_score(manager):
+    for text in [
+        "Refunds are computed in integer cents.",
+        "Refund refunds refunds: the refund service owns refunds.",
+        "Deploys go through Helm on Tuesdays.",
+        "The order service stores refunds next to orders.",
+    ]:
+        manager.create_fact(text, user_id="alice")
+    hits = manager.search("refunds", 10, user_id="alice")
+    assert len(hits) >= 3
+    for hit in hits:
+        assert 0.0 <= hit["confidence"] <= 1.0, hit
+        assert hit["score"] >= 0.0
+    by_score = sorted(hits, key=lambda h: h["score"], reverse=True)
+    assert [h["confidence"] for h in by_score] == sorted((h["confidence"] for h in hits), reverse=True)
+
+
+def test_a_new_lifespans_warm_reopens_a_closed_manager(tmp_path):
+    """DeerFlow keeps its memory-manager singleton across Gateway lifespans
+    in one process and closes it at each shutdown; the next start-up's
+    warm() opens the backend again and what was stored is still there."""
+    m = LocalMemoryManager.from_config({"storage_path": str(tmp_path)})
+    m.create_fact("Deploys need a change ticket.", user_id="alice")
+    assert m.shutdown_flush(5.0) is True
+    m.close()
+    assert m.get_context("alice") == "", "closed: nothing is read"
+    assert m.warm() in (True, None)
+    assert "Deploys need a change ticket." in m.get_context("alice")
+    m.create_fact("Releases on Thursdays.", user_id="alice")
+    assert len(m.get_memory(user_id="alice")["facts"]) == 2
+    m.close()

@@ -24,8 +24,8 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
 from deerflow_host import Runtime, after_agent, gateway_startup, inject_dynamic_context
-from memgate.deerflow import MemoryManagerError, PowerContextMemoryManager
-from memgate.deerflow.tool import UnsupportedHostError, install, make_remember_tool
+from memgate.deerflow import PowerContextMemoryManager
+from memgate.deerflow.tool import InstallReport, install, make_remember_tool
 
 OWNER = "alice-7c1e"
 FAKE_HOST = Path(__file__).resolve().parent / "fake_host"
@@ -91,7 +91,7 @@ def test_explicit_save_then_a_new_conversation_recalls_it(binding, environment, 
     assert manager.shutdown_flush(5.0) is True
 
 
-def test_refused_identities_and_identity_arguments_never_save(binding, environment, tmp_path):
+def test_refused_identities_and_identity_arguments_never_save(binding, environment, tmp_path, caplog):
     token = uuid.uuid4().hex[:10]
     environment(**binding)
     manager = PowerContextMemoryManager.from_config({"storage_path": str(tmp_path)})
@@ -107,11 +107,17 @@ def test_refused_identities_and_identity_arguments_never_save(binding, environme
     assert "identity and scope come from the host" in sneaky["error"]["message"]
     # Nothing was stored: the owner's recall for that text finds nothing.
     assert token not in manager.get_context(OWNER, query=f"Refused save {token}")
-    # The host turns a refused recall into no memory.
+    # A refused recall is no memory: one clear warning, then quiet (an
+    # auth-disabled Gateway asks as `default` on every turn).
+    caplog.set_level("WARNING", logger="memgate.deerflow")
     update, _ = inject_dynamic_context([HumanMessage("hi", id="d1")], manager, Runtime({}))
     assert [m.id for m in update] == ["d1", "d1__user"]
-    with pytest.raises(MemoryManagerError):
-        manager.get_context(None, query="anything")
+    assert manager.get_context(None, query="anything") == ""
+    assert manager.get_context("default", query="anything") == ""
+    warnings = [r for r in caplog.records if "powercontext refused the caller" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING" and warnings[0].exc_info is None
+    assert "DEER_FLOW_AUTH_DISABLED" in warnings[0].getMessage()
+    assert OWNER not in caplog.text and binding["POWERCONTEXT_DEERFLOW_TOKEN"] not in caplog.text
     manager.close()
 
 
@@ -126,6 +132,30 @@ def test_passive_capture_is_off(binding, environment, tmp_path):
     assert manager.get_context(OWNER, query=f"green tea {token}") == "", "nothing was uploaded"
     assert manager.get_context(OWNER) == "", "no query, no recall (the RFC's first version)"
     manager.close()
+
+
+def test_a_host_without_a_query_recalls_only_with_the_opt_in_profile_query(binding, environment, tmp_path, caplog):
+    """DeerFlow f1f4af99 calls ``get_context(user_id=, agent_name=)``: no
+    query. Default: nothing recalled, one warning naming the opt-in. With
+    ``POWERCONTEXT_DEERFLOW_PROFILE_QUERY`` the fixed query recalls; a
+    query the host passes is still used as given."""
+    token = uuid.uuid4().hex[:10]
+    text = f"Profile {token}: the user writes Rust and prefers short answers."
+    environment(**binding)
+    writer = PowerContextMemoryManager.from_config({"storage_path": str(tmp_path)})
+    assert run_tool(make_remember_tool(writer), {"text": text, "kind": "preference"}, {"user_id": OWNER})["outcome"] == "stored"
+    caplog.set_level("WARNING")
+    for _ in range(3):
+        assert writer.get_context(OWNER, agent_name=None) == ""
+    notes = [r for r in caplog.records if "the host passed no query" in r.getMessage()]
+    assert len(notes) == 1 and "POWERCONTEXT_DEERFLOW_PROFILE_QUERY" in notes[0].getMessage(), caplog.text
+    writer.close()
+
+    environment(**binding, POWERCONTEXT_DEERFLOW_PROFILE_QUERY=f"user profile preferences {token}")
+    profiled = PowerContextMemoryManager.from_config({"storage_path": str(tmp_path)})
+    assert text in profiled.get_context(OWNER, agent_name=None)
+    assert profiled.get_context(OWNER, query="kubernetes helm chart") == ""
+    profiled.close()
 
 
 class OldRegistry:
@@ -150,21 +180,36 @@ class FutureRegistry(OldRegistry):
         self.contributions.append(contribution)
 
 
-def test_install_refuses_a_host_without_tool_contributions():
-    with pytest.raises(UnsupportedHostError) as err:
-        install(OldRegistry(), {})
-    message = str(err.value)
-    assert "cannot accept tool contributions" in message and "NOT installed" in message
-    assert "memgate mcp" in message
-    with pytest.raises(ValueError, match="config.scope_id"):
-        install(FutureRegistry(), {"scope_id": "s"})
+def test_install_reports_what_a_host_cannot_take_instead_of_raising(caplog):
+    """A registry with neither plugin(...) nor middlewares(...), or one
+    that refuses both: nothing installed, one warning naming the
+    alternatives, no exception (a `required: true` plugin must not abort
+    the Gateway over the tool). Bad settings still raise."""
+    class Bare:
+        def service(self, service): ...
+
+    caplog.set_level("WARNING", logger="memgate.deerflow.install")
+    report = install(Bare(), {})
+    assert report.installed == () and len(report.not_installed) == 1
+    assert "NOT installed" in report.not_installed[0] and "memgate mcp" in report.not_installed[0]
+    assert "remember_tool" in report.not_installed[0]
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
 
     class Refusing(OldRegistry):
         def plugin(self, contribution):
             raise TypeError("unknown contribution type")
 
-    with pytest.raises(UnsupportedHostError, match="refused the `remember` tool"):
-        install(Refusing(), {})
+        def middlewares(self, contributor):
+            raise ValueError("no middlewares today")
+
+    refused = install(Refusing(), {})
+    assert refused.installed == ()
+    assert "registry.plugin(...) refused it (TypeError" in refused.not_installed[0]
+    # (Outside DeerFlow the middleware path already stops at importing deerflow_extension_api.)
+    assert "registry.middlewares(...) refused it (" in refused.not_installed[0]
+    with pytest.raises(ValueError, match="config.scope_id"):
+        install(FutureRegistry(), {"scope_id": "s"})
+    assert install(FutureRegistry(), {}) == InstallReport(installed=("remember tool via registry.plugin",))
 
 
 def test_installed_tool_saves_through_the_hosts_memory_manager(tmp_path):

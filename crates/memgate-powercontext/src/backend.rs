@@ -4,7 +4,7 @@
 
 use crate::diagnostic::Problem;
 use crate::generation::{self, ServerGeneration, ServerInfo};
-use crate::notes::MANAGEMENT_POINTER;
+use crate::notes::{MANAGEMENT_POINTER, NO_QUERY_WARNING};
 use crate::owner;
 use crate::recall::recall_query;
 use crate::settings::{reject_yaml_binding, Settings, SettingsLoader};
@@ -16,6 +16,7 @@ use memgate_core::{
     WarmStatus,
 };
 use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -32,6 +33,8 @@ pub struct PowerContextBackend {
     pub(crate) redactor: Arc<Redactor>,
     /// The name used in Unsupported errors: says where management happens.
     unsupported_name: String,
+    /// Set once the first recall without a host query has been reported.
+    no_query_reported: AtomicBool,
 }
 
 impl PowerContextBackend {
@@ -54,6 +57,7 @@ impl PowerContextBackend {
             server: OnceCell::new(),
             redactor: Redactor::shared_default(),
             unsupported_name: format!("{MANAGER_CLASS} ({MANAGEMENT_POINTER})"),
+            no_query_reported: AtomicBool::new(false),
         })
     }
 
@@ -72,6 +76,24 @@ impl PowerContextBackend {
         self.server
             .get_or_try_init(|| generation::detect(&self.transport))
             .await
+    }
+
+    /// The query a recall sends: the host's when it passes one (missing or
+    /// blank → nothing, the RFC's rule); when it passes none, the operator's
+    /// `POWERCONTEXT_DEERFLOW_PROFILE_QUERY` if set. The first recall that
+    /// finds neither is reported once, so a host that never forwards a query
+    /// is a visible decision instead of a silently dead feature.
+    fn query_for_recall<'a>(&'a self, host_query: Option<&'a str>) -> Option<&'a str> {
+        if host_query.is_some() {
+            return recall_query(host_query);
+        }
+        if let Some(profile) = self.settings.profile_query() {
+            return recall_query(Some(profile));
+        }
+        if !self.no_query_reported.swap(true, Ordering::Relaxed) {
+            tracing::warn!(target: "memgate_powercontext", "{NO_QUERY_WARNING}");
+        }
+        None
     }
 
     fn ensure_open(&self) -> Result<()> {
@@ -155,12 +177,13 @@ impl MemoryBackend for PowerContextBackend {
     }
 
     /// Refuses every caller but the owner (no request), recalls nothing for a
-    /// blank query (no request), and otherwise returns the server's prepared
-    /// content unchanged, or nothing on any failure (fail open).
+    /// blank query or, unless a profile query is set, a missing one (no
+    /// request), and otherwise returns the server's prepared content
+    /// unchanged, or nothing on any failure (fail open).
     async fn recall(&self, request: &RecallRequest) -> Result<Recall> {
         owner::admit(&self.settings, &request.caller.user)?;
         self.ensure_open()?;
-        let Some(query) = recall_query(request.query.as_deref()) else {
+        let Some(query) = self.query_for_recall(request.query.as_deref()) else {
             return Ok(Recall::empty());
         };
         match self.prepare(query).await {

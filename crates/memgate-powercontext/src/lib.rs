@@ -33,6 +33,9 @@ mod transport;
 
 pub use backend::{PowerContextBackend, MANAGER_CLASS};
 pub use generation::{ServerGeneration, ServerInfo};
-pub use notes::{doctor_notes, MANAGEMENT_NOTE, PASSIVE_CAPTURE_NOTE, ROTATION_NOTE};
+pub use notes::{
+    doctor_notes, MANAGEMENT_NOTE, NO_QUERY_NOTE, NO_QUERY_WARNING, PASSIVE_CAPTURE_NOTE,
+    ROTATION_NOTE,
+};
 pub use settings::{Settings, SettingsLoader};
 pub use tool::{RememberTool, ToolResult, ToolSpec};

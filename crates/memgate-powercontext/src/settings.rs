@@ -33,9 +33,14 @@ pub const ENV_RECALL_TIMEOUT_SECONDS: &str = "POWERCONTEXT_DEERFLOW_RECALL_TIMEO
 pub const ENV_REMEMBER_TIMEOUT_SECONDS: &str = "POWERCONTEXT_DEERFLOW_REMEMBER_TIMEOUT_SECONDS";
 /// The server's static bearer token (supply it through a secret mechanism).
 pub const ENV_TOKEN: &str = "POWERCONTEXT_DEERFLOW_TOKEN";
+/// memgate's opt-in addition to the RFC's variables: a fixed query recalled
+/// with when the host passes none (hosts such as DeerFlow f1f4af99, whose
+/// automatic caller forwards no query). Unset, such a recall returns nothing,
+/// as the RFC says.
+pub const ENV_PROFILE_QUERY: &str = "POWERCONTEXT_DEERFLOW_PROFILE_QUERY";
 
 /// Every variable the snapshot reads, in documentation order.
-pub const ENV_VARS: [&str; 7] = [
+pub const ENV_VARS: [&str; 8] = [
     ENV_BASE_URL,
     ENV_OWNER_USER_ID,
     ENV_SCOPE_ID,
@@ -43,6 +48,7 @@ pub const ENV_VARS: [&str; 7] = [
     ENV_RECALL_TIMEOUT_SECONDS,
     ENV_REMEMBER_TIMEOUT_SECONDS,
     ENV_TOKEN,
+    ENV_PROFILE_QUERY,
 ];
 
 pub const DEFAULT_MAX_BYTES: u32 = 8000;
@@ -54,6 +60,9 @@ pub const DEFAULT_REMEMBER_TIMEOUT: Duration = Duration::from_secs(5);
 pub const HOST_TOOL_LIMIT: Duration = Duration::from_secs(30);
 /// Longest Scope id the API accepts, in characters.
 const MAX_SCOPE_ID_CHARS: usize = 256;
+/// Longest profile query, in characters: the host's own queries are at most
+/// 1000 characters of the latest user input (RFC §4).
+pub const MAX_PROFILE_QUERY_CHARS: usize = 1000;
 
 /// The bearer token. Its `Debug` is redacted and it has no `Display`, so it
 /// cannot slip into a log line or an error message by formatting.
@@ -83,6 +92,7 @@ pub struct Settings {
     recall_timeout: Duration,
     remember_timeout: Duration,
     token: BearerToken,
+    profile_query: Option<String>,
 }
 
 impl Settings {
@@ -161,6 +171,17 @@ impl Settings {
             }
         };
 
+        let profile_query = match get(ENV_PROFILE_QUERY) {
+            None => None,
+            Some(raw) => match profile_query_defect(&raw) {
+                Some(rule) => {
+                    problems.push(format!("{ENV_PROFILE_QUERY} {rule}"));
+                    None
+                }
+                None => Some(raw),
+            },
+        };
+
         match (
             base_url,
             owner_user_id,
@@ -181,6 +202,7 @@ impl Settings {
                     recall_timeout: rt,
                     remember_timeout: wt,
                     token: t,
+                    profile_query,
                 })
             }
             _ => Err(MemoryError::Config(format!(
@@ -213,6 +235,11 @@ impl Settings {
     pub fn token(&self) -> &BearerToken {
         &self.token
     }
+    /// The operator's fixed query for recalls the host sends without one
+    /// (`None`: such recalls return nothing, the RFC's behaviour).
+    pub fn profile_query(&self) -> Option<&str> {
+        self.profile_query.as_deref()
+    }
 }
 
 impl fmt::Debug for Settings {
@@ -225,6 +252,10 @@ impl fmt::Debug for Settings {
             .field("recall_timeout", &self.recall_timeout)
             .field("remember_timeout", &self.remember_timeout)
             .field("token", &self.token)
+            .field(
+                "profile_query",
+                &self.profile_query.as_ref().map(|q| q.chars().count()),
+            )
             .finish()
     }
 }
@@ -254,6 +285,18 @@ fn deadline(
             ));
             None
         }
+    }
+}
+
+fn profile_query_defect(raw: &str) -> Option<String> {
+    if raw.trim().is_empty() {
+        Some("is blank; unset it to recall nothing when the host passes no query".into())
+    } else if raw.chars().count() > MAX_PROFILE_QUERY_CHARS {
+        Some(format!(
+            "must be at most {MAX_PROFILE_QUERY_CHARS} characters (as long as a host's own query may be)"
+        ))
+    } else {
+        None
     }
 }
 
@@ -468,6 +511,25 @@ mod tests {
             assert!(e.contains(ENV_OWNER_USER_ID), "{e}");
         }
         assert!(err(&[(ENV_OWNER_USER_ID, "default")]).contains("fallback"));
+    }
+
+    #[test]
+    fn profile_query_is_opt_in_and_checked() {
+        assert_eq!(with(&[]).unwrap().profile_query(), None);
+        let s = with(&[(ENV_PROFILE_QUERY, "user profile preferences goals")]).unwrap();
+        assert_eq!(s.profile_query(), Some("user profile preferences goals"));
+        let blank = err(&[(ENV_PROFILE_QUERY, "  \t ")]);
+        assert!(
+            blank.contains("POWERCONTEXT_DEERFLOW_PROFILE_QUERY is blank"),
+            "{blank}"
+        );
+        let long: &'static str = "x".repeat(MAX_PROFILE_QUERY_CHARS + 1).leak();
+        let e = err(&[(ENV_PROFILE_QUERY, long)]);
+        assert!(
+            e.contains("POWERCONTEXT_DEERFLOW_PROFILE_QUERY must be at most 1000 characters"),
+            "{e}"
+        );
+        assert!(!e.contains(long), "value echoed: {e}");
     }
 
     #[test]

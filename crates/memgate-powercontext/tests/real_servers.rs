@@ -229,6 +229,7 @@ both_generations!(
     passive_capture_and_an_unused_backend_write_nothing,
     restart_keeps_the_binding,
     secrets_are_redacted_before_remember_sends_them,
+    missing_query_recalls_only_with_the_operator_profile_query,
 );
 
 /// A remembered text that mentions a key reaches the server with the
@@ -362,6 +363,57 @@ async fn memory_saved_by_another_client_is_recalled(h: Harness) {
         .await
         .unwrap();
     assert!(recall.text.contains(text), "{}", recall.text);
+}
+
+/// A host that passes no query (DeerFlow f1f4af99's automatic caller): by
+/// default nothing is recalled, with one warning for the first such recall;
+/// with `POWERCONTEXT_DEERFLOW_PROFILE_QUERY` the fixed query recalls. A
+/// query the host does pass always wins (the RFC's behaviour).
+async fn missing_query_recalls_only_with_the_operator_profile_query(h: Harness) {
+    h.raw_remember("fact", CONVENTION).await;
+    let no_query = RecallRequest {
+        caller: owner(),
+        query: None,
+    };
+
+    let log = LogCapture::start();
+    let plain = h.backend();
+    for _ in 0..3 {
+        assert!(plain.recall(&no_query).await.unwrap().is_empty());
+    }
+    let text = log.text();
+    assert_eq!(
+        text.matches("the host passed no query").count(),
+        1,
+        "one warning, then quiet: {text}"
+    );
+    assert!(text.contains(ENV_PROFILE_QUERY), "{text}");
+    // The host's query still recalls through the same backend.
+    assert!(plain
+        .recall(&ask(FRESH_CHAT_QUERY))
+        .await
+        .unwrap()
+        .text
+        .contains(CONVENTION));
+
+    let profile = backend(&h.pairs(&[(
+        ENV_PROFILE_QUERY,
+        "order service conventions money amounts tests",
+    )]));
+    let recalled = profile.recall(&no_query).await.unwrap();
+    assert!(recalled.text.contains(CONVENTION), "{}", recalled.text);
+    // A query the host passes is used as given, profile or not.
+    assert!(profile
+        .recall(&ask("kubernetes helm chart"))
+        .await
+        .unwrap()
+        .is_empty());
+    let blank = RecallRequest {
+        caller: owner(),
+        query: Some("   ".into()),
+    };
+    assert!(profile.recall(&blank).await.unwrap().is_empty());
+    assert!(!log.text()[text.len()..].contains("the host passed no query"));
 }
 
 /// Different, missing and fallback users are refused with no remote read or write.

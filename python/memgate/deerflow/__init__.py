@@ -28,6 +28,7 @@ from memgate.deerflow.managers import (
 
 __all__ = [
     "HOST_CONTRACT",
+    "InstallReport",
     "LocalMemoryManager",
     "MemoryConflictError",
     "MemoryCorruptionError",
@@ -35,13 +36,12 @@ __all__ = [
     "MemoryManagerError",
     "OpenVikingMemoryManager",
     "PowerContextMemoryManager",
-    "UnsupportedHostError",
     "install",
     "make_remember_tool",
     "remember_tool",
 ]
 
-_TOOL_NAMES = {"UnsupportedHostError", "install", "make_remember_tool", "remember_tool"}
+_TOOL_NAMES = {"InstallReport", "install", "make_remember_tool", "remember_tool"}
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -77,7 +78,9 @@ def storage_root(backend_config: dict[str, Any]) -> str:
 
 def host_error(err: _native.NativeError, method: str, manager: MemoryManager) -> Exception:
     """The host-contract exception for a memgate error."""
-    code, message = err.args
+    code, message = err.args[:2]
+    if getattr(manager, "errors_in_builtin_words", False) and len(err.args) > 2:
+        message = err.args[2]
     if code == "unsupported":
         return NotImplementedError(f"{method} not supported by {type(manager).__name__}")
     if code in ("invalid_input", "invalid_config"):
@@ -128,11 +131,15 @@ class _MemgateManager(MemoryManager):
 
     #: The memgate backend name (``local``, ``openviking``, ``powercontext``).
     memgate_backend: ClassVar[str]
+    #: The refusal of ``mode != "middleware"`` for backends without tool mode.
+    middleware_only: ClassVar[str | None] = None
 
     if _IS_PYDANTIC:
         _native_backend: Any = PrivateAttr(default=None)
+        _keep_hidden: Any = PrivateAttr(default=None)
     else:
         _native_backend: Any = None
+        _keep_hidden: Any = None
 
     @classmethod
     def from_config(cls, backend_config: dict[str, Any] | None = None, *, mode: str = "middleware", **host_hooks: Any):
@@ -140,20 +147,28 @@ class _MemgateManager(MemoryManager):
         ``should_keep_hidden_message`` (a callable deciding whether a hidden
         message is captured anyway); other hooks (``callbacks``, …) are for
         backends that call a model locally and are ignored."""
+        if mode != "middleware" and cls.middleware_only is not None:
+            # Before construction, as the built-in backend refuses it: a plain
+            # ValueError, not the host model's validation error.
+            raise ValueError(cls.middleware_only)
         manager = cls(backend_config=dict(backend_config or {}), mode=mode)
         hook = host_hooks.get("should_keep_hidden_message")
-        manager._native_backend.set_keep_hidden(hook if callable(hook) else None)
+        manager._keep_hidden = hook if callable(hook) else None
+        manager._native_backend.set_keep_hidden(manager._keep_hidden)
         return manager
 
     def model_post_init(self, context: Any) -> None:
         parent = getattr(super(), "model_post_init", None)
         if parent is not None:
             parent(context)
+        self._native_backend = self._open_native("from_config")
+
+    def _open_native(self, method: str) -> Any:
         config = dict(self.backend_config or {})
         root = storage_root(config)
         config["storage_path"] = root
         try:
-            self._native_backend = _native.Backend.open(
+            return _native.Backend.open(
                 self.memgate_backend,
                 config,
                 self.mode,
@@ -162,7 +177,7 @@ class _MemgateManager(MemoryManager):
                 _report_background_error,
             )
         except _native.NativeError as err:
-            raise host_error(err, "from_config", self) from None
+            raise host_error(err, method, self) from None
 
     def _call(self, method: str, fn, *args, **kwargs):
         try:
@@ -178,7 +193,15 @@ class _MemgateManager(MemoryManager):
         except _native.NativeError as err:
             if err.args[0] == "closed":
                 return ""
+            if err.args[0] == "rejected_identity" and self._quiet_refusal(err.args[1]):
+                return ""
             raise host_error(err, "get_context", self) from None
+
+    def _quiet_refusal(self, reason: str) -> bool:
+        """True when a refused caller's recall is answered with nothing
+        instead of an error (owner-bound backends whose refusal is expected
+        on every turn of an unauthenticated host)."""
+        return False
 
     async def aget_context(self, user_id, *, agent_name=None, thread_id=None, query=None) -> str:
         return await asyncio.to_thread(
@@ -271,8 +294,20 @@ class _MemgateManager(MemoryManager):
     # Lifecycle.
     def warm(self) -> bool | None:
         """Start-up health: True ready, False degraded (``startup_policy:
-        warn``), None nothing to check; a ``fail_fast`` failure raises."""
-        status, reason = self._call("warm", self._native_backend.warm)
+        warn``), None nothing to check; a ``fail_fast`` failure raises.
+        After ``shutdown_flush``/``close`` it reopens the backend (the next
+        lifespan's start-up)."""
+        try:
+            status, reason = self._native_backend.warm()
+        except _native.NativeError as err:
+            if err.args[0] != "closed":
+                raise host_error(err, "warm", self) from None
+            # A new Gateway lifespan in the same process: the host keeps its
+            # memory-manager singleton across lifespans and closed it at the
+            # last shutdown; start-up opens the backend again.
+            self._native_backend = self._open_native("warm")
+            self._native_backend.set_keep_hidden(self._keep_hidden)
+            status, reason = self._call("warm", self._native_backend.warm)
         if status == "ready":
             return True
         if status == "degraded":
@@ -314,12 +349,26 @@ class _Searchable:
                 "id": hit["id"],
                 "content": hit["content"],
                 "category": hit["category"],
-                "confidence": hit.get("score"),
+                "confidence": self._confidence(hit.get("score")),
                 "source": hit.get("source") or hit["id"],
                 "score": hit.get("score"),
             }
             for hit in hits
         ]
+
+    #: True when the backend's ``score`` is already a 0–1 value the host can
+    #: show as ``confidence`` (OpenViking's, as the built-in backend passes it).
+    score_is_confidence: ClassVar[bool] = True
+
+    def _confidence(self, score: Any) -> float | None:
+        """The host's ``confidence`` is 0–1. The local store's BM25 relevance
+        is unbounded (e.g. ``3e-06`` or ``1.79``), so it is mapped through
+        ``s / (1 + s)``: monotonic, 0 for no relevance, below 1, and the same
+        for a hit whatever else matched. ``score`` keeps the raw value."""
+        if score is None or self.score_is_confidence:
+            return score
+        score = max(0.0, float(score))
+        return score / (1.0 + score)
 
     async def asearch(self, query, top_k=5, *, user_id=None, agent_name=None, category=None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(
@@ -348,13 +397,40 @@ def _memory_document(facts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+class FieldError(ValueError):
+    """A ``ValueError`` whose first argument is the field, as DeerMem raises
+    them (``ValueError("confidence")``; the Gateway picks its answer from
+    ``args[0]``), and whose text also states the rule."""
+
+    def __init__(self, field: str, rule: str):
+        super().__init__(field, rule)
+
+    def __str__(self) -> str:
+        return f"{self.args[0]} {self.args[1]}"
+
+
+#: DeerMem's refusal of a fact whose content is already stored; the Gateway
+#: answers it with 409, tool mode's ``memory_add`` with ``{"error": ...}``.
+DUPLICATE_FACT = "Duplicate fact"
+
+
 def _check_confidence(confidence: Any) -> None:
     """``confidence`` is accepted for the host's signature and not stored;
     a value outside 0..1 is still refused, as DeerMem refuses it."""
     if confidence is None:
         return
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 <= confidence <= 1.0:
-        raise ValueError(f"confidence must be a number between 0 and 1 (got {confidence!r})")
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, (int, float))
+        or not math.isfinite(confidence)
+        or not 0.0 <= confidence <= 1.0
+    ):
+        raise FieldError("confidence", f"must be a number between 0 and 1 (got {confidence!r})")
+
+
+def _content_key(content: Any) -> str:
+    """DeerMem's duplicate key: the content stripped and casefolded."""
+    return str(content or "").strip().casefold()
 
 
 def _imported_facts(memory_data: Any) -> list[tuple[str, str]]:
@@ -409,13 +485,19 @@ class _FactStore:
 
     def create_fact(self, content, category="context", confidence=0.5, *, agent_name=None, user_id=None):
         """Saves ``content`` as an explicit memory of kind ``category``.
-        Returns ``(document, fact_id)``; an identical active fact is not
-        stored twice (its id is returned)."""
+        Returns ``(document, fact_id)``. Content already stored for this user
+        and agent (compared stripped and casefolded, whatever its category)
+        raises ``ValueError("Duplicate fact")``, as DeerMem does."""
         if not isinstance(content, str) or not content.strip():
-            raise ValueError("content must be a non-empty string")
+            raise FieldError("content", "must be a non-empty string")
         _check_confidence(confidence)
-        fact_id = self._remember("create_fact", str(category or "context"), content, user_id, agent_name)
-        return self._document("create_fact", user_id, agent_name), fact_id
+        key = _content_key(content)
+        if any(_content_key(f["content"]) == key for f in self._document("create_fact", user_id, agent_name)["facts"]):
+            raise ValueError(DUPLICATE_FACT)
+        outcome = self._save("create_fact", str(category or "context"), content, user_id, agent_name)
+        if outcome["outcome"] == "already_present":  # stored concurrently since the check
+            raise ValueError(DUPLICATE_FACT)
+        return self._document("create_fact", user_id, agent_name), outcome.get("citation")
 
     def update_fact(self, fact_id, content=None, category=None, confidence=None, *, agent_name=None, user_id=None):
         """Revises a fact (history is kept); omitted fields stay as they are.
@@ -443,16 +525,16 @@ class _FactStore:
         if _has_summaries(memory_data):
             logger.warning("memgate import_memory: summary sections are not imported (memgate keeps facts only)")
         for category, content in facts:
-            self._remember("import_memory", category, content, user_id, agent_name)
+            self._save("import_memory", category, content, user_id, agent_name)
         return self._document("import_memory", user_id, agent_name)
 
-    def _remember(self, method, kind, text, user_id, agent_name) -> str | None:
-        """Saves one fact; its id (also when it was already present). An
-        outcome other than stored or already present raises."""
+    def _save(self, method, kind, text, user_id, agent_name) -> dict[str, Any]:
+        """Saves one fact; the outcome, ``stored`` or ``already_present``
+        with its id. Any other outcome raises."""
         outcome = self._call(method, self._native_backend.remember, kind, text, _user(user_id), agent_name)
         if outcome["outcome"] not in ("stored", "already_present"):
             raise MemoryManagerError(f"{method} {outcome['outcome']}: {outcome.get('reason', '')}")
-        return outcome.get("citation")
+        return outcome
 
     def _active_fact(self, method, fact_id, user_id, agent_name) -> dict[str, Any]:
         """The fact, or ``KeyError``: to the host a deleted (retired) fact is gone."""
@@ -469,12 +551,14 @@ class LocalMemoryManager(_FactStore, _Searchable, _MemgateManager):
     """memgate's embedded store (SQLite + FTS5) under the host's storage root
     (``<storage_path>/local/memgate.sqlite3``). Keys: ``max_injection_chars``,
     ``injection_query``, ``recall_top_k``, ``standing_memories``,
-    ``busy_timeout_ms``. Recall uses the host's query when it passes one.
+    ``busy_timeout_ms``. Recall uses the host's query when it passes one,
+    else ``injection_query``.
     Search and the fact operations are supported, so tool mode's four
     memory tools work; passive capture stays on in tool mode (the store
     learns from captured turns)."""
 
     memgate_backend: ClassVar[str] = "local"
+    score_is_confidence: ClassVar[bool] = False
     supports_search: ClassVar[bool] = True
     requires_passive_writes_in_tool_mode: ClassVar[bool] = True
 
@@ -494,6 +578,13 @@ class OpenVikingMemoryManager(_Searchable, _MemgateManager):
     (``from_config(mode="tool")`` raises before reading the config)."""
 
     memgate_backend: ClassVar[str] = "openviking"
+    #: Bad input is reported in the built-in backend's words (no ``invalid <field>:``).
+    errors_in_builtin_words: ClassVar[bool] = True
+    #: The built-in backend's words (memgate-openviking's ``MIDDLEWARE_ONLY``).
+    middleware_only: ClassVar[str | None] = (
+        "The OpenViking automatic-memory backend supports memory.mode='middleware' only; "
+        "use OpenViking MCP for explicit model tools"
+    )
     supports_search: ClassVar[bool] = True
     requires_passive_writes_in_tool_mode: ClassVar[bool] = False
 
@@ -501,14 +592,37 @@ class OpenVikingMemoryManager(_Searchable, _MemgateManager):
 class PowerContextMemoryManager(_MemgateManager):
     """One authenticated owner bound to one PowerContext Scope (the RFC).
     ``backend_config`` must be ``{}`` (the host's ``storage_path`` aside);
-    the binding comes from ``POWERCONTEXT_DEERFLOW_*``. Recall needs the
-    host's query; passive capture (``add``, ``aadd``, ``add_nowait``) is an
+    the binding comes from ``POWERCONTEXT_DEERFLOW_*``. Recall sends the
+    host's query; without one it recalls nothing (one warning), unless the
+    operator set ``POWERCONTEXT_DEERFLOW_PROFILE_QUERY``. Passive capture (``add``, ``aadd``, ``add_nowait``) is an
     explicit no-op: nothing is uploaded, nothing is learned; saving is the
     explicit ``remember`` tool."""
 
     memgate_backend: ClassVar[str] = "powercontext"
     supports_search: ClassVar[bool] = False
     requires_passive_writes_in_tool_mode: ClassVar[bool] = False
+
+    if _IS_PYDANTIC:
+        _refusal_reported: bool = PrivateAttr(default=False)
+    else:
+        _refusal_reported: bool = False
+
+    def _quiet_refusal(self, reason: str) -> bool:
+        """A refused caller recalls nothing, and no request is sent. With
+        DeerFlow's auth disabled every turn is the ``default`` fallback user,
+        so the first refusal is one clear warning and the rest are quiet
+        (the host would otherwise log an ERROR with a traceback per turn)."""
+        if not self._refusal_reported:
+            self._refusal_reported = True
+            logger.warning(
+                "memgate: %s. No memory is recalled for such callers. "
+                "An auth-disabled Gateway (DEER_FLOW_AUTH_DISABLED=1) calls every user `default`, "
+                "which is never the owner: enable authentication and bind "
+                "POWERCONTEXT_DEERFLOW_OWNER_USER_ID to the signed-in user's id. "
+                "Further refusals are not logged.",
+                reason,
+            )
+        return True
 
     def add(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
         """Passive capture is off with PowerContext: nothing is sent."""

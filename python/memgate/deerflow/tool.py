@@ -10,13 +10,18 @@ the host's own resolver when DeerFlow is importable — deerflow-memory-contract
 never retried, ``failed``) are memgate-core's, through the native module.
 The result is a JSON string; no exception escapes the tool.
 
-DeerFlow's extension API (deerflow-extension-api 0.1.2) has no
-tool-contribution method, so ``install`` refuses clearly on such a host
-instead of losing the tool silently.
+``install`` registers the tool the way the host can take it: the RFC's
+``registry.plugin(...)`` where it exists, else (deerflow-extension-api
+0.1.2, which has no tool contribution) a lead-agent middleware that carries
+the tool, since the host builds agents with LangChain's ``create_agent``,
+which adds a middleware's ``tools``. What it cannot register it reports
+(a log warning and the returned :class:`InstallReport`) instead of failing
+the host's start-up.
 """
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,9 +30,9 @@ from typing import Annotated, Any
 from memgate import _native
 
 __all__ = [
+    "InstallReport",
     "ModelTool",
     "PluginContribution",
-    "UnsupportedHostError",
     "install",
     "make_remember_tool",
     "resolve_principal",
@@ -36,17 +41,22 @@ __all__ = [
 TOOL_NAMESPACE = "memgate"
 DEFAULT_USER_ID = "default"
 
-UNSUPPORTED_HOST = (
-    "memgate: this DeerFlow version cannot accept tool contributions: its extension registry "
-    "has no plugin(...) method (deerflow-extension-api 0.1.2 offers middlewares, task_lifecycle, "
-    "system_model_observer, service and routers only), so the `remember` tool was NOT installed. "
-    "Expose it another way: memgate's MCP server (`memgate mcp`, listed under mcpServers in "
-    "extensions_config.json), or add `memgate.deerflow.tool:remember_tool` to the agent's tools."
+#: Where the remember tool can come from when the host's registry takes none.
+ALTERNATIVES = (
+    "memgate's MCP server (the Rust `memgate mcp` binary, not part of this wheel, listed under "
+    "mcpServers in extensions_config.json), or a `tools:` entry in config.yaml "
+    "(`use: memgate.deerflow.tool:remember_tool`)"
 )
 
+logger = logging.getLogger("memgate.deerflow.install")
 
-class UnsupportedHostError(RuntimeError):
-    """The host cannot take the ``remember`` tool through its extension registry."""
+
+@dataclass(frozen=True)
+class InstallReport:
+    """What ``install`` registered with the host and what it could not."""
+
+    installed: tuple[str, ...] = ()
+    not_installed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,14 +186,17 @@ def make_remember_tool(manager: Any = None, *, namespace: str = TOOL_NAMESPACE):
     )
 
 
-def install(registry: Any, config: Mapping[str, Any] | None) -> None:
-    """The extension entry point (``plugins: - use: memgate.deerflow:install``).
+def install(registry: Any, config: Mapping[str, Any] | None) -> InstallReport:
+    """The extension entry point (``deerflow.extensions`` group, and
+    ``plugins: - use: memgate.deerflow:install``).
 
-    Registers the ``remember`` tool through ``registry.plugin(...)``. A
-    registry without that method (every DeerFlow release to date) raises
-    ``UnsupportedHostError`` naming the alternatives; so does a registry
-    that refuses the contribution. ``config`` must be ``{}``: the binding
-    comes from the memory configuration and its environment.
+    Registers the ``remember`` tool through ``registry.plugin(...)`` (the
+    RFC's contribution) when the host has it, else through
+    ``registry.middlewares(...)`` as a lead-agent middleware carrying the
+    tool. A registry that offers neither, or refuses both, is reported
+    (warning + :class:`InstallReport`) and start-up goes on. ``config``
+    must be ``{}``: the binding comes from the memory configuration and its
+    environment, so a setting here is an operator error and raises.
     """
     settings = dict(config or {})
     if settings:
@@ -192,20 +205,55 @@ def install(registry: Any, config: Mapping[str, Any] | None) -> None:
             f"{keys}: memgate's extension takes no settings; plugins[].config must be {{}} "
             "(the memory binding comes from memory.backend_config and its environment variables)"
         )
-    plugin = getattr(registry, "plugin", None)
-    if not callable(plugin):
-        raise UnsupportedHostError(UNSUPPORTED_HOST)
-    tool = make_remember_tool()
-    contribution = PluginContribution(
-        enabled=True, tools=(ModelTool(namespace=TOOL_NAMESPACE, name=tool.name, tool=tool),)
+    refusals = []
+    for kind, register in (("plugin", _register_plugin), ("middlewares", _register_middleware)):
+        method = getattr(registry, kind, None)
+        if not callable(method):
+            refusals.append(f"registry.{kind}(...) is absent")
+            continue
+        try:
+            register(method)
+        except Exception as exc:  # noqa: BLE001 - the host's refusal is reported, not raised
+            refusals.append(f"registry.{kind}(...) refused it ({type(exc).__name__}: {exc})")
+            continue
+        logger.info("memgate: the `remember` tool was registered through registry.%s(...)", kind)
+        return InstallReport(installed=(f"remember tool via registry.{kind}",))
+    message = (
+        "memgate: the `remember` tool was NOT installed: this host cannot take it ("
+        + "; ".join(refusals)
+        + f"). Expose it another way: {ALTERNATIVES}. Recall and capture are unaffected."
     )
-    try:
-        plugin(contribution)
-    except (TypeError, ValueError) as exc:
-        raise UnsupportedHostError(
-            f"memgate: the host's registry.plugin(...) refused the `remember` tool ({exc}); "
-            "the tool was NOT installed."
-        ) from exc
+    logger.warning(message)
+    return InstallReport(not_installed=(message,))
+
+
+def _register_plugin(plugin) -> None:
+    """The RFC's shape: one enabled contribution with the namespaced tool."""
+    tool = make_remember_tool()
+    plugin(PluginContribution(enabled=True, tools=(ModelTool(namespace=TOOL_NAMESPACE, name=tool.name, tool=tool),)))
+
+
+def _register_middleware(middlewares) -> None:
+    """deerflow-extension-api 0.1.2: a lead-agent middleware whose ``tools``
+    LangChain's ``create_agent`` adds to the agent (DeerFlow's isolation
+    wrapper passes them through)."""
+    from deerflow_extension_api import AgentScope, MiddlewarePlacement, Placement
+    from langchain.agents.middleware import AgentMiddleware
+
+    class RememberToolMiddleware(AgentMiddleware):
+        """Carries memgate's ``remember`` tool into the agent; no hooks."""
+
+        name = "memgate_remember_tool"
+
+        def __init__(self):
+            super().__init__()
+            self.tools = [make_remember_tool()]
+
+    class RememberToolContributor:
+        def contribute_middlewares(self, app_store, ctx):
+            return (MiddlewarePlacement(RememberToolMiddleware(), Placement.STANDARD, scope=AgentScope.LEAD),)
+
+    middlewares(RememberToolContributor())
 
 
 def __getattr__(name: str) -> Any:
