@@ -26,7 +26,6 @@ use memgate_core::{
 };
 use serde_json::{Map, Value};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
