@@ -5,7 +5,7 @@
 use crate::backend::Backend;
 use crate::runtime::runtime;
 use crate::{convert, errors};
-use memgate_core::{Caller, CaptureKind, CaptureRequest, RecallRequest, UserId};
+use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, RecallRequest, UserId};
 use pyo3::prelude::*;
 use std::time::Instant;
 
