@@ -616,7 +616,18 @@ async fn pc14_unknown_scope_is_reported_not_created() {
     };
     let missing = "scp_00000000000000000000000000";
     let backend = backend(&binding(&h.server.url, &h.server.token, missing, &[]));
-    let warm = backend.warm().await.unwrap_err();
+    // Observed on the real 1.4.1: while other tests create scopes on the same
+    // server, a read of a missing scope can answer a transient HTTP 409
+    // (its SQLite write conflict) instead of scope_not_found. Asked again,
+    // it answers scope_not_found; it never creates the scope.
+    let mut warm = backend.warm().await.unwrap_err();
+    for _ in 0..5 {
+        if !warm.to_string().contains("HTTP 409") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        warm = backend.warm().await.unwrap_err();
+    }
     assert!(warm.to_string().contains("scope_not_found"), "{warm}");
     let outcome = backend.remember(&owner(), &fact(CONVENTION)).await.unwrap();
     let RememberOutcome::Failed { reason } = &outcome else {
