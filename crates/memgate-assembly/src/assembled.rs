@@ -212,10 +212,9 @@ impl AssembledBackend {
         let deadline = Instant::now() + budget;
         let abandoned = self.work.close_and_wait(budget).await;
         let left = deadline.saturating_duration_since(Instant::now());
-        let backend_drained = match tokio::time::timeout(left, self.inner.shutdown(left)).await {
-            Ok(drained) => drained,
-            Err(_) => false,
-        };
+        let backend_drained = tokio::time::timeout(left, self.inner.shutdown(left))
+            .await
+            .unwrap_or_default();
         let report = DrainReport {
             abandoned,
             backend_drained,

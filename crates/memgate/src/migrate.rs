@@ -26,7 +26,7 @@ use std::collections::HashSet;
 /// One end of a migration.
 pub enum Store {
     Local(LocalBackend),
-    Postgres(PostgresBackend),
+    Postgres(Box<PostgresBackend>),
 }
 
 /// Which store, by its `manager_class` name.
@@ -78,16 +78,16 @@ impl Store {
         );
         Ok(match kind {
             StoreKind::Local => Self::Local(LocalBackend::from_backend_config(&config, &ctx)?),
-            StoreKind::Postgres => {
-                Self::Postgres(PostgresBackend::from_backend_config(&config, &ctx)?)
-            }
+            StoreKind::Postgres => Self::Postgres(Box::new(PostgresBackend::from_backend_config(
+                &config, &ctx,
+            )?)),
         })
     }
 
     pub fn backend(&self) -> &dyn MemoryBackend {
         match self {
             Self::Local(b) => b,
-            Self::Postgres(b) => b,
+            Self::Postgres(b) => b.as_ref(),
         }
     }
 
