@@ -272,18 +272,6 @@ impl PostgresBackend {
         let ranked = self
             .rank(&client, &scope, &query.query, query.top_k, category)
             .await?;
-        Ok(ranked
-            .into_iter()
-            .map(|r| SearchHit {
-                source: Some(match &r.origin {
-                    Origin::Memory => "memory".to_owned(),
-                    Origin::Turn { thread, .. } => format!("thread:{thread}"),
-                }),
-                id: r.citation,
-                content: r.text,
-                category: r.kind,
-                score: Some(r.score),
-            })
-            .collect())
+        Ok(ranked.into_iter().map(SearchHit::from).collect())
     }
 }

@@ -108,6 +108,22 @@ pub struct Ranked {
     pub origin: Origin,
 }
 
+impl From<Ranked> for memgate_core::SearchHit {
+    /// A search hit names where it came from: `memory` or `thread:<id>`.
+    fn from(r: Ranked) -> Self {
+        memgate_core::SearchHit {
+            source: Some(match &r.origin {
+                Origin::Memory => "memory".to_owned(),
+                Origin::Turn { thread, .. } => format!("thread:{thread}"),
+            }),
+            id: r.citation,
+            content: r.text,
+            category: r.kind,
+            score: Some(r.score),
+        }
+    }
+}
+
 /// The citation of captured turn `id`.
 pub fn turn_citation(id: i64) -> String {
     format!("turn_{id}")

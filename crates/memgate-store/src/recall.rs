@@ -171,19 +171,7 @@ impl MemoryStore {
             ),
             None => Ok(Vec::new()),
         })?;
-        Ok(ranked
-            .into_iter()
-            .map(|r| SearchHit {
-                source: Some(match &r.origin {
-                    Origin::Memory => "memory".to_owned(),
-                    Origin::Turn { thread, .. } => format!("thread:{thread}"),
-                }),
-                id: r.citation,
-                content: r.text,
-                category: r.kind,
-                score: Some(r.score),
-            })
-            .collect())
+        Ok(ranked.into_iter().map(SearchHit::from).collect())
     }
 }
 
