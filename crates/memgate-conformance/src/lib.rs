@@ -8,11 +8,12 @@
 //!
 //! ```ignore
 //! memgate_conformance::conformance_tests!(my_subject());
+//! // A backend that needs a real server: each test is listed as ignored by
+//! // a plain `cargo test` and runs under `--include-ignored`.
+//! memgate_conformance::conformance_tests!(my_subject(), #[ignore = "real server: …"]);
 //! ```
 //!
-//! where `my_subject()` returns `Option<impl Subject>` (`None` = the real
-//! server is missing: the test says so and passes only when
-//! `MEMGATE_REQUIRE_REAL_SERVERS` is not `1`; the subject decides).
+//! where `my_subject()` returns an `impl Subject`, evaluated per test.
 //!
 //! A second handle on the same storage stands for a second replica or
 //! process: concurrency behaviours race two handles, not two tasks on one.
@@ -47,11 +48,12 @@ impl Storage {
 }
 
 /// Expands to one `#[tokio::test]` per behaviour, each on `$subject`
-/// (an expression of type `Option<impl Subject>`, evaluated per test).
+/// (an expression of type `impl Subject`, evaluated per test), with the
+/// attributes given after it (e.g. `#[ignore = "…"]`).
 #[macro_export]
 macro_rules! conformance_tests {
-    ($subject:expr) => {
-        $crate::conformance_tests!(@each $subject;
+    ($subject:expr $(, #[$attr:meta])* $(,)?) => {
+        $crate::conformance_tests!(@each [$(#[$attr])*] $subject;
             remember_stores_once_and_cites,
             bad_remember_input_names_the_field_and_keeps_what_was_stored,
             revise_keeps_history_and_refuses_duplicates_and_retired,
@@ -71,13 +73,14 @@ macro_rules! conformance_tests {
             shutdown_refuses_new_work,
         );
     };
-    (@each $subject:expr; $($name:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                let Some(subject) = $subject else { return };
-                $crate::behaviour::$name(&subject).await;
-            }
-        )+
+    (@each $attrs:tt $subject:expr; $($name:ident),+ $(,)?) => {
+        $($crate::conformance_tests!(@one $attrs $subject; $name);)+
+    };
+    (@one [$($attr:tt)*] $subject:expr; $name:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($attr)*
+        async fn $name() {
+            $crate::behaviour::$name(&$subject).await;
+        }
     };
 }

@@ -29,4 +29,7 @@ impl Subject for Postgres {
     }
 }
 
-memgate_conformance::conformance_tests!(common::dsn().map(|dsn| Postgres { dsn }));
+memgate_conformance::conformance_tests!(
+    Postgres { dsn: common::dsn() },
+    #[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+);

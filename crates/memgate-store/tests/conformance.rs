@@ -35,4 +35,4 @@ impl Subject for Local {
     }
 }
 
-memgate_conformance::conformance_tests!(Some(Local::default()));
+memgate_conformance::conformance_tests!(Local::default());

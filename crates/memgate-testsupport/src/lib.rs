@@ -1,8 +1,10 @@
 //! # memgate-testsupport — shared by memgate's own tests, never shipped
 //!
 //! Named fakes for faults a real server cannot be made to produce on
-//! demand. Each one binds loopback only and stops when dropped.
+//! demand (each one binds loopback only and stops when dropped), and the
+//! one way tests find the real servers testkit starts ([`real`]).
 
 pub mod black_hole;
+pub mod real;
 
 pub use black_hole::BlackHole;

@@ -3,8 +3,9 @@
 //! `testkit/scripted_model.py` (a scripted OpenAI-compatible server that
 //! logs every request body) and the real local store.
 //!
-//! The terminal test needs tmux; without it the test prints why it skipped,
-//! unless `MEMGATE_REQUIRE_REAL_SERVERS=1` (CI), where that is a failure.
+//! The terminal tests need tmux: they are `#[ignore]`d (listed as ignored by
+//! a plain `cargo test`), and run with `--include-ignored` as testkit/run-tests
+//! does, where a missing tmux fails them.
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -246,13 +247,6 @@ impl Drop for Tmux {
     }
 }
 
-fn tmux_available() -> bool {
-    Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
@@ -286,25 +280,10 @@ fn chat_in_tmux(home: &Path, model: &ScriptedModel, name: &str) -> Tmux {
     tmux
 }
 
-/// Skips (or, in CI, fails) a terminal test when tmux is missing.
-fn tmux_or_skip(test: &str) -> bool {
-    if tmux_available() {
-        return true;
-    }
-    if std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref() == Ok("1") {
-        panic!(
-            "tmux is not installed but MEMGATE_REQUIRE_REAL_SERVERS=1 (apt-get install -y tmux)"
-        );
-    }
-    println!("{test}: skipped: tmux is not installed");
-    false
-}
-
 #[test]
+#[ignore = "needs tmux (apt-get install -y tmux)"]
 fn chat_in_a_terminal_shows_what_it_recalled_and_saved() {
-    if !tmux_or_skip("chat_in_a_terminal_shows_what_it_recalled_and_saved") {
-        return;
-    }
+    memgate_testsupport::real::tool("tmux", "tmux");
     let home = tempfile::tempdir().unwrap();
     let model = ScriptedModel::start(home.path());
     let tmux = chat_in_tmux(home.path(), &model, "chat-test");
@@ -370,10 +349,9 @@ fn chat_in_a_terminal_shows_what_it_recalled_and_saved() {
 }
 
 #[test]
+#[ignore = "needs tmux (apt-get install -y tmux)"]
 fn ctrl_c_drops_a_running_turn_and_at_the_prompt_leaves_after_the_capture() {
-    if !tmux_or_skip("ctrl_c_drops_a_running_turn_and_at_the_prompt_leaves_after_the_capture") {
-        return;
-    }
+    memgate_testsupport::real::tool("tmux", "tmux");
     let home = tempfile::tempdir().unwrap();
     let model = ScriptedModel::start(home.path());
     let tmux = chat_in_tmux(home.path(), &model, "chat-ctrl-c");

@@ -100,32 +100,7 @@ pub fn capture_request(caller: &Caller, messages: Vec<Message>) -> CaptureReques
     }
 }
 
-/// The real OpenViking server started by `testkit/up`.
-pub struct RealServer {
-    pub url: String,
-    pub root_key: String,
-}
-
-/// The real server's address from the environment, or `None` with a skip
-/// notice. With `MEMGATE_REQUIRE_REAL_SERVERS=1` a missing server fails the
-/// test instead.
-pub fn real_server(test: &str) -> Option<RealServer> {
-    let url = std::env::var("MEMGATE_TEST_OPENVIKING_URL")
-        .ok()
-        .filter(|v| !v.is_empty());
-    let root_key = std::env::var("MEMGATE_TEST_OPENVIKING_ROOT_KEY")
-        .ok()
-        .filter(|v| !v.is_empty());
-    match (url, root_key) {
-        (Some(url), Some(root_key)) => Some(RealServer { url, root_key }),
-        _ => {
-            if std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref() == Ok("1") {
-                panic!(
-                    "{test}: MEMGATE_REQUIRE_REAL_SERVERS=1 but MEMGATE_TEST_OPENVIKING_URL / MEMGATE_TEST_OPENVIKING_ROOT_KEY are not set (run testkit/up)"
-                );
-            }
-            println!("{test}: skipped: real server not running (run testkit/up)");
-            None
-        }
-    }
-}
+/// The real OpenViking server started by `testkit/up` (tests that use it
+/// are `#[ignore]`d, so a plain `cargo test` shows them as ignored).
+#[allow(unused_imports)] // each test binary uses its own part of `common`
+pub use memgate_testsupport::real::{openviking as real_server, OpenViking as RealServer};

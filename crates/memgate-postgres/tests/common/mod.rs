@@ -6,24 +6,9 @@
 use memgate_postgres::{PostgresBackend, PostgresConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The test cluster's DSN; `None` (after saying so) when it is not running,
-/// which fails the test when `MEMGATE_REQUIRE_REAL_SERVERS=1`.
-pub fn dsn() -> Option<String> {
-    match std::env::var("MEMGATE_TEST_POSTGRES_DSN") {
-        Ok(dsn) if !dsn.is_empty() => Some(dsn),
-        _ => {
-            assert!(
-                std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref() != Ok("1"),
-                "MEMGATE_TEST_POSTGRES_DSN is not set but MEMGATE_REQUIRE_REAL_SERVERS=1 \
-                 (run testkit/postgres-up and source testkit/.run/env)"
-            );
-            eprintln!(
-                "skipped: no PostgreSQL (MEMGATE_TEST_POSTGRES_DSN unset; run testkit/postgres-up)"
-            );
-            None
-        }
-    }
-}
+/// The test cluster's DSN (tests that use it are `#[ignore]`d, so a plain
+/// `cargo test` shows them as ignored).
+pub use memgate_testsupport::real::postgres_dsn as dsn;
 
 /// A schema name no other test (or earlier run) uses.
 pub fn unique_schema(label: &str) -> String {

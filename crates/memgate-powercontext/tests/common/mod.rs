@@ -108,44 +108,10 @@ pub fn assert_no_secret(secret: &str, texts: &[&str]) {
     }
 }
 
-/// A real server from testkit/, as its env file describes it.
-#[derive(Clone, Debug)]
-pub struct RealServer {
-    pub url: String,
-    pub token: String,
-    /// The testkit's pre-created Scope (1.4.x only).
-    pub scope_id: Option<String>,
-}
-
-/// The real server for `prefix` (`MEMGATE_TEST_PC002` or
-/// `MEMGATE_TEST_PC14`), or `None` with a printed skip line. With
-/// `MEMGATE_REQUIRE_REAL_SERVERS=1`, absence fails the test instead.
-pub fn real_server(prefix: &str, test: &str) -> Option<RealServer> {
-    let var = |suffix: &str| {
-        std::env::var(format!("{prefix}_{suffix}"))
-            .ok()
-            .filter(|v| !v.is_empty())
-    };
-    match (var("URL"), var("TOKEN")) {
-        (Some(url), Some(token)) => Some(RealServer {
-            url,
-            token,
-            scope_id: var("SCOPE_ID"),
-        }),
-        _ => {
-            if std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref() == Ok("1") {
-                panic!(
-                    "{test}: {prefix}_URL/_TOKEN are not set but MEMGATE_REQUIRE_REAL_SERVERS=1 \
-                     (run testkit/up and source testkit/.run/env)"
-                );
-            }
-            println!(
-                "{test}: skipped: real server not running (run testkit/up; {prefix}_URL unset)"
-            );
-            None
-        }
-    }
-}
+/// A real PowerContext generation from testkit/ (tests that use it are
+/// `#[ignore]`d, so a plain `cargo test` shows them as ignored).
+#[allow(unused_imports)] // each test binary uses its own part of `common`
+pub use memgate_testsupport::real::{powercontext as real_server, PowerContext as RealServer};
 
 /// A name unique to this test run.
 pub fn unique(label: &str) -> String {

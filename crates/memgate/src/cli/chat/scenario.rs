@@ -1,7 +1,7 @@
 //! The RFC's first workflow end to end through the chat turn loop, on the
 //! local store and on the real OpenViking and PowerContext servers of
-//! testkit/ (skipped, with a printed line, when they are not running;
-//! failed when `MEMGATE_REQUIRE_REAL_SERVERS=1`).
+//! testkit/ (those tests are `#[ignore]`d: listed as ignored by a plain
+//! `cargo test`, run with `--include-ignored`).
 
 use super::scripted::*;
 use memgate_core::{BackendContext, Caller, MemoryBackend};
@@ -159,15 +159,13 @@ async fn rfc_scenario_on_the_local_store() {
 /// user-role memory message. Runs against the real OpenViking 0.5 of
 /// testkit/, as a fresh user with its own USER key.
 #[tokio::test]
+#[ignore = "real server: OpenViking (testkit/up)"]
 async fn rfc_scenario_on_openviking_through_capture() {
-    let test = "rfc_scenario_on_openviking_through_capture";
-    let Some([url, root, account]) = real_server(
-        "MEMGATE_TEST_OPENVIKING",
-        ["URL", "ROOT_KEY", "ACCOUNT"],
-        test,
-    ) else {
-        return;
-    };
+    let memgate_testsupport::real::OpenViking {
+        url,
+        root_key: root,
+        account,
+    } = memgate_testsupport::real::openviking();
     // A fresh user, so nothing else is in its memory.
     let user: String = format!("chat{}", new_message_id())
         .chars()
@@ -281,36 +279,6 @@ async fn rfc_scenario_on_openviking_through_capture() {
     assert!(backend.shutdown(Duration::from_secs(5)).await);
 }
 
-/// A real server from testkit/: the values of `{prefix}_{name}` for each
-/// name, or `None` with a printed skip line when one is unset; with
-/// `MEMGATE_REQUIRE_REAL_SERVERS=1` its absence fails the test.
-fn real_server<const N: usize>(prefix: &str, names: [&str; N], test: &str) -> Option<[String; N]> {
-    let var = |s: &str| {
-        std::env::var(format!("{prefix}_{s}"))
-            .ok()
-            .filter(|v| !v.is_empty())
-    };
-    let values = names.map(var);
-    let missing: Vec<String> = names
-        .iter()
-        .zip(&values)
-        .filter(|(_, value)| value.is_none())
-        .map(|(name, _)| format!("{prefix}_{name}"))
-        .collect();
-    if missing.is_empty() {
-        return Some(values.map(Option::unwrap_or_default));
-    }
-    let missing = missing.join(", ");
-    if std::env::var("MEMGATE_REQUIRE_REAL_SERVERS").as_deref() == Ok("1") {
-        panic!(
-            "{test}: {missing} not set but MEMGATE_REQUIRE_REAL_SERVERS=1 \
-             (run testkit/up and source testkit/.run/env)"
-        );
-    }
-    println!("{test}: skipped: real server not running (run testkit/up; {missing} unset)");
-    None
-}
-
 const PC_OWNER: &str = "user-7f3a";
 
 fn powercontext(url: &str, token: &str, scope: &str) -> Arc<dyn MemoryBackend> {
@@ -411,58 +379,52 @@ enum Release {
     V1_4,
 }
 
-/// A backend on a fresh, empty Scope of a running `release` server, and
-/// the server's token; `None` when the server is not running.
-async fn fresh_powercontext(
-    release: Release,
-    test: &str,
-) -> Option<(Arc<dyn MemoryBackend>, String)> {
+/// A backend on a fresh, empty Scope of the running `release` server, and
+/// the server's token.
+async fn fresh_powercontext(release: Release) -> (Arc<dyn MemoryBackend>, String) {
     let prefix = match release {
         Release::V0_0_2 => "MEMGATE_TEST_PC002",
         Release::V1_4 => "MEMGATE_TEST_PC14",
     };
-    let [url, token] = real_server(prefix, ["URL", "TOKEN"], test)?;
+    let server = memgate_testsupport::real::powercontext(prefix);
+    let (url, token) = (server.url, server.token);
     let scope = match release {
         // 0.0.2 Scopes are implicit: a new name is a new, empty Scope.
         Release::V0_0_2 => unique("memgate-chat"),
         Release::V1_4 => pc14_scope(&url, &token).await,
     };
-    Some((powercontext(&url, &token, &scope), token))
+    (powercontext(&url, &token, &scope), token)
 }
 
 /// The RFC scenario on PowerContext: the recalled memory cites the saved
 /// entry and never carries the token.
-async fn rfc_scenario_on_powercontext(release: Release, test: &str) {
-    let Some((backend, token)) = fresh_powercontext(release, test).await else {
-        return;
-    };
+async fn rfc_scenario_on_powercontext(release: Release) {
+    let (backend, token) = fresh_powercontext(release).await;
     let evidence = rfc_scenario(backend, PC_OWNER).await;
     assert_cites_saved_entry(&evidence);
     assert!(!evidence.memory_on_the_wire.contains(&token));
 }
 
 #[tokio::test]
+#[ignore = "real server: PowerContext 1.4 (testkit/up)"]
 async fn powercontext_1_4_recall_needs_shared_words() {
-    let test = "powercontext_1_4_recall_needs_shared_words";
-    if let Some((backend, _)) = fresh_powercontext(Release::V1_4, test).await {
-        powercontext_recall_needs_shared_words(backend).await;
-    }
+    powercontext_recall_needs_shared_words(fresh_powercontext(Release::V1_4).await.0).await;
 }
 
 #[tokio::test]
+#[ignore = "real server: PowerContext 0.0.2 (testkit/up)"]
 async fn powercontext_0_0_2_recall_needs_shared_words() {
-    let test = "powercontext_0_0_2_recall_needs_shared_words";
-    if let Some((backend, _)) = fresh_powercontext(Release::V0_0_2, test).await {
-        powercontext_recall_needs_shared_words(backend).await;
-    }
+    powercontext_recall_needs_shared_words(fresh_powercontext(Release::V0_0_2).await.0).await;
 }
 
 #[tokio::test]
+#[ignore = "real server: PowerContext 1.4 (testkit/up)"]
 async fn rfc_scenario_on_powercontext_1_4() {
-    rfc_scenario_on_powercontext(Release::V1_4, "rfc_scenario_on_powercontext_1_4").await;
+    rfc_scenario_on_powercontext(Release::V1_4).await;
 }
 
 #[tokio::test]
+#[ignore = "real server: PowerContext 0.0.2 (testkit/up)"]
 async fn rfc_scenario_on_powercontext_0_0_2() {
-    rfc_scenario_on_powercontext(Release::V0_0_2, "rfc_scenario_on_powercontext_0_0_2").await;
+    rfc_scenario_on_powercontext(Release::V0_0_2).await;
 }
