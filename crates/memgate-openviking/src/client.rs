@@ -433,13 +433,9 @@ impl OpenVikingClient {
 
     /// Server text, shortened, with the key removed should it ever appear.
     fn scrub(&self, text: &str) -> String {
-        let short: String = text.chars().take(MAX_SERVER_MESSAGE_CHARS).collect();
-        let key = self.api_key.expose();
-        if key.is_empty() {
-            short
-        } else {
-            short.replace(key, "***")
-        }
+        // Scrubbed before shortening, so a cut never leaves part of the key.
+        let scrubbed = self.api_key.scrub(text);
+        scrubbed.chars().take(MAX_SERVER_MESSAGE_CHARS).collect()
     }
 }
 

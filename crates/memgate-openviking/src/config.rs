@@ -19,7 +19,6 @@
 use crate::pystr;
 use memgate_core::{BackendContext, MemoryError, ReadPolicy, Result, StartupPolicy, WritePolicy};
 use serde_json::{Map, Value};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -84,21 +83,8 @@ impl ContentMode {
     }
 }
 
-/// The USER API key; printed as `***` by `Debug`.
-#[derive(Clone)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
+/// The USER API key (one [`Secret`]: its `Debug` never shows it).
+pub type ApiKey = memgate_core::Secret;
 
 /// `backend_config.retrieval`.
 #[derive(Clone, Debug, PartialEq)]
@@ -477,7 +463,7 @@ impl OpenVikingConfig {
             storage_path: resolve_storage_path(&storage_path, &ctx.storage_path),
             owner_user_id,
             api_key_env,
-            api_key: ApiKey(api_key),
+            api_key: ApiKey::new(api_key),
             default_peer_id,
             timeout,
             retrieval: RetrievalConfig {
@@ -594,7 +580,7 @@ mod tests {
         assert!(!c.allow_insecure_http);
         let debug = format!("{c:?}");
         assert!(!debug.contains(KEY), "{debug}");
-        assert!(debug.contains("***"));
+        assert!(debug.contains("Secret(<redacted>)"), "{debug}");
 
         let minimal = json!({"owner_user_id": "default"});
         let c = parse(minimal.as_object().unwrap()).unwrap();

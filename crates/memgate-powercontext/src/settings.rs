@@ -64,23 +64,9 @@ const MAX_SCOPE_ID_CHARS: usize = 256;
 /// 1000 characters of the latest user input (RFC §4).
 pub const MAX_PROFILE_QUERY_CHARS: usize = 1000;
 
-/// The bearer token. Its `Debug` is redacted and it has no `Display`, so it
-/// cannot slip into a log line or an error message by formatting.
-#[derive(Clone, PartialEq, Eq)]
-pub struct BearerToken(String);
-
-impl BearerToken {
-    /// The raw token, for the `Authorization` header only.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("BearerToken(<redacted>)")
-    }
-}
+/// The bearer token (one [`memgate_core::Secret`]: its `Debug` is redacted
+/// and it has no `Display`, so it cannot slip into a log line or an error).
+pub type BearerToken = memgate_core::Secret;
 
 /// The immutable binding of this process to one PowerContext Scope.
 #[derive(Clone)]
@@ -162,7 +148,7 @@ impl Settings {
         );
         let token = match get(ENV_TOKEN) {
             None => missing(&mut problems, ENV_TOKEN),
-            Some(raw) if raw.bytes().all(|b| b.is_ascii_graphic()) => Some(BearerToken(raw)),
+            Some(raw) if raw.bytes().all(|b| b.is_ascii_graphic()) => Some(BearerToken::new(raw)),
             Some(_) => {
                 problems.push(format!(
                     "{ENV_TOKEN} must be printable ASCII without spaces (it is sent as a bearer token)"

@@ -6,41 +6,11 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use std::fmt;
+use memgate_core::Secret;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-/// The server's bearer token. Its `Debug` never shows the value.
-#[derive(Clone)]
-pub struct BearerToken(Arc<str>);
-
-impl BearerToken {
-    /// `None` for an absent or blank token.
-    pub fn new(raw: Option<String>) -> Option<Self> {
-        raw.map(|t| t.trim().to_owned())
-            .filter(|t| !t.is_empty())
-            .map(|t| Self(t.into()))
-    }
-
-    /// Constant-time comparison, so timing does not reveal a prefix.
-    fn matches(&self, presented: &str) -> bool {
-        let a = self.0.as_bytes();
-        let b = presented.as_bytes();
-        let mut diff = a.len() ^ b.len();
-        for i in 0..a.len().max(b.len()) {
-            let x = a.get(i).copied().unwrap_or(0);
-            let y = b.get(i).copied().unwrap_or(0);
-            diff |= usize::from(x ^ y);
-        }
-        diff == 0
-    }
-}
-
-impl fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("BearerToken(<redacted>)")
-    }
-}
+/// The server's bearer token (one [`Secret`]: its `Debug` never shows it).
+pub type BearerToken = Secret;
 
 /// Refuses to expose an unauthenticated memory service beyond loopback.
 pub fn check_bind(addr: SocketAddr, token: Option<&BearerToken>) -> Result<(), String> {
@@ -98,17 +68,17 @@ mod tests {
             .contains("bearer token"));
         assert!(check_bind(local, None).is_ok());
         assert!(check_bind(v6, None).is_ok());
-        let t = BearerToken::new(Some("s3cret".into())).unwrap();
+        let t = BearerToken::from_setting(Some("s3cret".into())).unwrap();
         assert!(check_bind(public, Some(&t)).is_ok());
     }
 
     #[test]
     fn token_comparison_and_redaction() {
-        let t = BearerToken::new(Some(" s3cret ".into())).unwrap();
+        let t = BearerToken::from_setting(Some(" s3cret ".into())).unwrap();
         assert!(t.matches("s3cret"));
         assert!(!t.matches("s3cre"));
         assert!(!t.matches("s3cret!"));
         assert!(!format!("{t:?}").contains("s3cret"));
-        assert!(BearerToken::new(Some("  ".into())).is_none());
+        assert!(BearerToken::from_setting(Some("  ".into())).is_none());
     }
 }

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use memgate_core::{
     Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch, ForgetReport,
     ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
-    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus, WireError,
+    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, Secret, WarmStatus,
+    WireError,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -17,7 +18,7 @@ use std::time::Duration;
 /// A remote memgate service.
 pub struct HttpBackend {
     base: String,
-    token: Option<String>,
+    token: Option<Secret>,
     http: reqwest::Client,
     name: String,
     capabilities: Capabilities,
@@ -28,7 +29,7 @@ impl fmt::Debug for HttpBackend {
         f.debug_struct("HttpBackend")
             .field("base", &self.base)
             .field("backend", &self.name)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token", &self.token)
             .finish()
     }
 }
@@ -36,7 +37,7 @@ impl fmt::Debug for HttpBackend {
 impl HttpBackend {
     /// Connects to `base_url` (e.g. `http://127.0.0.1:8765`) and reads its
     /// `/health` to learn the backend's name and capabilities.
-    pub async fn connect(base_url: &str, token: Option<String>, timeout: Duration) -> Result<Self> {
+    pub async fn connect(base_url: &str, token: Option<Secret>, timeout: Duration) -> Result<Self> {
         let base = base_url.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(MemoryError::invalid(
@@ -72,7 +73,7 @@ impl HttpBackend {
     async fn call<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> Result<T> {
         let mut request = self.http.post(format!("{}{path}", self.base)).json(body);
         if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
+            request = request.bearer_auth(token.expose());
         }
         let response = request.send().await.map_err(|e| {
             if e.is_timeout() {

@@ -2,6 +2,7 @@
 //! `config`, `bench` and `eval` open the configured backend (or the service
 //! named by `--url`), run one operation and shut the backend down cleanly.
 
+use super::error::{CliError, Result};
 use super::output::print_json;
 use super::{Cli, Command, ConfigCommand, EvalCommand, FactsCommand, ForgetCommand};
 use memgate_assembly::config::{Config, ConfigSource};
@@ -12,7 +13,7 @@ use memgate_assembly::AssembledBackend;
 use memgate_core::message::parse_transcript;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, FactPatch, ForgetTarget, MemoryBackend, MemoryError,
-    MemoryExport, RecallRequest, RememberRequest, Result, SearchQuery, UserId, WarmStatus,
+    MemoryExport, RecallRequest, RememberRequest, SearchQuery, UserId, WarmStatus,
 };
 use memgate_server::client::HttpBackend;
 use std::io::Read;
@@ -50,7 +51,9 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             to,
             postgres_dsn_env,
             json,
-        } => super::migrate::run(cli.config.as_deref(), &from, &to, &postgres_dsn_env, json).await,
+        } => Ok(
+            super::migrate::run(cli.config.as_deref(), &from, &to, &postgres_dsn_env, json).await?,
+        ),
         command @ Command::Capture { .. } => {
             let (backend, timeout) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
             capture_until_terminated(backend, timeout, caller, command).await
@@ -59,7 +62,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             let (backend, budget) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
             let result = operate(&*backend, caller, command).await;
             backend.drain(budget).await;
-            result.map(|()| ExitCode::SUCCESS)
+            Ok(result.map(|()| ExitCode::SUCCESS)?)
         }
     }
 }
@@ -84,7 +87,7 @@ async fn capture_until_terminated(
     tokio::select! {
         result = capture => {
             backend.shutdown(timeout).await;
-            result.map(|()| ExitCode::SUCCESS)
+            Ok(result.map(|()| ExitCode::SUCCESS)?)
         }
         () = &mut terminated => {
             eprintln!(
@@ -140,7 +143,7 @@ async fn mcp_stdio(config_path: Option<&Path>, cli: &Caller) -> Result<ExitCode>
         memgate_server::mcp::MemoryMcp::new(Arc::clone(&backend), mcp_principal(&config, cli));
     let result = memgate_server::mcp::serve_stdio(server).await;
     backend.drain(shutdown_budget(&config)).await;
-    result.map(|()| ExitCode::SUCCESS)
+    Ok(result.map(|()| ExitCode::SUCCESS)?)
 }
 
 /// `memgate chat`: the terminal host over the configured backend (or the
@@ -178,9 +181,9 @@ async fn open(
     let (config, _) = Config::discover(config, None)?;
     let backend = match url {
         Some(url) => {
-            let token = std::env::var(&config.server.bearer_token_env)
-                .ok()
-                .filter(|t| !t.is_empty());
+            let token = memgate_core::Secret::from_setting(
+                std::env::var(&config.server.bearer_token_env).ok(),
+            );
             let limit = config
                 .memory
                 .deadlines
@@ -229,7 +232,7 @@ async fn operate(backend: &dyn MemoryBackend, caller: Caller, command: Command) 
             json,
         } => {
             if !(1..=100).contains(&top_k) {
-                return Err(MemoryError::invalid("--top-k", "must be between 1 and 100"));
+                return Err(MemoryError::invalid("--top-k", "must be between 1 and 100").into());
             }
             let hits = backend
                 .search(&caller, &SearchQuery { query, top_k, kind })
@@ -284,10 +287,9 @@ async fn forget(backend: &dyn MemoryBackend, caller: Caller, what: ForgetCommand
         ForgetCommand::Fact { id } => (caller, ForgetTarget::Fact { id }),
         ForgetCommand::Thread { thread } => (caller.with_thread(thread), ForgetTarget::Thread),
         ForgetCommand::Scope { yes: false } | ForgetCommand::User { yes: false } => {
-            return Err(MemoryError::invalid(
-                "--yes",
-                "is required to erase a whole scope or user",
-            ))
+            return Err(
+                MemoryError::invalid("--yes", "is required to erase a whole scope or user").into(),
+            )
         }
         ForgetCommand::Scope { yes: true } => (caller, ForgetTarget::Scope),
         ForgetCommand::User { yes: true } => (caller, ForgetTarget::User),
@@ -321,10 +323,9 @@ async fn facts(backend: &dyn MemoryBackend, caller: &Caller, action: FactsComman
         FactsCommand::Show { id } => print_json(&backend.get_fact(caller, &id).await?),
         FactsCommand::Revise { id, kind, text } => {
             if kind.is_none() && text.is_none() {
-                return Err(MemoryError::invalid(
-                    "revision",
-                    "give --kind, --text, or both",
-                ));
+                return Err(
+                    MemoryError::invalid("revision", "give --kind, --text, or both").into(),
+                );
             }
             let fact = backend
                 .revise_fact(caller, &id, &FactPatch { kind, text })
@@ -338,11 +339,10 @@ async fn facts(backend: &dyn MemoryBackend, caller: &Caller, action: FactsComman
         FactsCommand::Export { out } => {
             let export = backend.export(caller).await?;
             let text = serde_json::to_string_pretty(&export)
-                .map_err(|e| MemoryError::backend(format!("cannot render the export: {e}")))?;
+                .map_err(|e| CliError::Internal(format!("cannot render the export: {e}")))?;
             match out {
-                Some(path) => std::fs::write(&path, text + "\n").map_err(|e| {
-                    MemoryError::backend(format!("cannot write {}: {e}", path.display()))
-                })?,
+                Some(path) => std::fs::write(&path, text + "\n")
+                    .map_err(|e| CliError::io(format!("cannot write {}", path.display()), e))?,
                 None => println!("{text}"),
             }
         }
@@ -362,7 +362,8 @@ async fn facts(backend: &dyn MemoryBackend, caller: &Caller, action: FactsComman
                         memgate_core::facts::EXPORT_FORMAT,
                         data.format
                     ),
-                ));
+                )
+                .into());
             }
             let report = backend.import(caller, &data).await?;
             println!(
@@ -383,10 +384,16 @@ fn read_input(path: &Path) -> Result<Vec<u8>> {
         let mut buf = Vec::new();
         std::io::stdin()
             .read_to_end(&mut buf)
-            .map_err(|e| MemoryError::invalid("stdin", e.to_string()))?;
+            .map_err(|source| CliError::Input {
+                what: "stdin".into(),
+                source,
+            })?;
         return Ok(buf);
     }
-    std::fs::read(path).map_err(|e| MemoryError::invalid(path.display().to_string(), e.to_string()))
+    std::fs::read(path).map_err(|source| CliError::Input {
+        what: path.display().to_string(),
+        source,
+    })
 }
 
 fn check_config(file: Option<&Path>) -> Result<ExitCode> {
@@ -482,7 +489,7 @@ async fn bench(sizes: &[usize], recalls: usize, json: bool) -> Result<ExitCode> 
         })
     })
     .await
-    .map_err(|e| MemoryError::backend(format!("benchmark task failed: {e}")))??;
+    .map_err(|e| CliError::Internal(format!("benchmark task failed: {e}")))??;
     if json {
         print_json(&report);
     } else {
@@ -496,7 +503,7 @@ async fn eval_locomo(file: PathBuf, json: bool) -> Result<ExitCode> {
         memgate_store::locomo::run_locomo(&file, &Default::default())
     })
     .await
-    .map_err(|e| MemoryError::backend(format!("evaluation task failed: {e}")))??;
+    .map_err(|e| CliError::Internal(format!("evaluation task failed: {e}")))??;
     if json {
         print_json(&report);
     } else {

@@ -2,12 +2,12 @@
 
 mod chat;
 mod commands;
+mod error;
 mod migrate;
 mod output;
 mod serve;
 
 use clap::{Parser, Subcommand};
-use memgate_core::MemoryError;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -229,17 +229,8 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("memgate: error: {}", one_line(&err.to_string()));
-            ExitCode::from(exit_code(&err))
+            ExitCode::from(err.exit_code())
         }
-    }
-}
-
-/// 2 for bad input (config, arguments, refused identity), 1 for failures.
-fn exit_code(err: &MemoryError) -> u8 {
-    if err.is_caller_error() {
-        2
-    } else {
-        1
     }
 }
 

@@ -4,10 +4,11 @@
 //! then the backend drains within what is left, and the last line says
 //! exactly what was not drained.
 
+use super::error::{CliError, Result};
 use memgate_assembly::config::Config;
 use memgate_assembly::factory::{open_backend, BackendSetup};
 use memgate_assembly::AssembledBackend;
-use memgate_core::{Caller, MemoryBackend, MemoryError, Result, WarmStatus};
+use memgate_core::{Caller, MemoryBackend, MemoryError, WarmStatus};
 use memgate_server::auth::{check_bind, BearerToken};
 use memgate_server::mcp::{McpEndpoint, MemoryMcp};
 use memgate_server::{router, ServerState};
@@ -28,7 +29,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
             format!("must be HOST:PORT with an IP address (got {addr_text:?})"),
         )
     })?;
-    let token = BearerToken::new(std::env::var(&config.server.bearer_token_env).ok());
+    let token = BearerToken::from_setting(std::env::var(&config.server.bearer_token_env).ok());
     check_bind(addr, token.as_ref()).map_err(|rule| MemoryError::invalid("--addr", rule))?;
 
     let backend = open_backend(&config.memory, &BackendSetup::from_process()?)?;
@@ -36,7 +37,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
 
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| MemoryError::backend(format!("cannot listen on {addr}: {e}")))?;
+        .map_err(|e| CliError::io(format!("cannot listen on {addr}"), e))?;
     let stop = CancellationToken::new();
     let mcp = config.mcp.enabled.then(|| McpEndpoint {
         server: MemoryMcp::new(
@@ -72,8 +73,8 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         ended = &mut serving => {
             return match ended {
                 Ok(Ok(())) => Ok(ExitCode::SUCCESS),
-                Ok(Err(e)) => Err(MemoryError::backend(format!("server error: {e}"))),
-                Err(e) => Err(MemoryError::backend(format!("server task failed: {e}"))),
+                Ok(Err(e)) => Err(CliError::io("the HTTP server failed", e)),
+                Err(e) => Err(CliError::Internal(format!("server task failed: {e}"))),
             };
         }
         () = shutdown_signal() => {}
@@ -124,7 +125,8 @@ async fn warm(backend: &AssembledBackend) -> Result<()> {
         Err(e) => Err(MemoryError::backend(format!(
             "refusing to start: backend {} failed its start-up check (startup_policy fail_fast): {e}",
             backend.name()
-        ))),
+        ))
+        .into()),
     }
 }
 

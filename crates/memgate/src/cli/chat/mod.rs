@@ -27,8 +27,9 @@ mod sse;
 mod terminal;
 mod turn;
 
+use crate::cli::error::Result;
 use clap::Args;
-use memgate_core::{Caller, MemoryError, Result};
+use memgate_core::{Caller, MemoryError};
 use memgate_host::{HostSettings, MemoryHost};
 use openai::{Endpoint, ModelClient};
 use std::sync::Arc;
@@ -90,6 +91,7 @@ fn seconds(field: &str, value: f64) -> Result<Duration> {
         Err(MemoryError::invalid(
             field,
             "must be a number of seconds greater than 0 and at most 86400",
-        ))
+        )
+        .into())
     }
 }

@@ -4,32 +4,23 @@
 
 use super::sse::SseDecoder;
 use super::{ChatArgs, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL};
+use crate::cli::error::{CliError, Result};
 use memgate_core::message::RoleKind;
 use memgate_core::tool::ToolSpec;
-use memgate_core::{MemoryError, Message, Result};
+use memgate_core::{Message, Secret};
 use serde_json::{json, Value};
-use std::fmt;
 use std::time::Duration;
 
 /// Most bytes of an error body quoted from the model endpoint.
 const MAX_ERROR_BODY: usize = 2048;
-
-/// The API key: sent in the `Authorization` header, masked everywhere else.
-#[derive(Clone)]
-struct ApiKey(String);
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey([redacted])")
-    }
-}
 
 /// Where the model is.
 #[derive(Clone, Debug)]
 pub struct Endpoint {
     pub(super) base_url: String,
     pub(super) model: String,
-    api_key: Option<ApiKey>,
+    /// Sent in the `Authorization` header, masked everywhere else.
+    api_key: Option<Secret>,
 }
 
 impl Endpoint {
@@ -40,39 +31,37 @@ impl Endpoint {
             v.as_deref().map(str::trim).filter(|s| !s.is_empty())
         }
         let (Some(base_url), Some(model)) = (present(&args.base_url), present(&args.model)) else {
-            return Err(MemoryError::Config(format!(
+            return Err(CliError::Setting(format!(
                 "memgate chat needs an OpenAI-compatible endpoint: set {ENV_BASE_URL} \
                  (for Ollama: http://localhost:11434/v1) and {ENV_MODEL} (e.g. llama3.1); \
                  {ENV_API_KEY} is optional for local servers"
             )));
         };
         let url = reqwest::Url::parse(base_url).map_err(|e| {
-            MemoryError::Config(format!("{ENV_BASE_URL} must be an http(s) URL ({e})"))
+            CliError::Setting(format!("{ENV_BASE_URL} must be an http(s) URL ({e})"))
         })?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(MemoryError::Config(format!(
+            return Err(CliError::Setting(format!(
                 "{ENV_BASE_URL} must be an http(s) URL (got scheme {})",
                 url.scheme()
             )));
         }
         if !url.username().is_empty() || url.password().is_some() {
-            return Err(MemoryError::Config(format!(
+            return Err(CliError::Setting(format!(
                 "{ENV_BASE_URL} must not carry credentials; put the key in {ENV_API_KEY}"
             )));
         }
         Ok(Self {
             base_url: base_url.trim_end_matches('/').to_owned(),
             model: model.to_owned(),
-            api_key: var(ENV_API_KEY)
-                .filter(|k| !k.trim().is_empty())
-                .map(ApiKey),
+            api_key: Secret::from_setting(var(ENV_API_KEY)),
         })
     }
 
     /// `text` with every occurrence of the key masked.
     fn redact(&self, text: &str) -> String {
         match &self.api_key {
-            Some(ApiKey(key)) => text.replace(key.as_str(), "[redacted]"),
+            Some(key) => key.scrub(text),
             None => text.to_owned(),
         }
     }
@@ -107,7 +96,7 @@ impl ModelClient {
             .connect_timeout(Duration::from_secs(10).min(silence))
             .read_timeout(silence)
             .build()
-            .map_err(|e| MemoryError::backend(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(|e| CliError::Internal(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
             http,
             endpoint,
@@ -129,10 +118,10 @@ impl ModelClient {
         }
         let url = format!("{}/chat/completions", self.endpoint.base_url);
         let mut request = self.http.post(&url).json(&body);
-        if let Some(ApiKey(key)) = &self.endpoint.api_key {
-            request = request.bearer_auth(key);
+        if let Some(key) = &self.endpoint.api_key {
+            request = request.bearer_auth(key.expose());
         }
-        let failed = |what: String| MemoryError::backend(self.endpoint.redact(&what));
+        let failed = |what: String| CliError::Model(self.endpoint.redact(&what));
         let mut response = request
             .send()
             .await
@@ -401,7 +390,7 @@ mod tests {
             args(Some("  "), Some("llama3.1")),
         ] {
             let err = Endpoint::resolve(&a, |_| None).unwrap_err();
-            assert!(err.is_caller_error(), "exit code 2");
+            assert_eq!(err.exit_code(), 2);
             let text = err.to_string();
             assert!(text.contains("MEMGATE_CHAT_BASE_URL"), "{text}");
             assert!(text.contains("http://localhost:11434/v1"), "{text}");

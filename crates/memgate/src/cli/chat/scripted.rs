@@ -5,7 +5,8 @@
 use super::openai::{Endpoint, ModelClient};
 use super::turn::ChatSession;
 use super::ChatArgs;
-use memgate_core::{BackendContext, Caller, MemoryBackend, Result};
+use crate::cli::error::Result;
+use memgate_core::{BackendContext, Caller, MemoryBackend};
 use memgate_host::{HostSettings, MemoryHost};
 use serde_json::{json, Value};
 use std::io::BufRead;

@@ -3,7 +3,7 @@
 //! turn), and the flushed writes everything shown goes through.
 
 use super::turn::ChatSession;
-use memgate_core::{MemoryError, Result};
+use crate::cli::error::{CliError, Result};
 use std::io::{BufRead, Write};
 
 /// Talks with the user until `/quit`, end of input or Ctrl-C at the prompt,
@@ -26,7 +26,7 @@ pub(super) async fn run(mut session: ChatSession) -> Result<()> {
         let line = match line {
             Some(Ok(line)) => line,
             None => break,
-            Some(Err(e)) => return Err(MemoryError::backend(format!("cannot read input: {e}"))),
+            Some(Err(e)) => return Err(CliError::io("cannot read input", e)),
         };
         match line.trim() {
             "" => {}

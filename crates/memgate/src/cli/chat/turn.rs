@@ -5,8 +5,9 @@
 
 use super::openai::{wire_messages, wire_tool, ModelClient, WireCall};
 use super::terminal::{line_out, print_flush};
+use crate::cli::error::Result;
 use memgate_core::tool::ToolResult;
-use memgate_core::{Caller, MemoryBackend, Message, Result, ToolCall};
+use memgate_core::{Caller, MemoryBackend, Message, ToolCall};
 use memgate_host::{
     new_message_id, CaptureHandle, CaptureOutcome, InjectionOutcome, MemoryHost, MemoryStatus,
     SaveReport, SkipReason, ToolContext,
