@@ -186,6 +186,9 @@ pub struct Message {
 /// `tool_status` aliases, and `null` anywhere an optional value may be.
 #[derive(Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+// The HTTP API refuses unknown message fields (`refuse_unknown_message_fields`);
+// the in-process path tolerates them, so only the schema says so.
+#[cfg_attr(feature = "schema", schemars(deny_unknown_fields))]
 struct RawMessage {
     #[serde(default)]
     id: Option<Value>,
@@ -243,6 +246,50 @@ impl TryFrom<RawMessage> for Message {
             additional_kwargs,
         })
     }
+}
+
+/// The fields a message may carry on memgate's own wire (the names
+/// [`RawMessage`] reads, aliases included). The in-process path takes a
+/// host's message objects as they are, framework fields and all; memgate's
+/// HTTP API is strict instead ([`refuse_unknown_message_fields`]), so a
+/// misspelt field is an error rather than silently dropped text.
+pub const MESSAGE_FIELDS: &[&str] = &[
+    "id",
+    "type",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "tool_id",
+    "name",
+    "tool_name",
+    "status",
+    "tool_status",
+    "additional_kwargs",
+];
+
+/// Refuses the first field of `messages` (a JSON list of message objects)
+/// that [`MESSAGE_FIELDS`] does not name, as `messages[i].field`.
+/// Host-specific data belongs in `additional_kwargs`.
+pub fn refuse_unknown_message_fields(messages: &[Value]) -> crate::Result<()> {
+    for (i, message) in messages.iter().enumerate() {
+        let Some(fields) = message.as_object() else {
+            continue; // the shape itself is the deserializer's error
+        };
+        if let Some(unknown) = fields
+            .keys()
+            .find(|k| !MESSAGE_FIELDS.contains(&k.as_str()))
+        {
+            return Err(crate::MemoryError::invalid(
+                format!("messages[{i}].{unknown}"),
+                format!(
+                    "unknown message field; a message has {} (put host data in additional_kwargs)",
+                    MESSAGE_FIELDS.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Python-style truthiness of a JSON value (how the host reads its flags).

@@ -98,3 +98,38 @@ where
         }
     }
 }
+
+/// A capture body. Strict where the shared [`Message`] type is lenient:
+/// in-process hosts hand memgate their framework's message objects, but on
+/// this API an unknown message field is refused, naming it
+/// (`messages[2].contnet`), instead of being dropped.
+///
+/// [`Message`]: memgate_core::Message
+pub struct CaptureBody(pub memgate_core::CaptureRequest);
+
+impl<S> FromRequest<S> for CaptureBody
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let JsonBody(body) = JsonBody::<serde_json::Value>::from_request(req, state).await?;
+        if let Some(messages) = body.get("messages").and_then(serde_json::Value::as_array) {
+            memgate_core::message::refuse_unknown_message_fields(messages)?;
+        }
+        serde_path_to_error::deserialize(body)
+            .map(CaptureBody)
+            .map_err(|e| {
+                MemoryError::invalid(
+                    "body",
+                    format!(
+                        "Failed to deserialize the JSON body into the target type: {}: {}",
+                        e.path(),
+                        e.inner()
+                    ),
+                )
+                .into()
+            })
+    }
+}

@@ -3,7 +3,7 @@
 
 use crate::api::*;
 use crate::auth::{require_bearer, BearerToken};
-use crate::error::{ApiError, JsonBody};
+use crate::error::{ApiError, CaptureBody, JsonBody};
 use crate::mcp::{self, McpEndpoint};
 use crate::openapi;
 use axum::extract::{DefaultBodyLimit, State};
@@ -14,8 +14,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use memgate_assembly::{AssembledBackend, WorkTracker};
 use memgate_core::{
-    CaptureReport, CaptureRequest, Fact, ForgetReport, ForgetTarget, ImportReport, MemoryBackend,
-    MemoryError, Recall, RecallRequest, RememberOutcome, RememberRequest, SearchQuery,
+    CaptureReport, Fact, ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError,
+    Recall, RecallRequest, RememberOutcome, RememberRequest, SearchQuery,
 };
 use serde::Serialize;
 use std::future::Future;
@@ -118,7 +118,7 @@ async fn recall(
 
 async fn capture(
     State(state): State<ServerState>,
-    JsonBody(request): JsonBody<CaptureRequest>,
+    CaptureBody(request): CaptureBody,
 ) -> Result<Json<CaptureReport>, ApiError> {
     request.caller.require_thread().map_err(ApiError::from)?;
     answer(state.backend.capture(&request)).await

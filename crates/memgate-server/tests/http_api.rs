@@ -181,6 +181,53 @@ async fn bad_bodies_get_a_clear_error_in_the_api_shape() {
     assert_eq!(body["error"]["field"], "top_k", "{body}");
 }
 
+/// Capture is strict about message fields (the shared message type is
+/// lenient for in-process hosts): a misspelt field is refused by name
+/// before the backend is called; host data in `additional_kwargs` and the
+/// documented aliases (`role`, `tool_id`, …) are accepted.
+#[tokio::test]
+async fn capture_refuses_unknown_message_fields_by_name() {
+    let fake = Arc::new(CountingFake::default());
+    let base = spawn(ServerState::new(AssembledBackend::with_defaults(
+        fake.clone(),
+    )))
+    .await;
+    let caller = json!({"user": "u", "thread": "t"});
+    let (status, body) = post(
+        &base,
+        "/v1/capture",
+        &json!({"caller": caller, "messages": [
+            {"type": "human", "content": "hi"},
+            {"type": "ai", "contnet": "typo"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_input");
+    assert_eq!(body["error"]["field"], "messages[1].contnet", "{body}");
+    assert!(
+        body["error"]["rule"]
+            .as_str()
+            .unwrap()
+            .contains("additional_kwargs"),
+        "{body}"
+    );
+    assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
+
+    let (status, body) = post(
+        &base,
+        "/v1/capture",
+        &json!({"caller": caller, "messages": [
+            {"role": "human", "content": "hi", "additional_kwargs": {"host": {"x": 1}}},
+            {"type": "tool", "content": "ok", "tool_id": "c1", "tool_name": "f", "tool_status": "success"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["stored"], 2);
+    assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+}
+
 /// Every operation requires the same strict caller; a body that breaks a
 /// rule is refused with the field named, before the backend is called.
 #[tokio::test]
@@ -282,7 +329,7 @@ async fn unsupported_operations_are_501() {
 #[tokio::test]
 async fn bearer_token_guards_everything_but_health() {
     let mut state = ServerState::new(AssembledBackend::with_defaults(Arc::new(NoopBackend)));
-    state.token = BearerToken::new(Some("tok-123".into()));
+    state.token = BearerToken::from_setting(Some("tok-123".into()));
     let base = spawn(state).await;
     let client = reqwest::Client::new();
     let open = client.get(format!("{base}/health")).send().await.unwrap();
