@@ -58,19 +58,22 @@ def test_first_turn_of_a_new_thread_sends_the_memory_to_the_model(host, asynchro
     assert_injected(request, token if host.backend == "openviking" else text)
 
 
-@pytest.mark.parametrize("host", ["local", "pc002", "pc14"], indirect=True)
+@pytest.mark.parametrize("host", BACKENDS, indirect=True)
 def test_the_memory_middleware_captures_a_finished_run(host):
     """Local: the finished turn is stored and recalled for its words.
-    PowerContext: passive capture is off, nothing is sent. (OpenViking's
-    capture is what the first-turn test learns its memory from.)"""
+    OpenViking: the thread's session on the server holds the turn (what the
+    server extracts from; the first-turn test recalls what it extracted).
+    PowerContext: passive capture is off, nothing is recalled."""
     token = f"cap{uuid.uuid4().hex[:8]}"
-    run_lead_agent(host, f"The deploy window for project {token} is Tuesday morning.")
+    thread = f"thread-{uuid.uuid4().hex[:8]}"
+    run_lead_agent(host, f"The deploy window for project {token} is Tuesday morning.", thread=thread)
     assert manager().wait_for_background(30.0)
+    if host.backend == "openviking":
+        session = openviking_session(host, thread)
+        assert session is not None and session["total_message_count"] >= 2, session
+        return
     recalled = manager().get_context(host.owner, query=f"deploy window project {token}")
-    if host.backend == "local":
-        assert token in recalled
-    else:
-        assert token not in recalled
+    assert (token in recalled) == (host.backend == "local"), recalled
 
 
 class _Runtime:
