@@ -137,11 +137,9 @@ class _MemgateManager(MemoryManager):
     if _IS_PYDANTIC:
         _native_backend: Any = PrivateAttr(default=None)
         _keep_hidden: Any = PrivateAttr(default=None)
-        _shut_down: bool = PrivateAttr(default=False)
     else:
         _native_backend: Any = None
         _keep_hidden: Any = None
-        _shut_down: bool = False
 
     @classmethod
     def from_config(cls, backend_config: dict[str, Any] | None = None, *, mode: str = "middleware", **host_hooks: Any):
@@ -297,18 +295,19 @@ class _MemgateManager(MemoryManager):
     def warm(self) -> bool | None:
         """Start-up health: True ready, False degraded (``startup_policy:
         warn``), None nothing to check; a ``fail_fast`` failure raises.
-        After ``shutdown_flush``/``close`` it opens the backend again (the
-        next lifespan's start-up)."""
-        if self._shut_down:
+        After ``shutdown_flush``/``close`` it reopens the backend (the next
+        lifespan's start-up)."""
+        try:
+            status, reason = self._native_backend.warm()
+        except _native.NativeError as err:
+            if err.args[0] != "closed":
+                raise host_error(err, "warm", self) from None
             # A new Gateway lifespan in the same process: the host keeps its
             # memory-manager singleton across lifespans and closed it at the
-            # last shutdown. Each backend answers a closed warm differently
-            # (local: an error, OpenViking: degraded, PowerContext: a failed
-            # start-up check), so the manager remembers it closed it.
+            # last shutdown; start-up opens the backend again.
             self._native_backend = self._open_native("warm")
             self._native_backend.set_keep_hidden(self._keep_hidden)
-            self._shut_down = False
-        status, reason = self._call("warm", self._native_backend.warm)
+            status, reason = self._call("warm", self._native_backend.warm)
         if status == "ready":
             return True
         if status == "degraded":
@@ -320,12 +319,10 @@ class _MemgateManager(MemoryManager):
         """Stops new work and drains background and in-flight work within
         ``timeout`` seconds; False if some was still running (it closes the
         backend when it ends). Idempotent."""
-        self._shut_down = True
         return self._native_backend.shutdown(float(timeout))
 
     def close(self) -> None:
         """Closes now if idle, else when the last running operation ends."""
-        self._shut_down = True
         self._native_backend.shutdown(0.0)
 
     def wait_for_background(self, timeout: float) -> bool:
