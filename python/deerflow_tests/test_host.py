@@ -120,12 +120,12 @@ def test_the_summarization_hook_sync_and_on_the_event_loop(host):
 
 #: Why each backend's manager refuses ``memory.mode: tool`` (OpenViking: the
 #: built-in backend's words, raised before construction; PowerContext has no
-#: search, so DeerFlow's own invariant refuses it).
+#: search: memgate's backend factory refuses it while the manager is built,
+#: so the host sees a pydantic ``ValidationError`` carrying that rule).
 TOOL_MODE_REFUSAL = {
     "openviking": "The OpenViking automatic-memory backend supports memory.mode='middleware' only; "
     "use OpenViking MCP for explicit model tools",
-    "pc002": "memory mode='tool' requires a backend that implements search(), "
-    "but PowerContextMemoryManager does not override search()",
+    "pc002": "memory.mode: tool mode requires a backend that implements search, and powercontext does not",
 }
 TOOL_MODE_REFUSAL["pc14"] = TOOL_MODE_REFUSAL["pc002"]
 
