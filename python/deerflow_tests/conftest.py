@@ -80,7 +80,9 @@ class Host:
         if backend == "openviking":
             env = real_server("MEMGATE_TEST_OPENVIKING_URL", "MEMGATE_TEST_OPENVIKING_USER", "MEMGATE_TEST_OPENVIKING_USER_KEY")
             self.owner = env["MEMGATE_TEST_OPENVIKING_USER"]
-            self.monkeypatch.setenv("OPENVIKING_API_KEY", env["MEMGATE_TEST_OPENVIKING_USER_KEY"])
+            self.openviking_key = env["MEMGATE_TEST_OPENVIKING_USER_KEY"]
+            self.openviking_peer = f"df{uuid.uuid4().hex[:10]}"
+            self.monkeypatch.setenv("OPENVIKING_API_KEY", self.openviking_key)
             return textwrap.dedent(
                 f"""\
                 manager_class: memgate.deerflow:OpenVikingMemoryManager
@@ -88,7 +90,7 @@ class Host:
                     base_url: {env["MEMGATE_TEST_OPENVIKING_URL"]}
                     owner_user_id: {self.owner}
                     api_key_env: OPENVIKING_API_KEY
-                    default_peer_id: df{uuid.uuid4().hex[:10]}"""
+                    default_peer_id: {self.openviking_peer}"""
             )
         prefix = "MEMGATE_TEST_PC002" if backend == "pc002" else "MEMGATE_TEST_PC14"
         names = [f"{prefix}_URL", f"{prefix}_TOKEN"] + ([f"{prefix}_SCOPE_ID_2"] if backend == "pc14" else [])
@@ -104,7 +106,12 @@ class Host:
         self.monkeypatch.delenv("POWERCONTEXT_DEERFLOW_PROFILE_QUERY", raising=False)
         return "manager_class: memgate.deerflow:PowerContextMemoryManager\n  backend_config: {}"
 
-    def write(self, *, mode: str = "middleware", extra: str = "") -> None:
+    def write(self, *, mode: str | None = None, extra: str | None = None) -> None:
+        """Writes ``config.yaml`` and drops DeerFlow's cached config, manager
+        and extensions, as a new Gateway process would start. ``mode`` and
+        ``extra`` (more top-level YAML) stay as last given."""
+        self.mode = mode or getattr(self, "mode", "middleware")
+        self.extra = extra if extra is not None else getattr(self, "extra", "")
         self.config_path.write_text(
             textwrap.dedent(
                 """\
@@ -123,8 +130,8 @@ class Host:
             )
             # DeerFlow resolves its SQLite directory against the working directory.
             + f"database:\n  sqlite_dir: {self.home / 'data'}\n"
-            + f"memory:\n  enabled: true\n  injection_enabled: true\n  mode: {mode}\n  {self.memory}\n"
-            + extra
+            + f"memory:\n  enabled: true\n  injection_enabled: true\n  mode: {self.mode}\n  {self.memory}\n"
+            + self.extra
         )
         reset_host()
         from deerflow.config.app_config import get_app_config
@@ -153,11 +160,14 @@ def reset_host() -> None:
 @pytest.fixture
 def host(request, tmp_path, monkeypatch):
     """A DeerFlow host for the parametrized memory backend."""
-    from deerflow.agents.memory.manager import get_memory_manager
+    from deerflow.agents.memory import manager as host_manager
 
     made = Host(request.param, tmp_path, monkeypatch)
     yield made
     try:
-        get_memory_manager().shutdown_flush(5.0)
+        # The manager the test built, if any (a refused one never was).
+        built = host_manager._memory_manager
+        if built is not None:
+            built.shutdown_flush(5.0)
     finally:
         reset_host()

@@ -239,3 +239,21 @@ def test_cursor_written_by_one_process_is_continued_by_the_next_without_replay(s
         assert out.returncode == 0, out.stderr
         remote = session(server, sid)
         assert (remote["total_message_count"], remote["commit_count"]) == (total, commits), remote
+
+
+def test_a_new_lifespans_warm_reopens_the_backend_the_last_shutdown_closed(server, environment, tmp_path):
+    """DeerFlow keeps one manager across Gateway lifespans and closes it at
+    each shutdown: the next start-up's warm() opens the OpenViking backend
+    again (a wheel whose closed backend answered warm() ``degraded`` instead
+    of ``closed`` left it shut) and a capture reaches the server."""
+    environment(OPENVIKING_API_KEY=server["keys"]["alice"])
+    manager = OpenVikingMemoryManager.from_config(seed_config(server["url"], str(tmp_path)))
+    assert manager.warm() is True
+    assert manager.shutdown_flush(5.0) is True
+    manager.close()
+    assert manager.warm() is True, "the next lifespan's start-up opens the backend again"
+    thread = f"reopen-{uuid.uuid4().hex[:8]}"
+    manager.add(thread, [HumanMessage("I deploy on Mondays.", id="r1"), AIMessage("Noted.", id="r2")], user_id="alice")
+    sid = memgate.openviking_session_id("alice", "deerflow", thread)
+    assert session(server, sid)["total_message_count"] == 2
+    manager.close()

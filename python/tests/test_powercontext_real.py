@@ -252,3 +252,20 @@ def test_installed_tool_saves_through_the_hosts_memory_manager(tmp_path):
     assert (report["enabled"], report["name"], report["namespace"]) == (True, "remember", "memgate")
     assert report["result"]["outcome"] == "stored", report
     assert f"Installed tool save {token}" in report["recalled"]
+
+
+def test_a_new_lifespans_warm_reopens_the_backend_the_last_shutdown_closed(binding, environment, tmp_path):
+    """DeerFlow keeps one manager across Gateway lifespans and closes it at
+    each shutdown: the next start-up's warm() opens the PowerContext backend
+    again (a wheel whose closed backend answered warm() with a failed
+    start-up check instead of ``closed`` left it shut) and explicit saves
+    work."""
+    environment(**binding)
+    manager = PowerContextMemoryManager.from_config({"storage_path": str(tmp_path)})
+    assert manager.warm() is True
+    assert manager.shutdown_flush(5.0) is True
+    manager.close()
+    assert manager.warm() is True, "the next lifespan's start-up opens the backend again"
+    outcome = manager._native_backend.remember("fact", f"Reopened {uuid.uuid4().hex[:8]}.", OWNER, None)
+    assert outcome["outcome"] == "stored", outcome
+    manager.close()
