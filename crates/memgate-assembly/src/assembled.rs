@@ -11,9 +11,10 @@ use crate::metrics::Metrics;
 use async_trait::async_trait;
 use memgate_core::work::{DrainReport, Ticket, WorkTracker};
 use memgate_core::{
-    Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch, FailurePolicy,
-    ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall,
-    RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+    Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact, FactPatch,
+    FailurePolicy, ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError,
+    MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit,
+    SearchQuery, WarmStatus,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -335,6 +336,15 @@ impl MemoryBackend for AssembledBackend {
             }
             other => other,
         }
+    }
+
+    /// The backend's own diagnostics within the `other` deadline; one that
+    /// does not answer in time is itself a problem line.
+    async fn diagnose(&self) -> Vec<Diagnostic> {
+        let diagnostics = async { Ok(self.inner.diagnose().await) };
+        self.run(Operation::Diagnose, diagnostics)
+            .await
+            .unwrap_or_else(|e| vec![Diagnostic::problem("diagnose", e.to_string())])
     }
 
     async fn shutdown(&self, timeout: Duration) -> bool {

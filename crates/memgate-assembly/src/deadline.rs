@@ -25,6 +25,8 @@ pub enum Operation {
     Import,
     Forget,
     Warm,
+    /// `memgate doctor`'s look at the backend's own state.
+    Diagnose,
 }
 
 impl Operation {
@@ -43,6 +45,7 @@ impl Operation {
             Self::Import => "import",
             Self::Forget => "forget",
             Self::Warm => "warm",
+            Self::Diagnose => "diagnose",
         }
     }
 }

@@ -44,6 +44,36 @@ pub enum WarmStatus {
     NothingToWarm,
 }
 
+/// One line `memgate doctor` prints about a backend's own state beyond its
+/// health check (the identity a key acts as, server and schema versions,
+/// pool state). Never carries a secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Short label of what was checked (`identity`, `schema`, `pool`).
+    pub check: String,
+    /// False when the operator should act on it; `doctor` then exits 1.
+    pub healthy: bool,
+    pub detail: String,
+}
+
+impl Diagnostic {
+    pub fn ok(check: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            check: check.into(),
+            healthy: true,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn problem(check: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            check: check.into(),
+            healthy: false,
+            detail: detail.into(),
+        }
+    }
+}
+
 #[async_trait]
 pub trait MemoryBackend: Send + Sync + 'static {
     /// The backend's `manager_class` name (`local`, `openviking`, …).
@@ -123,6 +153,14 @@ pub trait MemoryBackend: Send + Sync + 'static {
     /// Start-up health check, under the backend's start-up policy.
     async fn warm(&self) -> Result<WarmStatus> {
         Ok(WarmStatus::NothingToWarm)
+    }
+
+    /// What `memgate doctor` shows about this backend beyond [`warm`]
+    /// (nothing by default).
+    ///
+    /// [`warm`]: MemoryBackend::warm
+    async fn diagnose(&self) -> Vec<Diagnostic> {
+        Vec::new()
     }
 
     /// Stops accepting new work, waits for in-flight work up to `timeout`,

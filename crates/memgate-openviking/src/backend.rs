@@ -12,9 +12,9 @@ use crate::scope::{canonical_peer_id, check_owner, session_id, UriStyle};
 use async_trait::async_trait;
 use memgate_core::capture::captureable;
 use memgate_core::{
-    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, KeepHiddenHook,
-    MemoryBackend, MemoryError, MemoryMode, Recall, RecallRequest, RecalledItem, Redactor, Result,
-    SearchHit, SearchQuery, StartupPolicy, WarmStatus,
+    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, Diagnostic,
+    KeepHiddenHook, MemoryBackend, MemoryError, MemoryMode, Recall, RecallRequest, RecalledItem,
+    Redactor, Result, SearchHit, SearchQuery, StartupPolicy, WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::fmt;
@@ -390,11 +390,83 @@ impl MemoryBackend for OpenVikingBackend {
         }
     }
 
+    /// The identity the configured key acts as, as `/health` reports it
+    /// for a valid USER key (`account_id`, `user_id`, `role`). In api_key
+    /// mode the server stores memory under the key's own user, so a key of
+    /// another user than `owner_user_id` is a problem the operator must see.
+    async fn diagnose(&self) -> Vec<Diagnostic> {
+        let Some(op) = self.inner.lifecycle.begin() else {
+            return vec![Diagnostic::problem(
+                "identity",
+                "OpenViking backend is shut down",
+            )];
+        };
+        let body = match op.client().health().await {
+            Ok(body) => body,
+            Err(e) => return vec![Diagnostic::problem("identity", e.to_string())],
+        };
+        vec![key_identity(&body, &self.inner.config.owner_user_id)]
+    }
+
     /// Stops new work, waits for running operations up to `timeout`, then
     /// closes the HTTP client. False if operations were still running; the
     /// last of them closes the client. Server-side extraction continues on
     /// the server either way.
     async fn shutdown(&self, timeout: Duration) -> bool {
         self.inner.lifecycle.shutdown(timeout).await
+    }
+}
+
+/// The `identity` line of `doctor` from a `/health` body.
+fn key_identity(health: &Value, owner_user_id: &str) -> Diagnostic {
+    let field = |name: &str| health.get(name).and_then(Value::as_str);
+    match (field("user_id"), field("account_id")) {
+        (Some(user), Some(account)) => {
+            let role = field("role").unwrap_or("unknown");
+            let acts_as = format!("the key acts as user {user} in account {account} (role {role})");
+            if user == owner_user_id {
+                Diagnostic::ok("identity", acts_as)
+            } else {
+                Diagnostic::problem(
+                    "identity",
+                    format!(
+                        "{acts_as}, but owner_user_id is {owner_user_id}: the server stores this \
+                         memory under {user}; use {owner_user_id}'s own USER key"
+                    ),
+                )
+            }
+        }
+        _ => Diagnostic::problem(
+            "identity",
+            "/health did not name the key's user (is the key a valid USER key of this server?)",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_identity_line_names_the_keys_user_and_flags_another_owner() {
+        let health =
+            json!({"status": "ok", "account_id": "acme", "user_id": "alice", "role": "user"});
+        let line = key_identity(&health, "alice");
+        assert!(line.healthy);
+        assert_eq!(
+            line.detail,
+            "the key acts as user alice in account acme (role user)"
+        );
+        let line = key_identity(&health, "bob");
+        assert!(!line.healthy);
+        assert!(
+            line.detail.contains("owner_user_id is bob"),
+            "{}",
+            line.detail
+        );
+        let line = key_identity(&json!({"status": "ok"}), "alice");
+        assert!(!line.healthy);
+        assert!(line.detail.contains("did not name the key's user"));
     }
 }

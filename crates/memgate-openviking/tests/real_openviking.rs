@@ -524,3 +524,33 @@ async fn real_server_pins_the_session_counts_reconciliation_reads() {
     alice.shutdown(Duration::from_secs(5)).await;
     account.delete().await;
 }
+
+/// `doctor`'s identity line: the real 0.5 `/health` names the user a valid
+/// USER key acts as; a key of another user than `owner_user_id` is a
+/// problem, and an unknown key names no user.
+#[tokio::test]
+#[ignore = "real server: OpenViking (testkit/up)"]
+async fn real_server_health_names_the_keys_user_for_doctor() {
+    let server = real_server();
+    let account = create_account(&server, "who").await;
+    let dir = tempfile::tempdir().unwrap();
+    let own = backend(&server.url, &account.alice_key, "alice", dir.path());
+    let lines = own.diagnose().await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].healthy, "{lines:?}");
+    assert_eq!(
+        lines[0].detail,
+        format!(
+            "the key acts as user alice in account {} (role user)",
+            account.id
+        )
+    );
+    let other = backend(&server.url, &account.bob_key, "alice", dir.path());
+    let lines = other.diagnose().await;
+    assert!(!lines[0].healthy, "{lines:?}");
+    assert!(lines[0].detail.contains("acts as user bob"), "{lines:?}");
+    assert!(!lines[0].detail.contains(&account.bob_key));
+    let unknown = backend(&server.url, "bm90.YS5rZXk.bm9wZQ", "alice", dir.path());
+    assert!(!unknown.diagnose().await[0].healthy);
+    account.delete().await;
+}

@@ -468,6 +468,11 @@ async fn doctor(config_path: Option<&Path>) -> Result<ExitCode> {
             println!("health   FAIL {e}");
         }
     }
+    for line in backend.diagnose().await {
+        healthy &= line.healthy;
+        let status = if line.healthy { "ok  " } else { "FAIL" };
+        println!("{:<8} {status} {}", line.check, line.detail);
+    }
     for note in backend_notes(config.memory.manager_class) {
         println!("note     {note}");
     }
