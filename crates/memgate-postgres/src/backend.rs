@@ -16,8 +16,9 @@ use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object, Pool};
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch,
-    ImportReport, KeepHiddenHook, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
-    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+    ForgetReport, ForgetTarget, ImportReport, KeepHiddenHook, MemoryBackend, MemoryError,
+    MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit,
+    SearchQuery, WarmStatus,
 };
 use memgate_store::scope::ScopeKey;
 use serde::Serialize;
@@ -38,6 +39,8 @@ pub struct PostgresBackend {
     pool: Pool,
     /// Set once the schema is known to be current.
     migrated: OnceCell<()>,
+    /// Query terms this replica found common in a scope ([`crate::plan`]).
+    pub(crate) common: crate::plan::CommonTerms,
     closing: AtomicBool,
 }
 
@@ -114,6 +117,7 @@ impl PostgresBackend {
             redactor: memgate_core::Redactor::shared_default(),
             pool,
             migrated: OnceCell::new(),
+            common: Default::default(),
             closing: AtomicBool::new(false),
         })
     }
@@ -317,6 +321,10 @@ impl MemoryBackend for PostgresBackend {
 
     async fn retire_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
         self.retire(caller, id).await
+    }
+
+    async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
+        self.forget_target(caller, target).await
     }
 
     async fn export(&self, caller: &Caller) -> Result<MemoryExport> {
