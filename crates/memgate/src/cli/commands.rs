@@ -4,7 +4,7 @@
 
 use super::output::print_json;
 use super::{Cli, Command, ConfigCommand, EvalCommand, FactsCommand, ForgetCommand};
-use memgate_assembly::config::{Config, ConfigSource};
+use memgate_assembly::config::{Config, ConfigSource, ManagerClass};
 use memgate_assembly::factory::{
     assemble, backend_notes, check_writable, open_backend, BackendSetup,
 };
@@ -460,6 +460,11 @@ async fn doctor(config_path: Option<&Path>) -> Result<ExitCode> {
             healthy = false;
             println!("health   FAIL {e}");
         }
+    }
+    if config.memory.manager_class == ManagerClass::Postgres
+        && !super::postgres_doctor::report(&config.memory, &setup).await
+    {
+        healthy = false;
     }
     for note in backend_notes(config.memory.manager_class) {
         println!("note     {note}");

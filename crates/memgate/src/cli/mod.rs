@@ -4,6 +4,7 @@ mod chat;
 mod commands;
 mod migrate;
 mod output;
+mod postgres_doctor;
 mod serve;
 
 use clap::{Parser, Subcommand};
