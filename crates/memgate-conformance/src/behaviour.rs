@@ -11,11 +11,11 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-fn alice() -> Caller {
+pub(crate) fn alice() -> Caller {
     Caller::new("alice")
 }
 
-fn capture(caller: &Caller, thread: &str, messages: Vec<Message>) -> CaptureRequest {
+pub(crate) fn capture(caller: &Caller, thread: &str, messages: Vec<Message>) -> CaptureRequest {
     CaptureRequest {
         caller: caller.clone().with_thread(thread),
         messages,
@@ -24,25 +24,25 @@ fn capture(caller: &Caller, thread: &str, messages: Vec<Message>) -> CaptureRequ
     }
 }
 
-fn recall_of(caller: &Caller, query: Option<&str>) -> RecallRequest {
+pub(crate) fn recall_of(caller: &Caller, query: Option<&str>) -> RecallRequest {
     RecallRequest {
         caller: caller.clone(),
         query: query.map(str::to_owned),
     }
 }
 
-fn fact(text: &str) -> RememberRequest {
+pub(crate) fn fact(text: &str) -> RememberRequest {
     RememberRequest::new("fact", text).unwrap()
 }
 
-async fn stored(b: &dyn MemoryBackend, caller: &Caller, text: &str) -> String {
+pub(crate) async fn stored(b: &dyn MemoryBackend, caller: &Caller, text: &str) -> String {
     match b.remember(caller, &fact(text)).await.unwrap() {
         RememberOutcome::Stored { citation } => citation.0,
         other => panic!("expected stored, got {other:?}"),
     }
 }
 
-fn cited(recall: &memgate_core::Recall) -> Vec<String> {
+pub(crate) fn cited(recall: &memgate_core::Recall) -> Vec<String> {
     recall
         .items
         .iter()
@@ -51,7 +51,7 @@ fn cited(recall: &memgate_core::Recall) -> Vec<String> {
 }
 
 /// A numbered conversation: human and AI turns with stable ids.
-fn conversation(prefix: &str, n: usize) -> Vec<Message> {
+pub(crate) fn conversation(prefix: &str, n: usize) -> Vec<Message> {
     (0..n)
         .map(|i| {
             let text = format!("{prefix} line {i} about topic{i}");
@@ -347,6 +347,50 @@ pub async fn recall_finds_a_reply_through_its_question(s: &impl Subject) {
         recall.text
     );
     assert_eq!(texts.first(), Some(&"Which text editor do you recommend?"));
+}
+
+/// Query planning (both backends): a term matching more documents than the
+/// postings budget is left out when rarer terms are there, and a query of
+/// common terms only returns the newest matches.
+pub async fn common_query_terms_do_not_drown_a_rare_one(s: &impl Subject) {
+    let b = s.fresh().await.backend;
+    let mut messages: Vec<Message> = (0..700)
+        .map(|i| {
+            Message::human(format!("project status update number {i}")).with_id(format!("c-{i}"))
+        })
+        .collect();
+    messages.insert(
+        350,
+        Message::human("the zebra project is paused").with_id("z"),
+    );
+    // Would score best on both common terms, but is old: a plan of common
+    // terms only ranks by recency, so it stays out of the newest five.
+    messages.insert(
+        10,
+        Message::human("project project status status status").with_id("old"),
+    );
+    let report = b.capture(&capture(&alice(), "t", messages)).await.unwrap();
+    assert_eq!(report.stored, 702);
+    let search = |q: &str| SearchQuery {
+        top_k: 5,
+        ..SearchQuery::new(q)
+    };
+    let hits = b.search(&alice(), &search("project zebra")).await.unwrap();
+    assert_eq!(hits[0].content, "the zebra project is paused", "{hits:?}");
+    let recall = b
+        .recall(&recall_of(&alice(), Some("zebra project?")))
+        .await
+        .unwrap();
+    assert!(recall.text.contains("zebra"), "{}", recall.text);
+    let hits = b.search(&alice(), &search("project status")).await.unwrap();
+    let newest: Vec<&str> = hits.iter().map(|h| h.content.as_str()).collect();
+    assert_eq!(
+        newest,
+        (695..700)
+            .rev()
+            .map(|i| format!("project status update number {i}"))
+            .collect::<Vec<_>>(),
+    );
 }
 
 pub async fn search_filters_by_kind_before_the_cut_and_validates(s: &impl Subject) {

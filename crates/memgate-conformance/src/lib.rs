@@ -24,6 +24,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub mod behaviour;
+pub mod forget;
 
 /// A boxed, sendable future (the suite stays free of extra crates).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -53,7 +54,7 @@ impl Storage {
 #[macro_export]
 macro_rules! conformance_tests {
     ($subject:expr $(, #[$attr:meta])* $(,)?) => {
-        $crate::conformance_tests!(@each [$(#[$attr])*] $subject;
+        $crate::conformance_tests!(@each [$(#[$attr])*] $subject; behaviour;
             remember_stores_once_and_cites,
             bad_remember_input_names_the_field_and_keeps_what_was_stored,
             revise_keeps_history_and_refuses_duplicates_and_retired,
@@ -64,6 +65,7 @@ macro_rules! conformance_tests {
             recall_cites_relevant_memory_within_the_budget,
             recall_without_query_carries_standing_memories,
             recall_finds_a_reply_through_its_question,
+            common_query_terms_do_not_drown_a_rare_one,
             search_filters_by_kind_before_the_cut_and_validates,
             scopes_are_isolated_by_user_and_peer,
             export_import_merges_and_never_duplicates,
@@ -72,15 +74,22 @@ macro_rules! conformance_tests {
             concurrent_remember_of_one_text_stores_one_entry,
             shutdown_refuses_new_work,
         );
+        $crate::conformance_tests!(@each [$(#[$attr])*] $subject; forget;
+            forget_fact_erases_it_with_every_version,
+            forget_thread_erases_that_thread_only,
+            forget_scope_erases_one_agent_and_leaves_the_rest,
+            forget_user_erases_every_agent_of_that_user_only,
+            forget_is_seen_by_another_handle,
+        );
     };
-    (@each $attrs:tt $subject:expr; $($name:ident),+ $(,)?) => {
-        $($crate::conformance_tests!(@one $attrs $subject; $name);)+
+    (@each $attrs:tt $subject:expr; $module:ident; $($name:ident),+ $(,)?) => {
+        $($crate::conformance_tests!(@one $attrs $subject; $module::$name);)+
     };
-    (@one [$($attr:tt)*] $subject:expr; $name:ident) => {
+    (@one [$($attr:tt)*] $subject:expr; $module:ident::$name:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         $($attr)*
         async fn $name() {
-            $crate::behaviour::$name(&$subject).await;
+            $crate::$module::$name(&$subject).await;
         }
     };
 }

@@ -3,18 +3,23 @@
 //! ```text
 //! cargo run --release -p memgate-postgres --example bench -- [--sizes 10000,100000]
 //!     [--recalls 2000] [--replicas 1,2,4] [--load 4000] [--clients 8]
+//!     [--backends local,postgres] [--turns-per-capture 100]
 //! ```
 //!
 //! Needs `MEMGATE_TEST_POSTGRES_DSN` (`testkit/postgres-up`). For each size,
 //! both backends are filled with the same text (`memgate-store`'s Zipf
-//! generator): captures of 100-turn snapshots, one thread each (one durable
-//! transaction per capture), plus one explicit memory per 100 items. Then
+//! generator): captures of 100-turn snapshots (`--turns-per-capture`), one
+//! thread each (one durable transaction per capture: a larger snapshot is
+//! the fast fill for big sizes, through the same capture code and its
+//! multi-row insert), plus one explicit memory per 100 items. Then
 //! 200 untimed recalls and `--recalls` timed ones, each one call through the
 //! `MemoryBackend` trait (ranking, block, and for postgres the round trips
 //! to the loopback server). Then, postgres only, a bounded load: `--load`
 //! recalls from `--clients` concurrent callers spread over 1, 2 and 4
 //! replicas (backends with pools of their own, as separate processes would
-//! have) — throughput in recalls/s. Figures are printed, never asserted.
+//! have) — throughput in recalls/s. Figures are printed, never asserted,
+//! with the load average (`/proc/loadavg`) before and after each size. The
+//! benchmark's schema is dropped at the end of each size (disk is limited).
 
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, RecallRequest, RememberRequest,
@@ -31,6 +36,8 @@ struct Options {
     replicas: Vec<usize>,
     load: usize,
     clients: usize,
+    backends: Vec<String>,
+    turns_per_capture: usize,
 }
 
 fn options() -> Options {
@@ -40,6 +47,8 @@ fn options() -> Options {
         replicas: vec![1, 2, 4],
         load: 4_000,
         clients: 8,
+        backends: vec!["local".to_owned(), "postgres".to_owned()],
+        turns_per_capture: 100,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<usize> { v.split(',').map(|n| n.parse().unwrap()).collect() };
@@ -51,6 +60,8 @@ fn options() -> Options {
             "--replicas" => o.replicas = list(value),
             "--load" => o.load = value.parse().unwrap(),
             "--clients" => o.clients = value.parse().unwrap(),
+            "--backends" => o.backends = value.split(',').map(str::to_owned).collect(),
+            "--turns-per-capture" => o.turns_per_capture = value.parse().unwrap(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -70,7 +81,7 @@ struct Workload {
     user: Caller,
 }
 
-fn workload(items: usize, recalls: usize, seed: u64) -> Workload {
+fn workload(items: usize, recalls: usize, per_capture: usize, seed: u64) -> Workload {
     let mut rng = SplitMix::new(seed);
     let text = TextGen::new(&mut rng, 20_000);
     let user = Caller::new("bench-user").with_agent("bench-agent");
@@ -80,7 +91,7 @@ fn workload(items: usize, recalls: usize, seed: u64) -> Workload {
     let mut captures = Vec::new();
     let mut made = 0;
     while made < turns {
-        let n = 100.min(turns - made);
+        let n = per_capture.min(turns - made);
         let thread = captures.len();
         let messages = (0..n)
             .map(|i| {
@@ -242,45 +253,80 @@ async fn main() {
         }
     );
     for (i, &items) in o.sizes.iter().enumerate() {
-        let w = Arc::new(workload(items, o.recalls, 0x6d67_6174 + i as u64));
-        let dir = tempfile::tempdir().unwrap();
-        let local =
-            LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default()).unwrap();
-        let f = measure(&local, &w).await;
-        print("local", items, &f);
-        local.shutdown(Duration::from_secs(30)).await;
-        let schema = format!(
-            "bench_{}_{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis()
-        );
-        let config = || {
-            PostgresConfig::for_dsn(&dsn)
-                .unwrap()
-                .with_schema(&schema)
-                .unwrap()
-        };
-        let pg = Arc::new(PostgresBackend::new(config()).unwrap());
-        let f = measure(&*pg, &w).await;
-        print("postgres", items, &f);
-        let info = pg.doctor().await.unwrap();
-        let mut replicas = vec![pg];
-        for &n in &o.replicas {
-            while replicas.len() < n {
-                replicas.push(Arc::new(PostgresBackend::new(config()).unwrap()));
-            }
-            let rps = throughput(&replicas[..n], &w, o.load, o.clients).await;
-            println!(
-                "postgres items={items:<8} replicas={n} clients={} recalls={} throughput={rps:>7.0} recalls/s",
-                o.clients, o.load
-            );
+        let w = Arc::new(workload(
+            items,
+            o.recalls,
+            o.turns_per_capture,
+            0x6d67_6174 + i as u64,
+        ));
+        println!("load average before {items}: {}", load_average());
+        if o.backends.iter().any(|b| b == "local") {
+            let dir = tempfile::tempdir().unwrap();
+            let local =
+                LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default())
+                    .unwrap();
+            let f = measure(&local, &w).await;
+            print("local", items, &f);
+            local.shutdown(Duration::from_secs(30)).await;
         }
+        if o.backends.iter().any(|b| b == "postgres") {
+            postgres(&dsn, &o, items, &w).await;
+        }
+        println!("load average after {items}: {}", load_average());
+    }
+}
+
+/// The postgres figures of one size, in a schema of their own that is
+/// dropped afterwards.
+async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
+    let schema = format!(
+        "bench_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    );
+    let config = || {
+        PostgresConfig::for_dsn(dsn)
+            .unwrap()
+            .with_schema(&schema)
+            .unwrap()
+    };
+    let pg = Arc::new(PostgresBackend::new(config()).unwrap());
+    let f = measure(&*pg, w).await;
+    print("postgres", items, &f);
+    let info = pg.doctor().await.unwrap();
+    let mut replicas = vec![pg];
+    for &n in &o.replicas {
+        while replicas.len() < n {
+            replicas.push(Arc::new(PostgresBackend::new(config()).unwrap()));
+        }
+        let rps = throughput(&replicas[..n], w, o.load, o.clients).await;
         println!(
-            "postgres server {} schema {}",
-            info.server_version, info.schema
+            "postgres items={items:<8} replicas={n} clients={} recalls={} throughput={rps:>7.0} recalls/s",
+            o.clients, o.load
         );
     }
+    println!(
+        "postgres server {} schema {}",
+        info.server_version, info.schema
+    );
+    for r in &replicas {
+        r.shutdown(Duration::from_secs(30)).await;
+    }
+    let (client, connection) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }

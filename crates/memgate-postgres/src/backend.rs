@@ -15,9 +15,10 @@ use crate::schema;
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object, Pool};
 use memgate_core::{
-    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch,
-    ImportReport, KeepHiddenHook, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
-    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact,
+    FactPatch, ForgetReport, ForgetTarget, ImportReport, KeepHiddenHook, MemoryBackend,
+    MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result,
+    SearchHit, SearchQuery, WarmStatus,
 };
 use memgate_store::scope::ScopeKey;
 use serde::Serialize;
@@ -38,6 +39,8 @@ pub struct PostgresBackend {
     pool: Pool,
     /// Set once the schema is known to be current.
     migrated: OnceCell<()>,
+    /// Query terms this replica found common in a scope ([`crate::plan`]).
+    pub(crate) common: crate::plan::CommonTerms,
     closing: AtomicBool,
 }
 
@@ -114,6 +117,7 @@ impl PostgresBackend {
             redactor: memgate_core::Redactor::shared_default(),
             pool,
             migrated: OnceCell::new(),
+            common: Default::default(),
             closing: AtomicBool::new(false),
         })
     }
@@ -240,6 +244,45 @@ impl PostgresBackend {
         })
     }
 
+    /// `doctor`'s lines: the server, the schema against the version this
+    /// build writes, the pool. Built from [`DoctorInfo`] fields only, so
+    /// nothing here can print the DSN or its password.
+    async fn doctor_lines(&self) -> Vec<Diagnostic> {
+        let info = match self.doctor().await {
+            Ok(info) => info,
+            Err(e) => return vec![Diagnostic::problem("postgres", e.to_string())],
+        };
+        let schema_state = if info.schema_version == info.schema_version_supported {
+            "current".to_owned()
+        } else {
+            format!("this memgate writes {}", info.schema_version_supported)
+        };
+        let pool = &info.pool;
+        vec![
+            Diagnostic::ok(
+                "postgres",
+                format!(
+                    "server {} (ping {:.2} ms)",
+                    info.server_version, info.ping_ms
+                ),
+            ),
+            Diagnostic::ok(
+                "postgres",
+                format!(
+                    "schema {} at version {} ({schema_state})",
+                    info.schema, info.schema_version
+                ),
+            ),
+            Diagnostic::ok(
+                "postgres",
+                format!(
+                    "pool {} of {} open, {} idle, {} waiting",
+                    pool.size, pool.max_size, pool.available, pool.waiting
+                ),
+            ),
+        ]
+    }
+
     pub fn pool_state(&self) -> PoolState {
         let s = self.pool.status();
         PoolState {
@@ -270,6 +313,10 @@ impl PostgresBackend {
 impl MemoryBackend for PostgresBackend {
     fn name(&self) -> &str {
         "postgres"
+    }
+
+    async fn diagnose(&self) -> Vec<Diagnostic> {
+        self.doctor_lines().await
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -317,6 +364,10 @@ impl MemoryBackend for PostgresBackend {
 
     async fn retire_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
         self.retire(caller, id).await
+    }
+
+    async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
+        self.forget_target(caller, target).await
     }
 
     async fn export(&self, caller: &Caller) -> Result<MemoryExport> {

@@ -33,6 +33,24 @@ const INSERT_TURNS: &str = "INSERT INTO turns (scope_id, thread, seq, signature,
     RETURNING id";
 
 impl PostgresBackend {
+    /// Takes the (scope, thread) lock until the caller's transaction ends:
+    /// captures (and a forget) of one thread take turns.
+    pub(crate) async fn lock_thread(
+        &self,
+        c: &impl GenericClient,
+        scope_id: i64,
+        thread: &str,
+    ) -> Result<()> {
+        self.exec(
+            c,
+            "SELECT pg_advisory_xact_lock(hashtext('memgate-turns:' || $1::bigint::text), \
+             hashtext($2))",
+            &[&scope_id, &thread],
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Stores `turns` (in order) at the end of `thread` in `scope_id`, inside
     /// the caller's transaction; returns (stored, already known).
     pub(crate) async fn store_turns(
@@ -42,11 +60,7 @@ impl PostgresBackend {
         thread: &str,
         turns: &[NewTurn],
     ) -> Result<(usize, usize)> {
-        self.exec(
-c,
-"SELECT pg_advisory_xact_lock(hashtext('memgate-turns:' || $1::bigint::text), hashtext($2))",
-            &[&scope_id, &thread],
-).await?;
+        self.lock_thread(c, scope_id, thread).await?;
         // Signatures already in the thread (or repeated in this batch) take no
         // position; the insert's ON CONFLICT stays the guarantee.
         let signatures: Vec<&str> = turns.iter().map(|t| t.signature.as_str()).collect();

@@ -55,7 +55,7 @@ pub struct PostgresConfig {
     /// The parsed connection settings (their `Debug` redacts the password).
     pub connection: tokio_postgres::Config,
     /// The password in the DSN, kept only to scrub it from error texts.
-    pub(crate) password: Option<String>,
+    pub(crate) password: Option<memgate_core::Secret>,
     pub schema: String,
     pub pool_size: usize,
     pub statement_timeout: Duration,
@@ -197,7 +197,7 @@ impl PostgresConfig {
         })?;
         let password = connection
             .get_password()
-            .map(|p| String::from_utf8_lossy(p).into_owned());
+            .map(|p| memgate_core::Secret::new(String::from_utf8_lossy(p)));
         if connection.get_hosts().is_empty() {
             return Err(config_error(
                 "backend_config.dsn must name a host (host=… or postgres://…@host/…)",
@@ -275,12 +275,12 @@ impl PostgresConfig {
         Ok(self)
     }
 
-    /// Replaces `text`'s copies of the password with `***` (errors from the
-    /// driver or the server must never carry it).
+    /// Replaces `text`'s copies of the password with `[redacted]` (errors
+    /// from the driver or the server must never carry it).
     pub fn redact(&self, text: &str) -> String {
-        match self.password.as_deref() {
-            Some(p) if !p.is_empty() => text.replace(p, "***"),
-            _ => text.to_owned(),
+        match &self.password {
+            Some(p) => p.scrub(text),
+            None => text.to_owned(),
         }
     }
 }
@@ -318,7 +318,7 @@ mod tests {
         let c = parse(json!({"dsn": "postgres://u:s3cret@localhost/db", "pool_size": 3})).unwrap();
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
-        assert_eq!(c.redact("auth s3cret failed"), "auth *** failed");
+        assert_eq!(c.redact("auth s3cret failed"), "auth [redacted] failed");
         let e = parse(json!({"dsn": "postgres://u:s3cret@db.example.com:notaport/db"}))
             .err()
             .unwrap();

@@ -19,12 +19,15 @@
 //!
 //! Modules, one job each: [`config`], [`pool`] (connections and error
 //! mapping), [`schema`] (recognition and migrations), [`terms`], [`facts`],
-//! [`capture`], [`recall`], [`transfer`], [`backend`].
+//! [`capture`], [`plan`] (which query terms are worth scoring), [`recall`],
+//! [`transfer`], [`forget`] (erasure), [`backend`].
 
 pub mod backend;
 pub mod capture;
 pub mod config;
 pub mod facts;
+pub mod forget;
+pub mod plan;
 pub mod pool;
 pub mod recall;
 pub mod schema;

@@ -20,9 +20,12 @@ use tokio_postgres::error::SqlState;
 pub(crate) fn build(config: &PostgresConfig) -> Result<Pool> {
     let mut connection = config.connection.clone();
     // Generic plans: every statement is prepared once per connection, and a
-    // custom plan per call would re-plan the GIN lookups every time.
+    // custom plan per call would re-plan the GIN lookups every time. No JIT:
+    // at a million rows the estimates cross `jit_above_cost`, and compiling
+    // took ~0.7 s of a statement that runs in ~1 ms (observed, PostgreSQL 15).
     connection.options(format!(
-        "-c search_path={} -c statement_timeout={} -c plan_cache_mode=force_generic_plan",
+        "-c search_path={} -c statement_timeout={} -c plan_cache_mode=force_generic_plan \
+         -c jit=off",
         config.schema,
         config.statement_timeout.as_millis()
     ));

@@ -1,11 +1,13 @@
 //! Recall and search on PostgreSQL, with `local`'s ranking inputs and
 //! `local`'s block ([`memgate_store::recall::assemble`]).
 //!
-//! 1. Full text: the scope's active memories and turns matching any query
+//! 0. Planning ([`crate::plan`], `local`'s step 0): common query terms are
+//!    left out so the kept ones match at most [`POSTINGS_BUDGET`] documents;
+//!    a query of common terms only takes the newest matches, unscored.
+//! 1. Full text: the scope's active memories and turns matching any kept
 //!    term (`@@`, through the GIN index on (scope, vector)), scored by
-//!    `ts_rank` with body weight 1.0 and context weight 0.5; of the newest
-//!    [`MATCH_BUDGET`] matches per table the best [`candidate_pool`] are kept
-//!    (the budget bounds the work of very common terms in very large scopes).
+//!    `ts_rank` with body weight 1.0 and context weight 0.5; the best
+//!    [`candidate_pool`] are kept.
 //! 2. Neighbour smoothing: the turns just before and after the best
 //!    [`NEIGHBOURS_OF`] turns join, and each turn earns a share of its
 //!    neighbours' scores ([`smooth_neighbours`], shared with `local`).
@@ -17,7 +19,8 @@
 //! filter is part of the SQL, so it applies before the cut.
 
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
-use crate::terms::{tsquery_text, TEXT_SEARCH_CONFIG};
+use crate::plan::{Plan, POSTINGS_BUDGET};
+use crate::terms::{query_terms, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
 use memgate_store::facts::citation;
@@ -28,9 +31,6 @@ use memgate_store::ranking::{
 use memgate_store::recall::{assemble, MAX_SEARCH_TOP_K};
 use std::collections::HashSet;
 use tokio_postgres::Row;
-
-/// Most matches per table that `ts_rank` scores for one ranking (the newest).
-pub const MATCH_BUDGET: i64 = 600;
 
 /// `ts_rank` weights, in its order {D, C, B, A}: body (A) 1.0, context (B) 0.5.
 const RANK_WEIGHTS: &str = "'{0, 0, 0.5, 1.0}'";
@@ -54,6 +54,15 @@ fn turn_from_row(r: &Row, score: f64) -> Ranked {
     }
 }
 
+/// How one candidate statement orders its matches.
+#[derive(Clone, Copy)]
+enum Order {
+    /// By `ts_rank`.
+    Scored,
+    /// Newest first, unscored (a plan of common terms only).
+    Newest,
+}
+
 /// Which tables compete, from a search's `kind` filter.
 #[derive(Clone, Copy)]
 enum Category<'a> {
@@ -72,28 +81,107 @@ impl PostgresBackend {
         top_k: usize,
         category: Category<'_>,
     ) -> Result<Vec<Ranked>> {
-        let Some(tsquery) = tsquery_text(query) else {
+        let terms = query_terms(query);
+        if terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(plan) = self.plan(c, scope, &terms).await? else {
             return Ok(Vec::new());
         };
-        let pool = candidate_pool(top_k) as i64;
+        let pool = candidate_pool(top_k);
+        let mut candidates = match plan {
+            Plan::Scored(tsquery) => {
+                let mut c2 = self
+                    .candidates(c, scope, &tsquery, Order::Scored, category, pool)
+                    .await?;
+                // One pool over both tables by text score, then the memory boost.
+                c2.sort_by(|a, b| b.score.total_cmp(&a.score));
+                c2.truncate(pool);
+                for r in &mut c2 {
+                    if r.origin == Origin::Memory {
+                        r.score *= MEMORY_WEIGHT;
+                    }
+                }
+                if !matches!(category, Category::Memories(_)) {
+                    self.add_neighbours(c, scope, &mut c2).await?;
+                    smooth_neighbours(&mut c2);
+                }
+                c2
+            }
+            Plan::Newest { first, fallback } => {
+                let mut found = self
+                    .candidates(c, scope, &first, Order::Newest, category, pool)
+                    .await?;
+                if let (true, Some(rarest)) = (found.is_empty(), fallback) {
+                    found = self
+                        .candidates(c, scope, &rarest, Order::Newest, category, pool)
+                        .await?;
+                }
+                // Memories first (the user asked for them), then turns, each
+                // newest first; the order becomes a small descending score.
+                found.truncate(pool);
+                let n = found.len() as f64;
+                for (i, r) in found.iter_mut().enumerate() {
+                    r.score = (n - i as f64) / n.max(1.0);
+                    if r.origin == Origin::Memory {
+                        r.score *= MEMORY_WEIGHT;
+                    }
+                }
+                found
+            }
+        };
+        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
+        candidates.truncate(top_k);
+        Ok(candidates)
+    }
+
+    /// The matches of `tsquery` in the tables `category` lets compete,
+    /// memories before turns: by `ts_rank` (of the newest
+    /// [`POSTINGS_BUDGET`] per table, a bound the plan already keeps), or
+    /// newest first. Both tables' statements are pipelined.
+    async fn candidates(
+        &self,
+        c: &impl GenericClient,
+        scope: &Scope,
+        tsquery: &str,
+        order: Order,
+        category: Category<'_>,
+        pool: usize,
+    ) -> Result<Vec<Ranked>> {
+        let pool = pool as i64;
         let q = format!("to_tsquery('{TEXT_SEARCH_CONFIG}', $3)");
-        let turns_sql = format!(
-            "SELECT {TURN_COLUMNS}, ts_rank({RANK_WEIGHTS}, search, {q})::float8 AS score
-             FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID} AND search @@ {q}
-                   ORDER BY id DESC LIMIT {MATCH_BUDGET}) m
-             ORDER BY score DESC, id DESC LIMIT $4"
-        );
         let kind_filter = match category {
             Category::Memories(_) => "AND kind = $5",
             _ => "",
         };
-        let memories_sql = format!(
-            "SELECT id, kind, text, ts_rank({RANK_WEIGHTS}, search, {q})::float8 AS score
-             FROM (SELECT * FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
-                   AND search @@ {q} {kind_filter} ORDER BY id DESC LIMIT {MATCH_BUDGET}) m
-             ORDER BY score DESC, id DESC LIMIT $4"
-        );
-        // Both tables at once: tokio-postgres pipelines the two statements.
+        let (turns_sql, memories_sql) = match order {
+            Order::Scored => (
+                format!(
+                    "SELECT {TURN_COLUMNS}, ts_rank({RANK_WEIGHTS}, search, {q})::float8 AS score
+                     FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID} AND search @@ {q}
+                           ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m
+                     ORDER BY score DESC, id DESC LIMIT $4"
+                ),
+                format!(
+                    "SELECT id, kind, text, ts_rank({RANK_WEIGHTS}, search, {q})::float8 AS score
+                     FROM (SELECT * FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
+                           AND search @@ {q} {kind_filter} ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m
+                     ORDER BY score DESC, id DESC LIMIT $4"
+                ),
+            ),
+            Order::Newest => (
+                format!(
+                    "SELECT {TURN_COLUMNS}, 0::float8 FROM turns
+                     WHERE scope_id = {SCOPE_ID} AND search @@ {q} ORDER BY id DESC LIMIT $4"
+                ),
+                format!(
+                    "SELECT id, kind, text, 0::float8 FROM memories
+                     WHERE scope_id = {SCOPE_ID} AND state = 'active' AND search @@ {q} {kind_filter}
+                     ORDER BY id DESC LIMIT $4"
+                ),
+            ),
+        };
+        let tsquery = tsquery.to_owned();
         let no_rows = || async { Ok::<Vec<Row>, MemoryError>(Vec::new()) };
         let turns = async {
             if matches!(category, Category::Memories(_)) {
@@ -125,32 +213,18 @@ impl PostgresBackend {
             }
         };
         let (turn_rows, memory_rows) = tokio::try_join!(turns, memories)?;
-        let mut candidates: Vec<Ranked> = turn_rows
+        let mut found: Vec<Ranked> = memory_rows
             .iter()
-            .map(|r| turn_from_row(r, r.get(8)))
+            .map(|r| Ranked {
+                citation: citation(r.get(0)),
+                kind: r.get(1),
+                text: r.get(2),
+                score: r.get(3),
+                origin: Origin::Memory,
+            })
             .collect();
-        candidates.extend(memory_rows.iter().map(|r| Ranked {
-            citation: citation(r.get(0)),
-            kind: r.get(1),
-            text: r.get(2),
-            score: r.get(3),
-            origin: Origin::Memory,
-        }));
-        // One pool over both tables by text score, then the memory boost.
-        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
-        candidates.truncate(pool as usize);
-        for r in &mut candidates {
-            if r.origin == Origin::Memory {
-                r.score *= MEMORY_WEIGHT;
-            }
-        }
-        if !matches!(category, Category::Memories(_)) {
-            self.add_neighbours(c, scope, &mut candidates).await?;
-            smooth_neighbours(&mut candidates);
-        }
-        candidates.sort_by(|a, b| b.score.total_cmp(&a.score));
-        candidates.truncate(top_k);
-        Ok(candidates)
+        found.extend(turn_rows.iter().map(|r| turn_from_row(r, r.get(8))));
+        Ok(found)
     }
 
     /// Turns adjacent to the best [`NEIGHBOURS_OF`] candidates join the

@@ -27,9 +27,9 @@ pub fn search_vector(body: &str, context: &str) -> String {
     )
 }
 
-/// The `to_tsquery` input for `query`: `'t1' | 't2' | …`; `None` when the
-/// query has no topic term.
-pub fn tsquery_text(query: &str) -> Option<String> {
+/// The distinct folded terms of `query`, at most [`MAX_QUERY_TERMS`], in
+/// query order (what the ranking plans over).
+pub fn query_terms(query: &str) -> Vec<String> {
     let mut seen: Vec<String> = Vec::new();
     for term in terms(query) {
         if !seen.contains(&term) {
@@ -39,11 +39,35 @@ pub fn tsquery_text(query: &str) -> Option<String> {
             }
         }
     }
-    if seen.is_empty() {
-        return None;
-    }
-    let quoted: Vec<String> = seen.iter().map(|t| format!("'{t}'")).collect();
-    Some(quoted.join(" | "))
+    seen
+}
+
+/// One term as a `to_tsquery` operand: single-quoted (terms are letters
+/// and digits only, so none can be `tsquery` syntax).
+pub fn quoted(term: &str) -> String {
+    format!("'{term}'")
+}
+
+/// `'t1' | 't2' | …`: documents with any of `terms`.
+pub fn any_of<S: AsRef<str>>(terms: &[S]) -> String {
+    join(terms, " | ")
+}
+
+/// `'t1' & 't2' & …`: documents with every one of `terms`.
+pub fn all_of<S: AsRef<str>>(terms: &[S]) -> String {
+    join(terms, " & ")
+}
+
+fn join<S: AsRef<str>>(terms: &[S], operator: &str) -> String {
+    let quoted: Vec<String> = terms.iter().map(|t| quoted(t.as_ref())).collect();
+    quoted.join(operator)
+}
+
+/// The `to_tsquery` input for `query`: `'t1' | 't2' | …`; `None` when the
+/// query has no topic term.
+pub fn tsquery_text(query: &str) -> Option<String> {
+    let terms = query_terms(query);
+    (!terms.is_empty()).then(|| any_of(&terms))
 }
 
 #[cfg(test)]
@@ -63,6 +87,13 @@ mod tests {
             tsquery_text(&long).unwrap().matches('|').count(),
             MAX_QUERY_TERMS - 1
         );
+    }
+
+    #[test]
+    fn plans_combine_quoted_terms() {
+        assert_eq!(any_of(&["a", "b"]), "'a' | 'b'");
+        assert_eq!(all_of(&["a", "b"]), "'a' & 'b'");
+        assert_eq!(query_terms("Vim vim emacs"), ["vim", "emacs"]);
     }
 
     #[test]
