@@ -23,6 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub mod behaviour;
+pub mod redaction;
 
 /// A boxed, sendable future (the suite stays free of extra crates).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -70,6 +71,7 @@ macro_rules! conformance_tests {
             concurrent_remember_of_one_text_stores_one_entry,
             shutdown_refuses_new_work,
         );
+        $crate::redaction_conformance_tests!($subject);
     };
     (@each $subject:expr; $($name:ident),+ $(,)?) => {
         $(
