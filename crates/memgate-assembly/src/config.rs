@@ -432,9 +432,16 @@ mod tests {
         let r = c.memory.redactor().unwrap();
         assert!(r.is_enabled() && r.rule_ids().any(|id| id == "jwt"));
         let yaml = "memory:\n  redaction:\n    disable: [jwt]\n    patterns:\n      employee_id: 'EMP-[0-9]{6}'\n";
-        let r = Config::from_yaml(yaml, "t").unwrap().memory.redactor().unwrap();
+        let r = Config::from_yaml(yaml, "t")
+            .unwrap()
+            .memory
+            .redactor()
+            .unwrap();
         assert!(!r.rule_ids().any(|id| id == "jwt"));
-        assert_eq!(r.redact("badge EMP-123456").text, "badge [redacted:employee_id]");
+        assert_eq!(
+            r.redact("badge EMP-123456").text,
+            "badge [redacted:employee_id]"
+        );
         let off = Config::from_yaml("memory:\n  redaction:\n    enabled: false\n", "t").unwrap();
         assert!(!off.memory.redactor().unwrap().is_enabled());
     }
@@ -443,15 +450,27 @@ mod tests {
     fn bad_redaction_settings_stop_startup_naming_the_field_not_the_pattern() {
         // The pattern holds something an operator may not want in a log.
         let e = err("memory:\n  redaction:\n    patterns:\n      vault: '(hunter2-Zq81'\n");
-        assert!(e.starts_with("config.yaml: memory.redaction.patterns.vault"), "{e}");
+        assert!(
+            e.starts_with("config.yaml: memory.redaction.patterns.vault"),
+            "{e}"
+        );
         assert!(e.contains("regular expression"), "{e}");
         assert!(!e.contains("hunter2"), "{e}");
         let e = err("memory:\n  redaction:\n    disable: [jwt, nope]\n");
-        assert!(e.contains("memory.redaction.disable[1]") && e.contains("not a built-in rule"), "{e}");
+        assert!(
+            e.contains("memory.redaction.disable[1]") && e.contains("not a built-in rule"),
+            "{e}"
+        );
         let e = err("memory:\n  redaction:\n    enable: true\n");
-        assert!(e.contains("memory.redaction.enable is not a redaction setting"), "{e}");
+        assert!(
+            e.contains("memory.redaction.enable is not a redaction setting"),
+            "{e}"
+        );
         let e = err("memory:\n  redaction:\n    patterns:\n      Bad-Name: x\n");
-        assert!(e.contains("memory.redaction.patterns") && e.contains("a-z"), "{e}");
+        assert!(
+            e.contains("memory.redaction.patterns") && e.contains("a-z"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -9,8 +9,8 @@
 
 use crate::Subject;
 use memgate_core::{
-    Caller, CaptureKind, CaptureRequest, Message, RecallRequest, RememberOutcome,
-    RememberRequest, SearchQuery,
+    Caller, CaptureKind, CaptureRequest, Message, RecallRequest, RememberOutcome, RememberRequest,
+    SearchQuery,
 };
 
 /// Shaped like an OpenAI project key (fake, never issued).
@@ -97,7 +97,10 @@ pub async fn remembering_a_secret_is_refused_and_a_mention_is_redacted(s: &impl 
     let bare = RememberRequest::new("fact", API_KEY).unwrap();
     match b.remember(&alice(), &bare).await.unwrap() {
         RememberOutcome::Failed { reason } => {
-            assert!(reason.contains("secret") && reason.contains("api_key"), "{reason}");
+            assert!(
+                reason.contains("secret") && reason.contains("api_key"),
+                "{reason}"
+            );
             assert_no_secret("the refusal", &reason);
         }
         other => panic!("a bare key must be refused, got {other:?}"),
@@ -151,7 +154,11 @@ pub async fn redaction_keeps_signatures_over_the_original_message(s: &impl Subje
         .capture(&capture_of("t1", transcript(OTHER_KEY)))
         .await
         .unwrap();
-    assert_eq!((rotated.stored, rotated.already_known), (1, 1), "{rotated:?}");
+    assert_eq!(
+        (rotated.stored, rotated.already_known),
+        (1, 1),
+        "{rotated:?}"
+    );
     let turns = b.export(&alice()).await.unwrap().turns;
     assert_eq!(turns.len(), 3);
     assert_eq!(turns[0].text, turns[2].text, "both keys redact alike");

@@ -99,7 +99,11 @@ pub fn run_forget_bench(sizes: &[usize], dir: Option<&Path>) -> Result<ForgetBen
             None => tempfile::tempdir(),
         }
         .map_err(|e| MemoryError::backend(format!("cannot create a benchmark directory: {e}")))?;
-        out.push(bench_size(items, &tmp.path().join("forget.sqlite3"), &mut rng)?);
+        out.push(bench_size(
+            items,
+            &tmp.path().join("forget.sqlite3"),
+            &mut rng,
+        )?);
     }
     Ok(ForgetBenchReport {
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -262,7 +266,11 @@ fn forget_under_captures(
         .join()
         .map_err(|_| MemoryError::backend("the benchmark's capture thread panicked"))??;
     // Only those that ran while the forget did (the last may have waited on it).
-    Ok((report?, took, latencies[before_forget.min(latencies.len())..].to_vec()))
+    Ok((
+        report?,
+        took,
+        latencies[before_forget.min(latencies.len())..].to_vec(),
+    ))
 }
 
 /// The part of an erasure that does not depend on what it removed.
@@ -307,7 +315,11 @@ fn bench_size(items: usize, path: &Path, rng: &mut SplitMix) -> Result<SizeCost>
     )?;
     let levels = [
         ("fact", alice(), ForgetTarget::Fact { id }),
-        ("thread", alice().with_thread("thread-10"), ForgetTarget::Thread),
+        (
+            "thread",
+            alice().with_thread("thread-10"),
+            ForgetTarget::Thread,
+        ),
         ("scope", alice(), ForgetTarget::Scope),
         ("user", coder(), ForgetTarget::User),
     ];

@@ -469,17 +469,28 @@ fn every_level_leaves_another_users_identical_text_intact() {
         }
         let bobs = t.store.export(&bob()).unwrap();
         assert_eq!(bobs.facts.len(), 1, "{level:?}");
-        assert!(bobs.turns.iter().any(|turn| turn.text == shared), "{level:?}");
+        assert!(
+            bobs.turns.iter().any(|turn| turn.text == shared),
+            "{level:?}"
+        );
         let recall = t
             .store
             .recall(&recall_of(&bob(), Some("spare key blue flowerpot")))
             .unwrap();
-        assert!(recall.text.contains("flowerpot"), "{level:?}: {}", recall.text);
+        assert!(
+            recall.text.contains("flowerpot"),
+            "{level:?}: {}",
+            recall.text
+        );
         let recall = t
             .store
             .recall(&recall_of(&carol(), Some("spare key blue flowerpot")))
             .unwrap();
-        assert!(!recall.text.contains("flowerpot"), "{level:?}: {}", recall.text);
+        assert!(
+            !recall.text.contains("flowerpot"),
+            "{level:?}: {}",
+            recall.text
+        );
         t.store.check_integrity().unwrap();
     }
 }
@@ -527,7 +538,10 @@ fn captures_running_during_a_forget_at_every_level_are_kept_whole() {
             );
         }
         let carols = store.export(&carol()).unwrap();
-        assert!(carols.facts.is_empty() && carols.turns.is_empty(), "{level:?}");
+        assert!(
+            carols.facts.is_empty() && carols.turns.is_empty(),
+            "{level:?}"
+        );
         store.check_integrity().unwrap();
         assert_eq!(files_containing(&t.path(), "numbat0x"), none(), "{level:?}");
         println!(
