@@ -24,7 +24,7 @@ import sys
 import tempfile
 
 from mcp import Client, StdioServerParameters
-from mcp.shared.exceptions import McpError
+from mcp.shared.exceptions import MCPError
 
 CONVENTION = "money amounts are integer cents; use pytest for backend tests"
 
@@ -57,7 +57,7 @@ async def exercise(client: Client, surface: str) -> None:
     try:
         refused = await client.call_tool("forget", {"target": "user", "confirm": True})
         refused_text = json.dumps(structured(refused)) if refused.is_error else ""
-    except McpError as error:
+    except MCPError as error:
         refused_text = str(error)
     check("mcp.forget_tool" in refused_text, f"{surface}: forget is refused while erasure is off")
     recalled = structured(await client.call_tool("recall", {"query": "integer cents pytest"}))
