@@ -6,8 +6,11 @@ Usage: mcp_client_session.py MEMGATE_BINARY
 
 Each surface runs in its own scratch MEMGATE_HOME with `mcp.user: alice`.
 The session lists the tools, saves a memory, repeats the save (already
-present), tries to smuggle a user id through the arguments (refused), and
-recalls the memory. Exits non-zero with a message on any deviation.
+present), tries to smuggle a user id through the arguments (refused), tries
+`forget` (refused: erasure is off by default), and recalls the memory. A
+third session, over stdio with `mcp.forget_tool: true`, finds `forget` listed
+and erases the saved memory with it. Exits non-zero with a message on any
+deviation.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 import tempfile
 
 from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 CONVENTION = "money amounts are integer cents; use pytest for backend tests"
 
@@ -50,19 +54,37 @@ async def exercise(client: Client, surface: str) -> None:
     )
     smuggled = await client.call_tool("remember", {"text": "x", "user_id": "mallory"})
     check(bool(smuggled.is_error), f"{surface}: identity in tool arguments is refused")
+    try:
+        refused = await client.call_tool("forget", {"target": "user", "confirm": True})
+        refused_text = json.dumps(structured(refused)) if refused.is_error else ""
+    except MCPError as error:
+        refused_text = str(error)
+    check("mcp.forget_tool" in refused_text, f"{surface}: forget is refused while erasure is off")
     recalled = structured(await client.call_tool("recall", {"query": "integer cents pytest"}))
     check("integer cents" in recalled.get("text", ""), f"{surface}: recall returns the saved convention")
 
 
-def scratch_home() -> str:
+async def erase(client: Client) -> None:
+    tools = sorted(t.name for t in (await client.list_tools()).tools)
+    check(tools == ["forget", "recall", "remember", "search"], f"opted in: forget is listed ({tools})")
+    saved = structured(await client.call_tool("remember", {"text": CONVENTION, "kind": "decision"}))
+    unconfirmed = await client.call_tool("forget", {"target": "user"})
+    check(bool(unconfirmed.is_error), "opted in: a whole-user forget needs confirm")
+    erased = structured(await client.call_tool("forget", {"target": "fact", "id": saved.get("citation")}))
+    check(erased.get("erased", {}).get("facts") == 1, f"opted in: forget erases the fact ({erased})")
+    found = structured(await client.call_tool("search", {"query": "pytest"}))
+    check(found.get("count") == 0, "opted in: the erased fact is not found any more")
+
+
+def scratch_home(extra: str = "") -> str:
     home = tempfile.mkdtemp(prefix="memgate-mcp-")
     with open(os.path.join(home, "config.yaml"), "w") as f:
-        f.write("mcp:\n  user: alice\n")
+        f.write("mcp:\n  user: alice\n" + extra)
     return home
 
 
-async def stdio_session(binary: str) -> None:
-    home = scratch_home()
+async def stdio_session(binary: str, extra: str = "", run=None) -> None:
+    home = scratch_home(extra)
     params = StdioServerParameters(
         command=binary,
         args=["mcp"],
@@ -70,7 +92,7 @@ async def stdio_session(binary: str) -> None:
         env={"MEMGATE_HOME": os.path.join(home, "state"), "PATH": os.environ.get("PATH", "")},
     )
     async with Client(params) as client:
-        await exercise(client, "stdio")
+        await (run(client) if run else exercise(client, "stdio"))
 
 
 async def http_session(binary: str) -> None:
@@ -102,6 +124,7 @@ async def http_session(binary: str) -> None:
 async def main(binary: str) -> None:
     await stdio_session(binary)
     await http_session(binary)
+    await stdio_session(binary, "  forget_tool: true\n", erase)
     print("mcp session: all checks passed")
 
 

@@ -8,12 +8,14 @@
 //! validated by it, after the storage root has been injected.
 
 use crate::deadline::Deadlines;
+use memgate_core::redaction::{redactor_from_config, Redactor};
 use memgate_core::{MemoryError, MemoryMode, Result};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The backends memgate knows, by `manager_class` name.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,6 +92,11 @@ pub struct MemoryConfig {
     pub backend_config: Map<String, Value>,
     /// memgate's addition: one total deadline per operation, on every surface.
     pub deadlines: Deadlines,
+    /// memgate's addition: how user secrets are redacted before anything is
+    /// stored, indexed or sent, for every backend (`enabled`, `disable`,
+    /// `patterns`; see [`memgate_core::redaction`]). Unset: every built-in
+    /// rule on. A backend's own `backend_config.redaction` overrides it.
+    pub redaction: Option<Value>,
 }
 
 impl Default for MemoryConfig {
@@ -102,6 +109,19 @@ impl Default for MemoryConfig {
             mode: MemoryMode::Middleware,
             backend_config: Map::new(),
             deadlines: Deadlines::default(),
+            redaction: None,
+        }
+    }
+}
+
+impl MemoryConfig {
+    /// The redactor `memory.redaction` describes (the default rules when it
+    /// is unset). Errors name `memory.redaction.<key>` and the rule, never a
+    /// pattern's text.
+    pub fn redactor(&self) -> Result<Arc<Redactor>> {
+        match &self.redaction {
+            None | Some(Value::Null) => Ok(Redactor::shared_default()),
+            Some(v) => Ok(Arc::new(redactor_from_config(v, "memory.redaction")?)),
         }
     }
 }
@@ -146,6 +166,10 @@ pub struct McpConfig {
     pub user: Option<String>,
     /// The agent (peer) within that user's memory; unset = the default agent.
     pub agent: Option<String>,
+    /// Offer the `forget` (erasure) tool on `memgate mcp` and `/mcp`. Off by
+    /// default: erasing memory is the operator's act, never a model's own
+    /// initiative; turn it on only for an MCP client a person drives.
+    pub forget_tool: bool,
 }
 
 impl Default for McpConfig {
@@ -154,6 +178,7 @@ impl Default for McpConfig {
             enabled: true,
             user: None,
             agent: None,
+            forget_tool: false,
         }
     }
 }
@@ -252,6 +277,11 @@ impl Config {
             .deadlines
             .validate()
             .map_err(|e| e.to_string())?;
+        // Built once here so a bad pattern stops start-up, not a capture.
+        self.memory.redactor().map_err(|e| match e {
+            MemoryError::Config(message) => message,
+            other => other.to_string(),
+        })?;
         let t = self.memory.shutdown_flush_timeout_seconds;
         if !(t.is_finite() && (1.0..=300.0).contains(&t)) {
             return Err(format!(
@@ -394,6 +424,53 @@ mod tests {
             let e = err(yaml);
             assert_eq!(e.matches(path).count(), 1, "{e}");
         }
+    }
+
+    #[test]
+    fn memory_redaction_is_on_by_default_and_configurable() {
+        let c = Config::from_yaml("", "t").unwrap();
+        let r = c.memory.redactor().unwrap();
+        assert!(r.is_enabled() && r.rule_ids().any(|id| id == "jwt"));
+        let yaml = "memory:\n  redaction:\n    disable: [jwt]\n    patterns:\n      employee_id: 'EMP-[0-9]{6}'\n";
+        let r = Config::from_yaml(yaml, "t")
+            .unwrap()
+            .memory
+            .redactor()
+            .unwrap();
+        assert!(!r.rule_ids().any(|id| id == "jwt"));
+        assert_eq!(
+            r.redact("badge EMP-123456").text,
+            "badge [redacted:employee_id]"
+        );
+        let off = Config::from_yaml("memory:\n  redaction:\n    enabled: false\n", "t").unwrap();
+        assert!(!off.memory.redactor().unwrap().is_enabled());
+    }
+
+    #[test]
+    fn bad_redaction_settings_stop_startup_naming_the_field_not_the_pattern() {
+        // The pattern holds something an operator may not want in a log.
+        let e = err("memory:\n  redaction:\n    patterns:\n      vault: '(hunter2-Zq81'\n");
+        assert!(
+            e.starts_with("config.yaml: memory.redaction.patterns.vault"),
+            "{e}"
+        );
+        assert!(e.contains("regular expression"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        let e = err("memory:\n  redaction:\n    disable: [jwt, nope]\n");
+        assert!(
+            e.contains("memory.redaction.disable[1]") && e.contains("not a built-in rule"),
+            "{e}"
+        );
+        let e = err("memory:\n  redaction:\n    enable: true\n");
+        assert!(
+            e.contains("memory.redaction.enable is not a redaction setting"),
+            "{e}"
+        );
+        let e = err("memory:\n  redaction:\n    patterns:\n      Bad-Name: x\n");
+        assert!(
+            e.contains("memory.redaction.patterns") && e.contains("a-z"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The one factory: builds the backend named by `manager_class` the way the
 //! host's factory does (the storage root injected into `backend_config`, the
-//! host's keep-hook for hidden messages handed over, the tool-mode invariant
+//! host's keep-hook for hidden messages and the `memory.redaction` redactor
+//! handed over, the tool-mode invariant
 //! checked after construction) and wraps it in the [`AssembledBackend`] every
 //! surface uses. The CLI, the service, MCP and the Python extension all come
 //! through here, so no surface can skip a gate, a deadline or the drain.
@@ -113,6 +114,7 @@ fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Built> {
     let ctx = BackendContext::new(&storage)
         .with_mode(memory.mode)
         .with_env(setup.env.clone())
+        .with_redactor(memory.redactor()?)
         .with_keep_hidden(
             setup
                 .keep_hidden

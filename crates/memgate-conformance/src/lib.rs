@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 pub mod behaviour;
 pub mod forget;
+pub mod redaction;
 
 /// A boxed, sendable future (the suite stays free of extra crates).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -80,6 +81,11 @@ macro_rules! conformance_tests {
             forget_scope_erases_one_agent_and_leaves_the_rest,
             forget_user_erases_every_agent_of_that_user_only,
             forget_is_seen_by_another_handle,
+        );
+        $crate::conformance_tests!(@each [$(#[$attr])*] $subject; redaction;
+            captured_secrets_are_stored_and_recalled_as_placeholders,
+            remembering_a_secret_is_refused_and_a_mention_is_redacted,
+            redaction_keeps_signatures_over_the_original_message,
         );
     };
     (@each $attrs:tt $subject:expr; $module:ident; $($name:ident),+ $(,)?) => {

@@ -6,16 +6,17 @@
 //! Each capture scenario is an after-turn capture of a transcript of N
 //! messages whose first N − 2 were captured before (the usual case: one
 //! user message and one answer are new). The steps are the ones the real
-//! capture runs (`capture::sign_all`, `CapturePlan`, `payload::to_payload`,
+//! capture runs (`capture::sign_all`, `CapturePlan`, `payload::to_payload`
+//! then `payload::redact_payload` with the default redactor,
 //! `memgate_core::cursor`), timed one by one; figures are medians.
 
 use crate::capture::{sign_all, CapturePlan};
 use crate::injection::format_injection;
-use crate::payload::to_payload;
+use crate::payload::{redact_payload, to_payload};
 use crate::retrieval::RetrievedMemory;
 use memgate_core::capture::captureable;
 use memgate_core::cursor::{load_cursor, save_cursor, TranscriptCursor};
-use memgate_core::{Message, ToolCall};
+use memgate_core::{Message, Redactor, ToolCall};
 use serde::Serialize;
 use serde_json::json;
 use std::fmt;
@@ -37,7 +38,8 @@ pub struct CaptureCost {
     pub cursor_load_us: f64,
     /// Prefix digest match and the pending set.
     pub cursor_match_us: f64,
-    /// Converting the new messages to OpenViking payloads.
+    /// Converting the new messages to OpenViking payloads and redacting
+    /// secrets in them (what capture sends).
     pub convert_us: f64,
     /// Advancing the cursor and serializing it (CPU).
     pub cursor_encode_us: f64,
@@ -113,7 +115,7 @@ impl fmt::Display for AdapterBenchReport {
         }
         writeln!(
             f,
-            "  cpu total = sign + load + match + convert + encode; fsync'd = durable cursor write (temp file, fsync, rename, directory fsync); compacted = matching after compaction (window search)"
+            "  cpu total = sign + load + match + convert (payloads + redaction) + encode; fsync'd = durable cursor write (temp file, fsync, rename, directory fsync); compacted = matching after compaction (window search)"
         )?;
         writeln!(f, "recall formatting, medians in µs:")?;
         for r in &self.recall_formatting {
@@ -223,6 +225,7 @@ fn capture_cost(dir: &Path, n: usize, max_seen: usize) -> CaptureCost {
     let before = previous_plan.completed(&TranscriptCursor::default(), max_seen);
     save_cursor(&before_path, &before).expect("bench cursor directory is writable");
 
+    let redactor = Redactor::shared_default();
     let iterations = (20_000 / n).clamp(7, 200);
     let (mut sign, mut load, mut matching, mut convert) = (vec![], vec![], vec![], vec![]);
     let (mut encode, mut write, mut cpu_total, mut total) = (vec![], vec![], vec![], vec![]);
@@ -246,7 +249,12 @@ fn capture_cost(dir: &Path, n: usize, max_seen: usize) -> CaptureCost {
         let payloads: Vec<_> = plan
             .pending
             .iter()
-            .filter_map(|&i| to_payload(captured[i], "research"))
+            .filter_map(|&i| {
+                to_payload(captured[i], "research").map(|mut payload| {
+                    redact_payload(&mut payload, &redactor);
+                    payload
+                })
+            })
             .collect();
         convert.push(micros(t));
         new_messages = plan.pending.len();

@@ -454,6 +454,22 @@ fn words(s: &str) -> usize {
         .count()
 }
 
+/// Why a pattern failed to compile, without the pattern: the regex crate's
+/// message quotes the expression, which may hold the very value it guards.
+fn regex_reason(e: &regex::Error) -> String {
+    match e {
+        regex::Error::Syntax(message) => message
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("error: "))
+            .unwrap_or("syntax error")
+            .to_owned(),
+        regex::Error::CompiledTooBig(limit) => {
+            format!("the compiled expression exceeds the size limit of {limit} bytes")
+        }
+        _ => "cannot be compiled".to_owned(),
+    }
+}
+
 /// A secret's place in the text and the index of its rule.
 #[derive(Clone, Copy)]
 struct Span {
@@ -507,7 +523,7 @@ impl Redactor {
             }
             let regex = Regex::new(&custom.pattern).map_err(|e| SettingsError {
                 field: field.clone(),
-                rule: format!("must be a valid regular expression ({e})"),
+                rule: format!("must be a valid regular expression ({})", regex_reason(&e)),
             })?;
             if regex.is_match("") {
                 return Err(SettingsError {
@@ -527,7 +543,7 @@ impl Redactor {
         let set =
             RegexSet::new(rules.iter().map(|r| r.regex.as_str())).map_err(|e| SettingsError {
                 field: "patterns".to_owned(),
-                rule: format!("the rules cannot be combined ({e})"),
+                rule: format!("the rules cannot be combined ({})", regex_reason(&e)),
             })?;
         Ok(Self {
             enabled: settings.enabled,
@@ -674,12 +690,15 @@ mod tests {
         let e = Redactor::new(&RedactionSettings {
             custom_rules: vec![CustomRule {
                 name: "ticket".into(),
-                pattern: "(".into(),
+                pattern: "(TCK-Zq81secret".into(),
             }],
             ..Default::default()
         })
         .unwrap_err();
         assert_eq!(e.field, "patterns.ticket");
+        // The reason, never the pattern (it may hold the value it guards).
+        assert!(e.rule.contains("unclosed group"), "{e}");
+        assert!(!e.to_string().contains("Zq81secret"), "{e}");
         let e = Redactor::new(&RedactionSettings {
             custom_rules: vec![CustomRule {
                 name: "Bad Name".into(),

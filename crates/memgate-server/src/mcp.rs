@@ -6,10 +6,15 @@
 //! principal fixed by the server's configuration; tool arguments never carry
 //! identity (arguments naming a user, agent, scope or token are refused). A
 //! tool whose capability the backend lacks is not listed.
+//!
+//! `forget` (erasure) is listed only when the operator opts in
+//! (`mcp.forget_tool: true`): erasing memory is a person's decision, not a
+//! model's, so by default it is neither listed nor callable. When it is on,
+//! whole-scope and whole-user erasure still need `confirm: true`.
 
 use memgate_assembly::AssembledBackend;
 use memgate_core::tool::{call_remember, remember_spec, ToolResult};
-use memgate_core::{Caller, MemoryBackend, MemoryError, RecallRequest, SearchQuery};
+use memgate_core::{Caller, ForgetTarget, MemoryBackend, MemoryError, RecallRequest, SearchQuery};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -25,6 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The namespace hosts use to qualify memgate's tools.
 pub const NAMESPACE: &str = "memgate";
+/// The erasure tool, offered only with [`MemoryMcp::with_forget_tool`].
+pub const FORGET_TOOL: &str = "forget";
 
 /// An MCP server over one backend, acting for one principal.
 #[derive(Clone)]
@@ -86,6 +93,18 @@ impl MemoryMcp {
         }
     }
 
+    /// Offers (or withdraws) the `forget` tool: the operator's opt-in,
+    /// `mcp.forget_tool`. Erasure then runs through the same assembled
+    /// backend, with its deadline and drain, as every other tool.
+    pub fn with_forget_tool(mut self, offered: bool) -> Self {
+        let tools = Arc::make_mut(&mut self.tools);
+        tools.retain(|t| t.name != FORGET_TOOL);
+        if offered {
+            tools.push(forget_tool());
+        }
+        self
+    }
+
     /// Names of the tools this server lists.
     pub fn tool_names(&self) -> Vec<String> {
         self.tools.iter().map(|t| t.name.to_string()).collect()
@@ -113,6 +132,75 @@ impl MemoryMcp {
                     "text": recall.text,
                     "items": recall.items.len(),
                 }),
+            },
+            Err(e) => failure(&e),
+        }
+    }
+
+    async fn forget(&self, args: Value) -> ToolResult {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Args {
+            target: String,
+            #[serde(default)]
+            id: Option<String>,
+            #[serde(default)]
+            thread: Option<String>,
+            #[serde(default)]
+            confirm: bool,
+        }
+        let args: Args = match parse(args) {
+            Ok(a) => a,
+            Err(e) => return failure(&e),
+        };
+        let mut caller = self.principal.clone();
+        let target =
+            match (args.target.as_str(), args.id, args.thread) {
+                ("fact", Some(id), None) => ForgetTarget::Fact { id },
+                ("fact", _, _) => return failure(&MemoryError::invalid(
+                    "id",
+                    "is required for target fact (a citation, mem_<n>), and thread is not allowed",
+                )),
+                ("thread", None, Some(thread)) => {
+                    caller = caller.with_thread(thread);
+                    ForgetTarget::Thread
+                }
+                ("thread", _, _) => {
+                    return failure(&MemoryError::invalid(
+                        "thread",
+                        "is required for target thread, and id is not allowed",
+                    ))
+                }
+                (level @ ("scope" | "user"), None, None) => {
+                    if !args.confirm {
+                        return failure(&MemoryError::invalid(
+                            "confirm",
+                            format!("must be true to erase a whole {level}"),
+                        ));
+                    }
+                    if level == "scope" {
+                        ForgetTarget::Scope
+                    } else {
+                        ForgetTarget::User
+                    }
+                }
+                ("scope" | "user", _, _) => {
+                    return failure(&MemoryError::invalid(
+                        "target",
+                        "scope and user take neither id nor thread",
+                    ))
+                }
+                _ => {
+                    return failure(&MemoryError::invalid(
+                        "target",
+                        "must be one of fact, thread, scope, user",
+                    ))
+                }
+            };
+        match self.backend.forget(&caller, &target).await {
+            Ok(report) => ToolResult {
+                is_error: false,
+                content: json!({"target": target.as_str(), "erased": report}),
             },
             Err(e) => failure(&e),
         }
@@ -151,6 +239,30 @@ impl MemoryMcp {
             Err(e) => failure(&e),
         }
     }
+}
+
+fn forget_tool() -> Tool {
+    tool(
+        FORGET_TOOL,
+        "Erase memory for good (no copy is kept; export first if one is wanted). Only when the \
+         person operating this client asks for it. `target`: `fact` (with `id`, a citation such \
+         as mem_12, and every version of it), `thread` (with `thread`: every captured turn of \
+         that conversation), `scope` (everything of this user and agent) or `user` (everything \
+         of this user, every agent); `scope` and `user` need `confirm: true`. Returns what was \
+         erased; a backend whose memory lives on a server answers unsupported."
+            .to_owned(),
+        json!({
+            "type": "object",
+            "properties": {
+                "target": {"type": "string", "enum": ["fact", "thread", "scope", "user"]},
+                "id": {"type": "string", "description": "target fact: the memory's citation, mem_<n>."},
+                "thread": {"type": "string", "minLength": 1, "description": "target thread: the thread id."},
+                "confirm": {"type": "boolean", "default": false, "description": "target scope or user: must be true."}
+            },
+            "required": ["target"],
+            "additionalProperties": false
+        }),
+    )
 }
 
 fn tool(name: &str, description: String, schema: Value) -> Tool {
@@ -222,6 +334,13 @@ impl ServerHandler for MemoryMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
+        if name == FORGET_TOOL && !self.tools.iter().any(|t| t.name == name) {
+            return Err(ErrorData::invalid_params(
+                "`forget` is not offered: erasure over MCP is off on this server \
+                 (the operator enables it with mcp.forget_tool: true)",
+                None,
+            ));
+        }
         if !self.tools.iter().any(|t| t.name == name) {
             return Err(ErrorData::invalid_params(
                 format!(
@@ -235,6 +354,7 @@ impl ServerHandler for MemoryMcp {
         let result = match name.as_str() {
             "remember" => call_remember(&*self.backend, &self.principal, &args).await,
             "recall" => self.recall(args).await,
+            FORGET_TOOL => self.forget(args).await,
             _ => self.search(args).await,
         };
         Ok(to_mcp(result).into())

@@ -2,9 +2,12 @@
 //! (newline-delimited JSON-RPC over an in-process duplex pipe, the same
 //! transport stdio uses), on the real embedded store.
 
-use memgate_assembly::AssembledBackend;
+use memgate_assembly::{AssembledBackend, Deadlines, Gates};
 use memgate_core::noop::NoopBackend;
-use memgate_core::{BackendContext, Caller, MemoryBackend};
+use memgate_core::{
+    BackendContext, Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, RememberOutcome,
+    RememberRequest,
+};
 use memgate_server::mcp::MemoryMcp;
 use memgate_store::LocalBackend;
 use rmcp::model::{CallToolRequestParams, ClientConfig};
@@ -157,4 +160,202 @@ async fn identity_never_comes_from_tool_arguments() {
     }
     let (is_error, body) = call(&client, "search", json!({"query": "x", "top_k": 0})).await;
     assert!(is_error && body["error"]["message"].as_str().unwrap().contains("top_k"));
+}
+
+async fn tool_names(client: &RunningService<RoleClient, ClientConfig>) -> Vec<String> {
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+fn captured(caller: &Caller, thread: &str, text: &str) -> CaptureRequest {
+    CaptureRequest {
+        caller: caller.clone().with_thread(thread),
+        messages: vec![Message::human(text).with_id(format!("{thread}-1"))],
+        kind: CaptureKind::AfterTurn,
+        trace_id: None,
+    }
+}
+
+#[tokio::test]
+async fn forget_is_neither_listed_nor_callable_unless_the_operator_offers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = local(dir.path());
+    let alice = Caller::new("alice");
+    let id = match backend
+        .remember(
+            &alice,
+            &RememberRequest::new("fact", "alice keeps bees").unwrap(),
+        )
+        .await
+        .unwrap()
+    {
+        RememberOutcome::Stored { citation } => citation.0,
+        other => panic!("{other:?}"),
+    };
+    for server in [
+        MemoryMcp::new(backend.clone(), alice.clone()),
+        MemoryMcp::new(backend.clone(), alice.clone()).with_forget_tool(false),
+        MemoryMcp::new(backend.clone(), alice.clone())
+            .with_forget_tool(true)
+            .with_forget_tool(false),
+    ] {
+        let client = connect(server).await;
+        assert_eq!(tool_names(&client).await, ["recall", "remember", "search"]);
+        let refused = client
+            .call_tool(
+                CallToolRequestParams::new("forget")
+                    .with_arguments(args(json!({"target": "fact", "id": id}))),
+            )
+            .await
+            .expect_err("forget is refused when not offered");
+        let message = refused.to_string();
+        assert!(
+            message.contains("erasure over MCP is off") && message.contains("mcp.forget_tool"),
+            "{message}"
+        );
+    }
+    assert_eq!(backend.list_facts(&alice, true).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn an_offered_forget_erases_each_level_through_the_assembled_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn MemoryBackend> = Arc::new(
+        LocalBackend::from_backend_config(&Map::new(), &BackendContext::new(dir.path())).unwrap(),
+    );
+    // memory.enabled off: capture and injection stop, explicit operations
+    // (remember, forget) still work, as the host's gate says.
+    let backend = Arc::new(AssembledBackend::new(
+        inner.clone(),
+        Gates {
+            enabled: false,
+            injection_enabled: false,
+        },
+        Deadlines::default(),
+    ));
+    let alice = Caller::new("alice");
+    let client =
+        connect(MemoryMcp::new(backend.clone(), alice.clone()).with_forget_tool(true)).await;
+    assert_eq!(
+        tool_names(&client).await,
+        ["forget", "recall", "remember", "search"]
+    );
+
+    let (_, saved) = call(
+        &client,
+        "remember",
+        json!({"text": "alice keeps bees on the roof"}),
+    )
+    .await;
+    let id = saved["citation"].as_str().unwrap().to_owned();
+    let (is_error, erased) = call(&client, "forget", json!({"target": "fact", "id": id})).await;
+    assert!(!is_error, "{erased}");
+    assert_eq!(erased["target"], "fact");
+    assert_eq!(erased["erased"]["facts"], 1);
+    assert!(backend.list_facts(&alice, true).await.unwrap().is_empty());
+    let (is_error, again) = call(&client, "forget", json!({"target": "fact", "id": id})).await;
+    assert!(is_error && again["error"]["code"] == "not_found", "{again}");
+
+    // Threads are captured straight into the store (the gate is off).
+    for (who, thread) in [(&alice, "t1"), (&alice, "t2"), (&Caller::new("bob"), "t1")] {
+        inner
+            .capture(&captured(who, thread, "the hive needs a new queen"))
+            .await
+            .unwrap();
+    }
+    let (is_error, erased) = call(
+        &client,
+        "forget",
+        json!({"target": "thread", "thread": "t1"}),
+    )
+    .await;
+    assert!(!is_error, "{erased}");
+    assert_eq!(erased["erased"]["turns"], 1);
+    let left: Vec<String> = backend
+        .export(&alice)
+        .await
+        .unwrap()
+        .turns
+        .into_iter()
+        .map(|t| t.thread)
+        .collect();
+    assert_eq!(left, ["t2"]);
+
+    // Whole scope / user: only with confirm, and never for anyone else.
+    for (a, field) in [
+        (json!({"target": "scope"}), "confirm"),
+        (json!({"target": "user", "confirm": false}), "confirm"),
+        (
+            json!({"target": "scope", "confirm": true, "thread": "t2"}),
+            "target",
+        ),
+        (json!({"target": "fact"}), "id"),
+        (json!({"target": "thread", "id": "mem_1"}), "thread"),
+        (json!({"target": "everything"}), "target"),
+        (
+            json!({"target": "user", "confirm": true, "user_id": "bob"}),
+            "arguments",
+        ),
+    ] {
+        let (is_error, body) = call(&client, "forget", a.clone()).await;
+        assert!(is_error, "{a}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_input", "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(field),
+            "{a}: {body}"
+        );
+    }
+    assert_eq!(backend.export(&alice).await.unwrap().turns.len(), 1);
+    let (is_error, erased) = call(
+        &client,
+        "forget",
+        json!({"target": "user", "confirm": true}),
+    )
+    .await;
+    assert!(!is_error, "{erased}");
+    assert_eq!(erased["erased"]["turns"], 1);
+    assert!(backend.export(&alice).await.unwrap().turns.is_empty());
+    let bob = backend.export(&Caller::new("bob")).await.unwrap().turns;
+    assert_eq!(bob.len(), 1, "bob's identical turn stays");
+    let (is_error, erased) = call(
+        &client,
+        "forget",
+        json!({"target": "scope", "confirm": true}),
+    )
+    .await;
+    assert!(!is_error && erased["erased"]["turns"] == 0, "{erased}");
+
+    // The calls went through the assembly: observed under `forget`.
+    let metrics = backend.metrics().render();
+    assert!(
+        metrics.contains("memgate_requests_total{operation=\"forget\",outcome=\"ok\"} 4"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn an_offered_forget_on_a_backend_without_erasure_says_unsupported() {
+    let client = connect(
+        MemoryMcp::new(
+            AssembledBackend::with_defaults(Arc::new(NoopBackend)),
+            Caller::new("alice"),
+        )
+        .with_forget_tool(true),
+    )
+    .await;
+    let (is_error, body) = call(
+        &client,
+        "forget",
+        json!({"target": "user", "confirm": true}),
+    )
+    .await;
+    assert!(is_error, "{body}");
+    assert_eq!(body["error"]["code"], "unsupported", "{body}");
 }

@@ -10,6 +10,7 @@
 //!   running SQLite work on tokio's blocking pool;
 //! - [`LocalConfig`]: the `backend_config` keys and their rules;
 //! - [`mod@bench`]: `memgate bench` (recall latency, capture throughput, RSS);
+//! - [`forget_bench`]: what erasure costs at each level, and captures meanwhile;
 //! - [`locomo`]: `memgate eval locomo` (recall quality on LoCoMo).
 //!
 //! Recall reads exactly the caller's scope: (user, agent) with a missing
@@ -31,6 +32,7 @@ pub mod capture;
 pub mod config;
 pub mod facts;
 pub mod forget;
+pub mod forget_bench;
 pub mod index;
 pub mod locomo;
 pub mod ranking;

@@ -401,3 +401,153 @@ fn forgetting_a_user_erases_every_agent_of_that_user_only() {
     }
     assert_eq!(t.store.list_facts(&alice(), false).unwrap().len(), 1);
 }
+
+/// The levels a forget of carol's can take, each with what to plant first.
+#[derive(Clone, Copy, Debug)]
+enum Level {
+    Fact,
+    Thread,
+    Scope,
+    User,
+}
+
+const LEVELS: [Level; 4] = [Level::Fact, Level::Thread, Level::Scope, Level::User];
+
+fn carol() -> Caller {
+    Caller::new("carol")
+}
+
+/// Plants `text` where a forget at `level` of carol's erases it, and
+/// forgets it; returns what the forget reported.
+fn plant_and_forget(store: &MemoryStore, level: Level, text: &str) -> ForgetReport {
+    let doomed = vec![Message::human(text)];
+    let (caller, target) = match level {
+        Level::Fact => {
+            let id = remember(store, &carol(), text);
+            (carol(), ForgetTarget::Fact { id })
+        }
+        Level::Thread => {
+            store.capture(&capture(&carol(), "doomed", doomed)).unwrap();
+            (carol().with_thread("doomed"), ForgetTarget::Thread)
+        }
+        Level::Scope => {
+            remember(store, &carol(), text);
+            store.capture(&capture(&carol(), "doomed", doomed)).unwrap();
+            (carol(), ForgetTarget::Scope)
+        }
+        Level::User => {
+            remember(store, &carol().with_agent("coder"), text);
+            store.capture(&capture(&carol(), "doomed", doomed)).unwrap();
+            (carol(), ForgetTarget::User)
+        }
+    };
+    store.forget(&caller, &target).unwrap()
+}
+
+#[test]
+fn every_level_leaves_another_users_identical_text_intact() {
+    let shared = "the spare key is under the blue flowerpot";
+    for level in LEVELS {
+        let t = TestStore::new();
+        // bob holds the very same text, as a memory and as a turn.
+        remember(&t.store, &bob(), shared);
+        t.store
+            .capture(&capture(&bob(), "doomed", vec![Message::human(shared)]))
+            .unwrap();
+        filler(&t.store, &bob(), "t9", 50);
+        let report = plant_and_forget(&t.store, level, shared);
+        assert!(
+            report.facts + report.turns >= 1,
+            "{level:?} erased nothing: {report:?}"
+        );
+        for who in [carol(), carol().with_agent("coder")] {
+            let left = t.store.export(&who).unwrap();
+            assert!(
+                left.facts.is_empty() && left.turns.is_empty(),
+                "{level:?}: carol keeps {left:?}"
+            );
+        }
+        let bobs = t.store.export(&bob()).unwrap();
+        assert_eq!(bobs.facts.len(), 1, "{level:?}");
+        assert!(
+            bobs.turns.iter().any(|turn| turn.text == shared),
+            "{level:?}"
+        );
+        let recall = t
+            .store
+            .recall(&recall_of(&bob(), Some("spare key blue flowerpot")))
+            .unwrap();
+        assert!(
+            recall.text.contains("flowerpot"),
+            "{level:?}: {}",
+            recall.text
+        );
+        let recall = t
+            .store
+            .recall(&recall_of(&carol(), Some("spare key blue flowerpot")))
+            .unwrap();
+        assert!(
+            !recall.text.contains("flowerpot"),
+            "{level:?}: {}",
+            recall.text
+        );
+        t.store.check_integrity().unwrap();
+    }
+}
+
+#[test]
+fn captures_running_during_a_forget_at_every_level_are_kept_whole() {
+    const ROUNDS: usize = 15;
+    for level in LEVELS {
+        let t = TestStore::new();
+        let store = Arc::new(MemoryStore::open(t.path(), LocalConfig::default()).unwrap());
+        let started = Instant::now();
+        // Writers into other users' scopes (and another agent of alice's).
+        let writers: Vec<_> = [bob(), alice().with_agent("coder")]
+            .into_iter()
+            .enumerate()
+            .map(|(w, who)| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for r in 0..ROUNDS {
+                        let messages = vec![
+                            Message::human(format!("writer {w} round {r} asks about herbs")),
+                            Message::ai(format!("writer {w} round {r} answer about basil")),
+                        ];
+                        let report = store
+                            .capture(&capture(&who, &format!("w{w}-{r}"), messages))
+                            .unwrap();
+                        assert_eq!(report.stored, 2);
+                    }
+                })
+            })
+            .collect();
+        let mut forgets = 0;
+        while writers.iter().any(|w| !w.is_finished()) && forgets < 40 {
+            plant_and_forget(&store, level, &format!("doomed numbat{forgets}x"));
+            forgets += 1;
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        for who in [bob(), alice().with_agent("coder")] {
+            assert_eq!(
+                store.export(&who).unwrap().turns.len(),
+                ROUNDS * 2,
+                "{level:?}: every concurrent capture is kept"
+            );
+        }
+        let carols = store.export(&carol()).unwrap();
+        assert!(
+            carols.facts.is_empty() && carols.turns.is_empty(),
+            "{level:?}"
+        );
+        store.check_integrity().unwrap();
+        assert_eq!(files_containing(&t.path(), "numbat0x"), none(), "{level:?}");
+        println!(
+            "{level:?}: {forgets} forgets ran during {} captures in {:?}",
+            2 * ROUNDS,
+            started.elapsed()
+        );
+    }
+}

@@ -102,3 +102,67 @@ async fn stdio_session_saves_and_recalls_as_the_configured_user() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&default_user.stdout).contains("Tuesdays"));
 }
+
+#[tokio::test]
+async fn stdio_offers_forget_only_when_the_config_opts_in() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    for (config, offered) in [
+        ("mcp:\n  user: alice\n", false),
+        ("mcp:\n  user: alice\n  forget_tool: false\n", false),
+        ("mcp:\n  user: alice\n  forget_tool: true\n", true),
+    ] {
+        std::fs::write(h.join("config.yaml"), config).unwrap();
+        let transport = TokioChildProcess::new(command(h, &["mcp"])).unwrap();
+        let client = ClientConfig::default()
+            .serve(transport)
+            .await
+            .expect("MCP handshake");
+        let tools: Vec<String> = client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert_eq!(
+            tools.iter().any(|t| t == "forget"),
+            offered,
+            "{config}: {tools:?}"
+        );
+        let saved = client
+            .call_tool(
+                CallToolRequestParams::new("remember").with_arguments(object(json!({
+                    "text": "the beehive is on the north roof"
+                }))),
+            )
+            .await
+            .unwrap();
+        assert_ne!(saved.is_error, Some(true), "{saved:?}");
+        let forget = client
+            .call_tool(
+                CallToolRequestParams::new("forget")
+                    .with_arguments(object(json!({"target": "user", "confirm": true}))),
+            )
+            .await;
+        if offered {
+            let erased = forget.expect("forget answers").structured_content.unwrap();
+            assert_eq!(erased["target"], "user", "{erased}");
+            assert_eq!(erased["erased"]["facts"], 1, "{erased}");
+        } else {
+            let refused = forget.expect_err("forget is refused").to_string();
+            assert!(refused.contains("mcp.forget_tool"), "{refused}");
+        }
+        client.cancel().await.unwrap();
+    }
+    // Only the opted-in session erased: nothing of alice is left.
+    let alice = command(h, &["--user", "alice", "facts", "list", "--json", "--all"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&alice.stdout).contains("beehive"),
+        "{}",
+        String::from_utf8_lossy(&alice.stdout)
+    );
+}

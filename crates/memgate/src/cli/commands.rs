@@ -140,7 +140,8 @@ async fn mcp_stdio(config_path: Option<&Path>, cli: &Caller) -> Result<ExitCode>
     let (config, _) = Config::discover(config_path, None)?;
     let backend = open_backend(&config.memory, &BackendSetup::from_process()?)?;
     let server =
-        memgate_server::mcp::MemoryMcp::new(Arc::clone(&backend), mcp_principal(&config, cli));
+        memgate_server::mcp::MemoryMcp::new(Arc::clone(&backend), mcp_principal(&config, cli))
+            .with_forget_tool(config.mcp.forget_tool);
     let result = memgate_server::mcp::serve_stdio(server).await;
     backend.drain(shutdown_budget(&config)).await;
     Ok(result.map(|()| ExitCode::SUCCESS)?)

@@ -43,7 +43,8 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         server: MemoryMcp::new(
             Arc::clone(&backend),
             super::commands::mcp_principal(&config, cli),
-        ),
+        )
+        .with_forget_tool(config.mcp.forget_tool),
         any_host: !addr.ip().is_loopback(),
         shutdown: stop.clone(),
     });
