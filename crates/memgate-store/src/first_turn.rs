@@ -43,9 +43,9 @@ use rusqlite::{params, Connection};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 /// Most recent turns with an excerpt a block considers (bounds the rows
-/// read and the pick on a large scope; LoCoMo conversations have at most
-/// 680 turns in all).
-pub const MAX_CANDIDATES: usize = 1_000;
+/// read and the pick on a large scope: a 12,000-character block holds
+/// about 90 excerpts; LoCoMo conversations have at most 680 turns in all).
+pub const MAX_CANDIDATES: usize = 500;
 /// How strongly a longer line must earn its budget.
 pub const LENGTH_EXPONENT: f64 = 0.75;
 /// Weight of an assistant turn relative to a user turn.
@@ -246,6 +246,27 @@ fn candidates(conn: &Connection, scope: i64) -> Result<(Vec<Candidate>, Vec<Thre
     Ok((out, threads))
 }
 
+/// Term keys are hashes already: the set uses them as they are.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
+    }
+}
+
+/// The content words already in the block.
+type Seen = HashSet<u64, std::hash::BuildHasherDefault<KeyHasher>>;
+
 /// A candidate's value when last computed: values only fall as picks are
 /// made (the decay and the seen share grow), so a stale value is an upper
 /// bound and the greedy pick can be lazy.
@@ -280,8 +301,8 @@ impl Ord for Bound {
 /// indexes picked, in pick order.
 fn pick(candidates: &[Candidate], threads: &[Thread], budget: &mut CharBudget) -> Vec<usize> {
     let mut per_thread = vec![0i32; threads.len()];
-    let mut seen: HashSet<u64> = HashSet::new();
-    let value = |c: &Candidate, per_thread: &[i32], seen: &HashSet<u64>| {
+    let mut seen: Seen = HashSet::default();
+    let value = |c: &Candidate, per_thread: &[i32], seen: &Seen| {
         let terms = &c.terms;
         let repeated = terms.iter().filter(|t| seen.contains(t)).count();
         let seen_share = if terms.is_empty() {

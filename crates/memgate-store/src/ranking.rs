@@ -239,8 +239,10 @@ fn candidates(
     let mut sql = format!("SELECT rowid, {score} FROM recall_index WHERE recall_index MATCH ?1");
     let mut args: Vec<SqlValue> = vec![expr.to_owned().into()];
     if let Rows::Scored = rows {
-        args.push(RANK_FUNCTION.to_owned().into());
-        sql.push_str(&format!(" AND rank MATCH ?{}", args.len()));
+        // Written into the SQL, not bound: FTS5 plans with the rank
+        // function, so a bound one re-prepared the statement on every call
+        // (see [`bounded_count`]).
+        sql.push_str(&format!(" AND rank MATCH '{RANK_FUNCTION}'"));
     }
     if let Some(kind) = category {
         args.push(kind.to_owned().into());
@@ -538,7 +540,7 @@ mod tests {
                     ),
                     format!(
                         "SELECT rowid, rank FROM recall_index WHERE recall_index MATCH ?1 \
-                         AND rank MATCH ?2 ORDER BY rank LIMIT {}",
+                         AND rank MATCH '{RANK_FUNCTION}' ORDER BY rank LIMIT {}",
                         candidate_pool(10)
                     ),
                 ] {
