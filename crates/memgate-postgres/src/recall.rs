@@ -288,7 +288,11 @@ impl PostgresBackend {
         let settings = &self.config.recall;
         let query = match request.query.as_deref().map(str::trim) {
             Some(q) if !q.is_empty() => q,
-            _ => settings.injection_query.as_str(),
+            // No first-turn block here (yet): the profile query, as before.
+            _ => settings
+                .injection_query
+                .as_deref()
+                .unwrap_or(memgate_store::config::DEFAULT_INJECTION_QUERY),
         };
         let scope = Scope::of(&request.caller);
         let client = self.client().await?;

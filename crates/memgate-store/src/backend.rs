@@ -17,6 +17,7 @@
 use crate::capture::Streamed;
 use crate::config::{LocalConfig, ResolvedConfig};
 use crate::store::MemoryStore;
+use crate::vectors::ModelState;
 use async_trait::async_trait;
 use memgate_core::work::WorkTracker;
 use memgate_core::{
@@ -74,6 +75,43 @@ impl Retention {
     }
 }
 
+/// Rows the background indexer embeds per step.
+const INDEXER_BATCH: usize = 32;
+/// Pause when caught up (new turns wait at most this long for a vector).
+const INDEXER_IDLE: Duration = Duration::from_millis(500);
+/// Pause after an embedder failure.
+const INDEXER_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The bounded background indexer: one thread, one batch at a time, idle
+/// when caught up, backing off after failures; it ends when the store is
+/// closed or dropped.
+fn spawn_indexer(store: Weak<MemoryStore>) {
+    let run = move || loop {
+        let pause = {
+            let Some(store) = store.upgrade() else { return };
+            if store.is_closed() {
+                return;
+            }
+            match store.index_vectors(INDEXER_BATCH) {
+                Ok(0) => INDEXER_IDLE,
+                Ok(_) => Duration::ZERO,
+                Err(MemoryError::Closed(_)) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "vector indexer step failed; retrying later");
+                    INDEXER_BACKOFF
+                }
+            }
+        };
+        std::thread::sleep(pause);
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("memgate-vector-indexer".into())
+        .spawn(run)
+    {
+        tracing::warn!(error = %e, "cannot start the vector indexer; recall stays lexical");
+    }
+}
+
 /// The embedded default backend (`manager_class: local`).
 #[derive(Clone)]
 pub struct LocalBackend {
@@ -100,9 +138,13 @@ impl LocalBackend {
             settings,
             redactor,
         } = LocalConfig::from_backend_config(config, ctx)?;
-        let store = MemoryStore::open(&database_path, settings)?
+        let embedder = settings.embedder.as_ref().map(|e| e.build()).transpose()?;
+        let mut store = MemoryStore::open(&database_path, settings)?
             .with_keep_hidden(ctx.keep_hidden.clone())
             .with_redactor(redactor);
+        if let Some(embedder) = embedder {
+            store = store.with_embedder(embedder);
+        }
         Ok(Self::from_store(store))
     }
 
@@ -112,9 +154,12 @@ impl LocalBackend {
     }
 
     /// Wraps a store; starts the retention sweep when it has a maximum
-    /// turn age.
+    /// turn age, and the vector indexer when it has an embedder.
     pub fn from_store(store: MemoryStore) -> Self {
         let store = Arc::new(store);
+        if store.model_state().is_ok_and(|m| m != ModelState::Off) {
+            spawn_indexer(Arc::downgrade(&store));
+        }
         let retention = store
             .config()
             .max_turn_age

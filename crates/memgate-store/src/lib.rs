@@ -23,7 +23,9 @@
 //! migrations), [`scope`], [`terms`] (folding and safe MATCH expressions),
 //! [`index`], [`facts`] (explicit memories), [`forget`] (erasure and
 //! retention), [`capture`], [`ranking`],
-//! [`recall`] (the injected block and search), [`transfer`]
+//! [`salience`] (what a turn says that should last), [`first_turn`] (the
+//! block without a query), [`vectors`] and [`hybrid`] (dense retrieval fused
+//! with the lexical ranking), [`recall`] (the injected block and search), [`transfer`]
 //! (export/import), [`backend`].
 
 pub mod backend;
@@ -31,17 +33,21 @@ pub mod bench;
 pub mod capture;
 pub mod config;
 pub mod facts;
+pub mod first_turn;
 pub mod forget;
 pub mod forget_bench;
+pub mod hybrid;
 pub mod index;
 pub mod locomo;
 pub mod ranking;
 pub mod recall;
+pub mod salience;
 pub mod schema;
 pub mod scope;
 pub mod store;
 pub mod terms;
 pub mod transfer;
+pub mod vectors;
 
 pub use backend::LocalBackend;
 pub use capture::Streamed;

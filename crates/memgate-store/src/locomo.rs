@@ -27,11 +27,23 @@
 //! The same run measures a plain BM25 baseline for comparison: FTS5's
 //! default tokenizer and BM25 over each turn's text alone, queried with every
 //! word of the question.
+//!
+//! No-query block coverage (what a new conversation starts with): after a
+//! conversation is captured, recall is called with no query, as DeerFlow
+//! does at the start of every thread, and the figure is the share of that
+//! conversation's evidence turns (of its scored questions) the block cites.
+//! It is reported as the mean over conversations and pooled over all
+//! evidence turns, with the characters the block used, next to a baseline
+//! that fills the same budget with the newest turns. Question text is never
+//! seen by the block.
 
-use crate::config::LocalConfig;
+use crate::config::{EmbedderSettings, LocalConfig};
+use crate::hybrid::{DEFAULT_FUSION, EVALUATED_FUSIONS};
 use crate::ranking::Origin;
 use crate::store::MemoryStore;
-use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryError, Message, Result, Role};
+use memgate_core::{
+    Caller, CaptureKind, CaptureRequest, MemoryError, Message, Recall, RecallRequest, Result, Role,
+};
 use rusqlite::Connection;
 use serde::Serialize;
 use serde_json::Value;
@@ -48,11 +60,17 @@ const DEPTH: usize = 10;
 pub struct LocomoOptions {
     /// Also measure the plain BM25 baseline.
     pub baseline: bool,
+    /// Also measure hybrid recall with this embedder (lexical is always
+    /// measured, on the same store).
+    pub embedder: Option<EmbedderSettings>,
 }
 
 impl Default for LocomoOptions {
     fn default() -> Self {
-        Self { baseline: true }
+        Self {
+            baseline: true,
+            embedder: None,
+        }
     }
 }
 
@@ -157,7 +175,135 @@ pub struct LocomoReport {
     pub evidence_ids_repaired: usize,
     pub evidence_ids_skipped: usize,
     pub systems: Vec<SystemScores>,
+    /// No-query block coverage: memgate's first-turn block, then the
+    /// newest-turns baseline.
+    pub no_query: Vec<BlockCoverage>,
+    /// Costs of the hybrid run, when an embedder was given.
+    pub embedding: Option<EmbeddingFigures>,
 }
+
+/// What hybrid recall cost in the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EmbeddingFigures {
+    pub model: String,
+    /// Building the embedder (loading a local model).
+    pub load_seconds: f64,
+    /// Vectors written, and the time the indexer took for them.
+    pub vectors: usize,
+    pub index_seconds: f64,
+    /// Questions embedded, and the encoder's time for them.
+    pub queries: usize,
+    pub embed_seconds: f64,
+    /// Hybrid rankings (one per question and fusion) and their time
+    /// without the query embedding.
+    pub rankings: usize,
+    pub search_seconds: f64,
+    /// Hybrid rankings that fell back to lexical.
+    pub embedder_failures: u64,
+}
+
+/// The lexical ranking alone (what recall does with no embedder).
+fn lexical(
+    store: &MemoryStore,
+    caller: &Caller,
+    query: &str,
+) -> Result<Vec<crate::ranking::Ranked>> {
+    let key = crate::scope::ScopeKey::of(caller);
+    store.read(|conn| match key.find(conn)? {
+        Some(scope) => crate::ranking::rank(conn, &store.common_terms, scope, query, DEPTH, None),
+        None => Ok(Vec::new()),
+    })
+}
+
+/// How much of the conversations' evidence one kind of no-query block holds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BlockCoverage {
+    pub system: String,
+    /// Mean over conversations of (evidence turns in the block / evidence turns).
+    pub coverage_mean: f64,
+    /// Evidence turns in the blocks / evidence turns, over all conversations.
+    pub coverage_pooled: f64,
+    /// Mean characters of the block, and the budget.
+    pub chars_mean: f64,
+    pub max_chars: usize,
+    /// Mean number of turns the block cites.
+    pub turns_mean: f64,
+}
+
+/// Running sums for [`BlockCoverage`].
+#[derive(Default)]
+struct CoverageTally {
+    conversations: usize,
+    share_sum: f64,
+    found: usize,
+    evidence: usize,
+    chars: usize,
+    turns: usize,
+}
+
+impl CoverageTally {
+    fn add(&mut self, block: &[DiaId], chars: usize, evidence: &HashSet<DiaId>) {
+        let found = block.iter().filter(|d| evidence.contains(d)).count();
+        self.conversations += 1;
+        self.share_sum += found as f64 / evidence.len().max(1) as f64;
+        self.found += found;
+        self.evidence += evidence.len();
+        self.chars += chars;
+        self.turns += block.len();
+    }
+
+    fn finish(&self, system: &str, max_chars: usize) -> BlockCoverage {
+        let n = self.conversations.max(1) as f64;
+        BlockCoverage {
+            system: system.to_owned(),
+            coverage_mean: self.share_sum / n,
+            coverage_pooled: self.found as f64 / self.evidence.max(1) as f64,
+            chars_mean: self.chars as f64 / n,
+            max_chars,
+            turns_mean: self.turns as f64 / n,
+        }
+    }
+}
+
+/// The dialogue ids of the turns a block cites (`turn_<id>` citations).
+fn cited_turns(store: &MemoryStore, recall: &Recall) -> Result<Vec<DiaId>> {
+    let ids: Vec<i64> = recall
+        .items
+        .iter()
+        .filter_map(|i| i.citation.as_ref()?.0.strip_prefix("turn_")?.parse().ok())
+        .collect();
+    store.read(|conn| {
+        let mut out = Vec::new();
+        for id in ids {
+            let message_id: Option<String> = conn
+                .query_row("SELECT message_id FROM turns WHERE id = ?1", [id], |r| {
+                    r.get(0)
+                })
+                .map_err(crate::schema::db_error)?;
+            out.extend(message_id.as_deref().and_then(DiaId::parse));
+        }
+        Ok(out)
+    })
+}
+
+/// The baseline block: the newest turns of the caller's scope that fit the
+/// budget, laid out as recall lays out ranked turns.
+fn newest_turns_block(store: &MemoryStore, caller: &Caller) -> Result<Recall> {
+    let key = crate::scope::ScopeKey::of(caller);
+    let ranked = store.read(|conn| {
+        let Some(scope) = key.find(conn)? else {
+            return Ok(Vec::new());
+        };
+        crate::ranking::newest_turns(conn, scope, NEWEST_BASELINE_TURNS)
+    })?;
+    Ok(crate::recall::assemble(
+        &ranked,
+        store.config().max_injection_chars,
+    ))
+}
+
+/// More turns than any default budget can hold.
+const NEWEST_BASELINE_TURNS: usize = 2_000;
 
 /// Running sums for one group of questions.
 #[derive(Default)]
@@ -377,7 +523,20 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
 
     let dir = tempfile::tempdir()
         .map_err(|e| MemoryError::backend(format!("cannot create a temporary directory: {e}")))?;
-    let store = MemoryStore::open(dir.path().join("locomo.sqlite3"), LocalConfig::default())?;
+    let mut store = MemoryStore::open(dir.path().join("locomo.sqlite3"), LocalConfig::default())?;
+    let mut embedding = None;
+    if let Some(settings) = &options.embedder {
+        let started = std::time::Instant::now();
+        store = store.with_embedder(settings.build()?);
+        embedding = Some(EmbeddingFigures {
+            model: store
+                .vectorizer
+                .as_ref()
+                .map_or_else(String::new, |v| v.embedder.model().to_owned()),
+            load_seconds: started.elapsed().as_secs_f64(),
+            ..EmbeddingFigures::default()
+        });
+    }
 
     let mut report = LocomoReport {
         file: path.display().to_string(),
@@ -388,8 +547,16 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         evidence_ids_repaired: 0,
         evidence_ids_skipped: 0,
         systems: Vec::new(),
+        no_query: Vec::new(),
+        embedding: None,
     };
+    let mut first_turn = CoverageTally::default();
+    let mut newest = CoverageTally::default();
     let mut memgate = SystemTally::default();
+    let mut hybrid: Vec<SystemTally> = EVALUATED_FUSIONS
+        .iter()
+        .map(|_| SystemTally::default())
+        .collect();
     let mut plain = SystemTally::default();
 
     for (i, sample) in samples.iter().enumerate() {
@@ -440,6 +607,11 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
             })?;
             report.turns_captured += captured.stored;
         }
+        if let Some(figures) = embedding.as_mut() {
+            let started = std::time::Instant::now();
+            figures.vectors += store.index_all_vectors(64)?;
+            figures.index_seconds += started.elapsed().as_secs_f64();
+        }
         report.conversations += 1;
 
         let asker = Caller::new("locomo").with_agent(sample_id.clone());
@@ -447,6 +619,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
             .get("qa")
             .and_then(Value::as_array)
             .ok_or_else(|| bad(format!("{field}.qa"), "must be a list"))?;
+        let mut all_evidence = HashSet::new();
         for (j, qa) in questions.iter().enumerate() {
             let category = qa.get("category").and_then(Value::as_u64).unwrap_or(0) as u32;
             if !(1..=4).contains(&category) {
@@ -466,22 +639,84 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
             report.evidence_ids_skipped += evidence.skipped;
             report.questions_scored += 1;
 
-            let ranked: Vec<Option<DiaId>> = store
-                .ranked(&asker, question, DEPTH)?
-                .into_iter()
-                .map(|r| match r.origin {
-                    Origin::Turn { message_id, .. } => message_id.as_deref().and_then(DiaId::parse),
-                    Origin::Memory => None,
-                })
-                .collect();
-            memgate.add(category, &ranked, &evidence.ids);
+            let dia_ids = |ranked: Vec<crate::ranking::Ranked>| -> Vec<Option<DiaId>> {
+                ranked
+                    .into_iter()
+                    .map(|r| match r.origin {
+                        Origin::Turn { message_id, .. } => {
+                            message_id.as_deref().and_then(DiaId::parse)
+                        }
+                        Origin::Memory => None,
+                    })
+                    .collect()
+            };
+            memgate.add(
+                category,
+                &dia_ids(lexical(&store, &asker, question)?),
+                &evidence.ids,
+            );
+            if let Some(figures) = embedding.as_mut() {
+                let started = std::time::Instant::now();
+                let vector = store.query_vector(question);
+                figures.embed_seconds += started.elapsed().as_secs_f64();
+                figures.queries += 1;
+                let key = crate::scope::ScopeKey::of(&asker);
+                for (fusion, tally) in EVALUATED_FUSIONS.iter().zip(hybrid.iter_mut()) {
+                    let started = std::time::Instant::now();
+                    let ranked = store.read(|conn| match key.find(conn)? {
+                        Some(scope) => {
+                            store.fused_in(conn, scope, question, &vector, DEPTH, None, *fusion)
+                        }
+                        None => Ok(Vec::new()),
+                    })?;
+                    figures.search_seconds += started.elapsed().as_secs_f64();
+                    figures.rankings += 1;
+                    tally.add(category, &dia_ids(ranked), &evidence.ids);
+                }
+            }
+            all_evidence.extend(evidence.ids.iter().copied());
             if let Some(b) = &baseline {
                 plain.add(category, &b.query(question)?, &evidence.ids);
             }
         }
+        if !all_evidence.is_empty() {
+            let block = store.recall(&RecallRequest {
+                caller: asker.clone(),
+                query: None,
+            })?;
+            let chars = memgate_core::budget::char_len(&block.text);
+            first_turn.add(&cited_turns(&store, &block)?, chars, &all_evidence);
+            let block = newest_turns_block(&store, &asker)?;
+            let chars = memgate_core::budget::char_len(&block.text);
+            newest.add(&cited_turns(&store, &block)?, chars, &all_evidence);
+        }
+    }
+    let max_chars = store.config().max_injection_chars;
+    report
+        .no_query
+        .push(first_turn.finish("memgate first-turn block", max_chars));
+    report
+        .no_query
+        .push(newest.finish("newest turns (baseline)", max_chars));
+    if let Some(figures) = embedding.as_mut() {
+        figures.embedder_failures = store.retrieval_counts().embedder_failures;
     }
     store.close()?;
     report.systems.push(memgate.finish("memgate local ranking"));
+    if let Some(figures) = embedding {
+        for (fusion, tally) in EVALUATED_FUSIONS.iter().zip(&hybrid) {
+            let default = if *fusion == DEFAULT_FUSION {
+                ", the default"
+            } else {
+                ""
+            };
+            report.systems.push(tally.finish(&format!(
+                "memgate hybrid ({}; {fusion}{default})",
+                figures.model
+            )));
+        }
+        report.embedding = Some(figures);
+    }
     if options.baseline {
         report.systems.push(plain.finish("plain BM25 (baseline)"));
     }
@@ -537,6 +772,46 @@ impl fmt::Display for LocomoReport {
                     ss.recall_at_5, ss.recall_at_10, ss.hit_at_5, ss.hit_at_10, ss.mrr
                 )?;
             }
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "No-query block (recall with no query after capturing each conversation): \
+             share of the conversation's evidence turns the block cites"
+        )?;
+        writeln!(
+            f,
+            "{:<26} | {:>9} {:>9} | {:>7} {:>6}",
+            "system", "mean", "pooled", "chars", "turns"
+        )?;
+        for c in &self.no_query {
+            writeln!(
+                f,
+                "{:<26} | {:>9.3} {:>9.3} | {:>7.0} {:>6.1}",
+                c.system, c.coverage_mean, c.coverage_pooled, c.chars_mean, c.turns_mean
+            )?;
+        }
+        if let Some(c) = self.no_query.first() {
+            writeln!(f, "(budget: {} characters)", c.max_chars)?;
+        }
+        if let Some(e) = &self.embedding {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "Embedding ({}): model load {:.2} s; {} vectors in {:.1} s ({:.0} items/s); \
+                 {} questions embedded, mean {:.2} ms each; {} hybrid rankings, mean {:.2} ms \
+                 each without the embedding; {} fell back to lexical",
+                e.model,
+                e.load_seconds,
+                e.vectors,
+                e.index_seconds,
+                e.vectors as f64 / e.index_seconds.max(1e-9),
+                e.queries,
+                1000.0 * e.embed_seconds / e.queries.max(1) as f64,
+                e.rankings,
+                1000.0 * e.search_seconds / e.rankings.max(1) as f64,
+                e.embedder_failures
+            )?;
         }
         writeln!(f)?;
         write!(

@@ -108,6 +108,16 @@ pub struct Ranked {
     pub origin: Origin,
 }
 
+impl Ranked {
+    /// Its recall-index rowid (turn `n`, memory `-n`).
+    pub fn item(&self) -> Option<i64> {
+        match self.origin {
+            Origin::Turn { .. } => self.citation.strip_prefix("turn_")?.parse().ok(),
+            Origin::Memory => facts::parse_citation(&self.citation).map(|n| -n),
+        }
+    }
+}
+
 impl From<Ranked> for memgate_core::SearchHit {
     /// A search hit names where it came from: `memory` or `thread:<id>`.
     fn from(r: Ranked) -> Self {
@@ -229,8 +239,10 @@ fn candidates(
     let mut sql = format!("SELECT rowid, {score} FROM recall_index WHERE recall_index MATCH ?1");
     let mut args: Vec<SqlValue> = vec![expr.to_owned().into()];
     if let Rows::Scored = rows {
-        args.push(RANK_FUNCTION.to_owned().into());
-        sql.push_str(&format!(" AND rank MATCH ?{}", args.len()));
+        // Written into the SQL, not bound: FTS5 plans with the rank
+        // function, so a bound one re-prepared the statement on every call
+        // (see [`bounded_count`]).
+        sql.push_str(&format!(" AND rank MATCH '{RANK_FUNCTION}'"));
     }
     if let Some(kind) = category {
         args.push(kind.to_owned().into());
@@ -352,6 +364,46 @@ fn load_turn(conn: &Connection, scope: i64, id: i64, score: f64) -> Result<Optio
             .optional()
     })
     .map_err(db_error)
+}
+
+/// The newest `limit` turns of `scope`, newest first, unscored.
+pub(crate) fn newest_turns(conn: &Connection, scope: i64, limit: usize) -> Result<Vec<Ranked>> {
+    conn.prepare_cached(&format!(
+        "SELECT {TURN_COLUMNS} FROM turns WHERE scope_id = ?1 ORDER BY id DESC LIMIT {limit}"
+    ))
+    .and_then(|mut s| {
+        s.query_map(params![scope], |r| turn_from_row(r, 0.0))?
+            .collect()
+    })
+    .map_err(db_error)
+}
+
+/// The citation of recall-index row `item` (turn `n`, memory `-n`).
+pub(crate) fn item_citation(item: i64) -> String {
+    if item > 0 {
+        turn_citation(item)
+    } else {
+        facts::citation(-item)
+    }
+}
+
+/// Recall-index row `item` of `scope`, unscored, if it exists, is active
+/// and belongs to `category` (`turn` or a memory kind).
+pub(crate) fn load_item(
+    conn: &Connection,
+    scope: i64,
+    item: i64,
+    category: Option<&str>,
+) -> Result<Option<Ranked>> {
+    let entry = if item > 0 {
+        if category.is_some_and(|c| c != TURN_KIND) {
+            return Ok(None);
+        }
+        load_turn(conn, scope, item, 0.0)?
+    } else {
+        load_memory(conn, scope, -item, 0.0)?
+    };
+    Ok(entry.filter(|r| category.is_none_or(|c| r.kind == c)))
 }
 
 /// The turn at position `seq` of `thread`, unscored.
@@ -488,7 +540,7 @@ mod tests {
                     ),
                     format!(
                         "SELECT rowid, rank FROM recall_index WHERE recall_index MATCH ?1 \
-                         AND rank MATCH ?2 ORDER BY rank LIMIT {}",
+                         AND rank MATCH '{RANK_FUNCTION}' ORDER BY rank LIMIT {}",
                         candidate_pool(10)
                     ),
                 ] {

@@ -9,10 +9,12 @@
 //! when even it alone does not fit.
 
 use crate::facts::newest_active;
-use crate::ranking::{rank, Origin, Ranked};
+use crate::first_turn::first_turn_block;
+use crate::ranking::{Origin, Ranked};
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
 use memgate_core::budget::{char_len, prefix_chars, CharBudget};
+use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Caller, Citation, MemoryError, Recall, RecallRequest, RecalledItem, Result, SearchHit,
     SearchQuery,
@@ -105,28 +107,42 @@ impl MemoryStore {
     /// LoCoMo evaluation both use).
     pub fn ranked(&self, caller: &Caller, query: &str, top_k: usize) -> Result<Vec<Ranked>> {
         let key = ScopeKey::of(caller);
+        let vector = self.query_vector(query);
         self.read(|conn| match key.find(conn)? {
-            Some(scope) => rank(conn, &self.common_terms, scope, query, top_k, None),
+            Some(scope) => self.ranked_in(conn, scope, query, &vector, top_k, None),
             None => Ok(Vec::new()),
         })
     }
 
-    /// The bounded, cited block for the caller. A missing or blank query
-    /// uses the configured `injection_query`. After the ranked items come
-    /// the newest explicit memories not already among them
-    /// (`standing_memories`), while the budget lasts.
+    /// The bounded, cited block for the caller.
+    ///
+    /// With a query (or, when the caller gives none, a configured
+    /// `injection_query`): the ranked items, then the newest
+    /// `standing_memories` explicit memories not already among them, while
+    /// the budget lasts. With neither: the [first-turn block](crate::first_turn),
+    /// which opens with the same standing memories.
     pub fn recall(&self, request: &RecallRequest) -> Result<Recall> {
-        let query = match request.query.as_deref().map(str::trim) {
-            Some(q) if !q.is_empty() => q,
-            _ => self.config.injection_query.as_str(),
-        };
+        let asked = request
+            .query
+            .as_deref()
+            .map(str::trim)
+            .filter(|q| !q.is_empty());
         let key = ScopeKey::of(&request.caller);
         let (top_k, standing) = (self.config.recall_top_k, self.config.standing_memories);
+        let Some(query) = asked.or(self.config.injection_query.as_deref()) else {
+            let today = now_rfc3339();
+            let max_chars = self.config.max_injection_chars;
+            return self.read(|conn| match key.find(conn)? {
+                Some(scope) => first_turn_block(conn, scope, standing, max_chars, &today[..10]),
+                None => Ok(Recall::empty()),
+            });
+        };
+        let vector = self.query_vector(query);
         let ranked = self.read(|conn| {
             let Some(scope) = key.find(conn)? else {
                 return Ok(Vec::new());
             };
-            let mut ranked = rank(conn, &self.common_terms, scope, query, top_k, None)?;
+            let mut ranked = self.ranked_in(conn, scope, query, &vector, top_k, None)?;
             for fact in newest_active(conn, scope, standing)? {
                 if !ranked.iter().any(|r| r.citation == fact.id) {
                     ranked.push(Ranked {
@@ -160,15 +176,9 @@ impl MemoryStore {
             other => other,
         };
         let key = ScopeKey::of(caller);
+        let vector = self.query_vector(&query.query);
         let ranked = self.read(|conn| match key.find(conn)? {
-            Some(scope) => rank(
-                conn,
-                &self.common_terms,
-                scope,
-                &query.query,
-                query.top_k,
-                kind,
-            ),
+            Some(scope) => self.ranked_in(conn, scope, &query.query, &vector, query.top_k, kind),
             None => Ok(Vec::new()),
         })?;
         Ok(ranked.into_iter().map(SearchHit::from).collect())

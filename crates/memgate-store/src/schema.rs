@@ -33,6 +33,10 @@ const MIGRATIONS: &[Migration] = &[
         name: "full-text recall index over memories and turns",
         apply: create_recall_index,
     },
+    Migration {
+        name: "dense vectors for hybrid recall; each turn's first-turn excerpt",
+        apply: create_vectors,
+    },
 ];
 
 /// The schema version this code writes and understands.
@@ -103,6 +107,39 @@ fn create_recall_index(conn: &Connection) -> Result<()> {
     )
     .map_err(db_error)?;
     reindex_all(conn)
+}
+
+/// Vectors of recall-index rows (turn `n`, memory `-n`) per model, in
+/// write order (`seq`, which the in-memory copies top up from); the one
+/// model they belong to. Each turn's salience excerpt, computed once at
+/// capture (turns never change) so the first-turn block reads instead of
+/// scoring: the columns stay NULL for a turn with nothing worth keeping,
+/// and the partial index lists the others newest first per scope. Turns
+/// already in the file get theirs here.
+fn create_vectors(conn: &Connection) -> Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE vectors (
+             seq      INTEGER PRIMARY KEY,
+             item     INTEGER NOT NULL,
+             scope_id INTEGER NOT NULL REFERENCES scopes(id),
+             model    TEXT NOT NULL,
+             version  INTEGER NOT NULL,
+             vector   BLOB NOT NULL,
+             UNIQUE (item, model)
+         );
+         CREATE INDEX vectors_by_scope ON vectors (scope_id, model, seq);
+         CREATE TABLE vector_model (
+             id    INTEGER PRIMARY KEY CHECK (id = 1),
+             model TEXT NOT NULL,
+             dims  INTEGER NOT NULL
+         );
+         ALTER TABLE turns ADD COLUMN excerpt TEXT;
+         ALTER TABLE turns ADD COLUMN excerpt_score REAL;
+         ALTER TABLE turns ADD COLUMN excerpt_terms TEXT;
+         CREATE INDEX turns_with_excerpt ON turns (scope_id, id) WHERE excerpt IS NOT NULL;",
+    )
+    .map_err(db_error)?;
+    crate::first_turn::cache_all_excerpts(conn)
 }
 
 /// Indexes every active memory and every turn (used when the index is created

@@ -11,7 +11,9 @@ use crate::config::LocalConfig;
 use crate::index::IndexWrites;
 use crate::ranking::CommonTerms;
 use crate::schema::{self, db_error};
+use crate::vectors::{RetrievalStats, VectorCache, Vectorizer};
 use memgate_core::{KeepHiddenHook, MemoryError, Redactor, Result};
+use memgate_embed::Embedder;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +30,8 @@ pub struct MemoryStore {
     /// Applied to turn and memory text after signatures are computed.
     pub(crate) redactor: Arc<Redactor>,
     pub(crate) common_terms: CommonTerms,
+    /// The embedder of hybrid recall, if one is configured.
+    pub(crate) vectorizer: Option<Vectorizer>,
     writer: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
     closed: AtomicBool,
@@ -65,6 +69,7 @@ impl MemoryStore {
             keep_hidden: None,
             redactor: Redactor::shared_default(),
             common_terms: CommonTerms::default(),
+            vectorizer: None,
             writer: Mutex::new(Some(writer)),
             readers: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
@@ -82,6 +87,16 @@ impl MemoryStore {
     /// has every built-in rule on).
     pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Self {
         self.redactor = redactor;
+        self
+    }
+
+    /// Turns on hybrid recall with `embedder` (see [`crate::vectors`]).
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.vectorizer = Some(Vectorizer {
+            embedder,
+            cache: VectorCache::default(),
+            stats: RetrievalStats::default(),
+        });
         self
     }
 

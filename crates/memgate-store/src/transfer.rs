@@ -15,6 +15,7 @@
 
 use crate::capture::{insert_turn, next_seq, NewTurn, MAX_TURN_TEXT_BYTES};
 use crate::facts::{self, list_in_scope, state_name};
+use crate::salience::SpeakerNames;
 use crate::schema::db_error;
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
@@ -210,12 +211,13 @@ impl MemoryStore {
                 }
             }
             let mut seqs: HashMap<&str, i64> = HashMap::new();
+            let mut names = SpeakerNames::default();
             for (thread, turn) in &turns {
                 let seq = match seqs.get(thread.as_str()) {
                     Some(s) => *s,
                     None => next_seq(tx, scope, thread)?,
                 };
-                let inserted = insert_turn(tx, index, scope, thread, seq, turn)?;
+                let inserted = insert_turn(tx, index, &mut names, scope, thread, seq, turn)?;
                 seqs.insert(thread, if inserted { seq + 1 } else { seq });
                 if inserted {
                     report.turns_imported += 1;

@@ -74,8 +74,18 @@ fn locomo_eval_ingests_every_turn_and_scores_the_evidence() {
     // The image caption is part of the turn: "instrument … recital" finds
     // D2:1 and D2:2 (repaired from "D2:1; D2:2").
     assert_eq!(ours.per_category[&1].turn.recall_at_10, 1.0);
+    // The no-query block is measured next to the newest-turns baseline.
+    assert_eq!(report.no_query.len(), 2);
+    let block = &report.no_query[0];
+    assert!(
+        block.coverage_pooled > 0.0 && block.coverage_pooled <= 1.0,
+        "{block:?}"
+    );
+    assert!(block.chars_mean <= block.max_chars as f64);
+    assert!(report.embedding.is_none());
     let text = report.to_string();
     assert!(text.contains("plain BM25 (baseline)") && text.contains("category 4"));
+    assert!(text.contains("memgate first-turn block") && text.contains("newest turns (baseline)"));
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["questions_scored"], 4);
 }

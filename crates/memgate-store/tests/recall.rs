@@ -124,26 +124,26 @@ fn standing_memories_are_the_newest_and_respect_the_budget() {
 }
 
 #[test]
-fn no_query_or_a_blank_one_uses_the_injection_query() {
+fn no_query_or_a_blank_one_builds_the_first_turn_block_unless_a_query_is_configured() {
     let t = TestStore::new();
     let pref = remember(&t, "preference", "Answers in British English");
     let trip = remember(&t, "fact", "Paris trip booked");
     for query in [None, Some(""), Some("   \n")] {
         let recall = t.store.recall(&recall_of(&alice(), query)).unwrap();
-        // The preference matches the profile query and ranks first; the trip
-        // follows as standing memory.
-        assert_eq!(cited(&recall), [pref.clone(), trip.clone()], "{query:?}");
+        // The first-turn block: standing memories first, newest first.
+        assert_eq!(cited(&recall), [trip.clone(), pref.clone()], "{query:?}");
+        assert!(recall.text.contains("Today is "), "{}", recall.text);
     }
-    // A configured query replaces the default.
+    // A configured query makes a query-less recall rank with it.
     let custom = TestStore::with_config(LocalConfig {
-        injection_query: "trip".into(),
+        injection_query: Some("trip".into()),
         ..LocalConfig::default()
     });
     let trip = remember(&custom, "fact", "Paris trip booked");
-    assert_eq!(
-        cited(&custom.store.recall(&recall_of(&alice(), None)).unwrap()),
-        [trip]
-    );
+    remember(&custom, "fact", "Has a cat");
+    let recall = custom.store.recall(&recall_of(&alice(), None)).unwrap();
+    assert_eq!(cited(&recall)[0], trip);
+    assert!(!recall.text.contains("Today is "));
     assert!(DEFAULT_INJECTION_QUERY.contains("preferences"));
 }
 

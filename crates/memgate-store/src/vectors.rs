@@ -1,0 +1,539 @@
+//! Dense vectors for hybrid recall: stored in the same SQLite file, scoped
+//! like every other row, written by a bounded indexer, searched from an
+//! in-memory copy per scope.
+//!
+//! - Table `vectors`: one unit vector per (model, item), `item` being the
+//!   recall-index rowid (turn `n`, memory `-n`), with the item's scope and,
+//!   for memories, the version embedded (a revision is embedded again).
+//!   `vector_model` records the one model the file's vectors belong to.
+//! - Writing: [`MemoryStore::index_vectors`] embeds up to `batch` rows that
+//!   have no vector yet (turns in id order after the last one embedded, then
+//!   active memories whose version has none) *outside* the write lock and
+//!   stores them in one transaction. Capture never waits for an embedder;
+//!   [`crate::LocalBackend`] runs this step in the background.
+//! - Model change is explicit: when the configured model differs from the
+//!   file's, nothing is embedded and recall stays lexical (saying why) until
+//!   [`MemoryStore::reembed`] drops the old vectors and adopts the new model.
+//! - Search: each scope's vectors are loaded once into memory and topped up
+//!   from `seq` on every search; the query is compared with all of them
+//!   (dot products of unit vectors). Erasure deletes rows with
+//!   [`erase_vectors`] and then drops the in-memory copies.
+
+use crate::schema::db_error;
+use crate::store::MemoryStore;
+use memgate_core::{MemoryError, Result};
+use memgate_embed::Embedder;
+use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How the vectors of the file relate to the configured embedder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelState {
+    /// No embedder configured: recall is lexical.
+    Off,
+    /// The file's vectors (if any) are of the configured model.
+    Current,
+    /// The file holds vectors of another model; `reembed` adopts the new one.
+    Mismatch { stored: String, configured: String },
+}
+
+/// What the indexer has done and has left (what `doctor` shows).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct VectorProgress {
+    pub model: Option<String>,
+    /// Turns and active memories that have a vector of the current model.
+    pub embedded: u64,
+    /// Turns and active memories in the file.
+    pub total: u64,
+    /// `true` when the configured model differs from the file's vectors.
+    pub model_mismatch: bool,
+}
+
+/// Counters of how recalls with a query were answered.
+#[derive(Debug, Default)]
+pub struct RetrievalStats {
+    pub hybrid: AtomicU64,
+    /// Recalls that fell back to lexical ranking because the embedder
+    /// failed or timed out.
+    pub embedder_failures: AtomicU64,
+    /// Vectors written by the indexer.
+    pub vectors_written: AtomicU64,
+    /// Time spent embedding queries (the encoder's share of recall).
+    pub query_embed_nanos: AtomicU64,
+}
+
+/// A snapshot of [`RetrievalStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RetrievalCounts {
+    pub hybrid: u64,
+    pub embedder_failures: u64,
+    pub vectors_written: u64,
+    pub query_embed_nanos: u64,
+}
+
+/// One scope's vectors in memory.
+#[derive(Default)]
+struct ScopeVectors {
+    dims: usize,
+    items: Vec<i64>,
+    /// `items.len() × dims` floats.
+    data: Vec<f32>,
+    slot: HashMap<i64, usize>,
+    /// Highest `seq` loaded.
+    seen: i64,
+}
+
+/// The in-memory copies, by scope.
+#[derive(Default)]
+pub struct VectorCache(Mutex<HashMap<i64, Arc<Mutex<ScopeVectors>>>>);
+
+impl VectorCache {
+    fn scope(&self, scope: i64) -> Arc<Mutex<ScopeVectors>> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(map.entry(scope).or_default())
+    }
+
+    /// Forgets a scope's copy (after erasure or a model change).
+    pub fn invalidate(&self, scope: Option<i64>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match scope {
+            Some(s) => {
+                map.remove(&s);
+            }
+            None => map.clear(),
+        }
+    }
+}
+
+/// The embedder of a store and what it knows about the file.
+pub struct Vectorizer {
+    pub embedder: Arc<dyn Embedder>,
+    pub cache: VectorCache,
+    pub stats: RetrievalStats,
+}
+
+fn to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_blob(b: &[u8], out: &mut Vec<f32>) {
+    out.extend(
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+}
+
+/// The model the file's vectors belong to, if any.
+pub fn stored_model(conn: &Connection) -> Result<Option<String>> {
+    conn.query_row("SELECT model FROM vector_model WHERE id = 1", [], |r| {
+        r.get(0)
+    })
+    .optional()
+    .map_err(db_error)
+}
+
+/// Deletes every model's vectors of `items` (recall-index rowids: turn
+/// `n`, memory `-n`). Erasure calls this in its transaction, then
+/// [`MemoryStore::forget_vector_copies`].
+pub fn erase_vectors(conn: &Connection, items: &[i64]) -> Result<()> {
+    let mut stmt = conn
+        .prepare_cached("DELETE FROM vectors WHERE item = ?1")
+        .map_err(db_error)?;
+    for item in items {
+        stmt.execute([item]).map_err(db_error)?;
+    }
+    Ok(())
+}
+
+/// Rows waiting for a vector: (item, scope, version, text).
+type Pending = Vec<(i64, i64, i64, String)>;
+
+fn pending(conn: &Connection, model: &str, batch: usize) -> Result<Pending> {
+    let after: i64 = conn
+        .query_row(
+            "SELECT coalesce(max(item), 0) FROM vectors WHERE model = ?1 AND item > 0",
+            [model],
+            |r| r.get(0),
+        )
+        .map_err(db_error)?;
+    let mut out: Pending = conn
+        .prepare_cached(&format!(
+            "SELECT id, scope_id, 0, text FROM turns WHERE id > ?1 ORDER BY id LIMIT {batch}"
+        ))
+        .and_then(|mut s| {
+            s.query_map([after], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?
+            .collect()
+        })
+        .map_err(db_error)?;
+    if out.len() < batch {
+        let memories: Pending = conn
+            .prepare_cached(&format!(
+                "SELECT -m.id, m.scope_id, m.version, m.text FROM memories m
+                 WHERE m.state = 'active' AND NOT EXISTS
+                   (SELECT 1 FROM vectors v WHERE v.model = ?1 AND v.item = -m.id
+                      AND v.version = m.version)
+                 ORDER BY m.id LIMIT {batch}"
+            ))
+            .and_then(|mut s| {
+                s.query_map([model], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect()
+            })
+            .map_err(db_error)?;
+        out.extend(memories.into_iter().take(batch - out.len()));
+    }
+    Ok(out)
+}
+
+/// Scores of one scope's vectors against `query`, best `limit` first.
+fn nearest(vectors: &ScopeVectors, query: &[f32], limit: usize) -> Vec<(i64, f32)> {
+    if vectors.dims != query.len() || vectors.items.is_empty() {
+        return Vec::new();
+    }
+    let mut scored: Vec<(i64, f32)> = vectors
+        .data
+        .chunks_exact(vectors.dims)
+        .zip(&vectors.items)
+        .map(|(v, item)| (*item, dot(v, query)))
+        .collect();
+    let limit = limit.min(scored.len());
+    if limit == 0 {
+        return Vec::new();
+    }
+    scored.select_nth_unstable_by(limit - 1, |a, b| b.1.total_cmp(&a.1));
+    scored.truncate(limit);
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+    scored
+}
+
+/// A dot product written for auto-vectorisation (eight lanes).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+impl MemoryStore {
+    /// How the file's vectors relate to the configured embedder.
+    pub fn model_state(&self) -> Result<ModelState> {
+        let Some(v) = &self.vectorizer else {
+            return Ok(ModelState::Off);
+        };
+        let configured = v.embedder.model().to_owned();
+        let stored = self.read(stored_model)?;
+        Ok(match stored {
+            Some(stored) if stored != configured => ModelState::Mismatch { stored, configured },
+            _ => ModelState::Current,
+        })
+    }
+
+    /// Embeds up to `batch` rows that have no vector of the current model
+    /// and stores them; returns how many were written (0: caught up, no
+    /// embedder, or a model mismatch). An embedder failure is an error and
+    /// writes nothing.
+    pub fn index_vectors(&self, batch: usize) -> Result<usize> {
+        let Some(v) = &self.vectorizer else {
+            return Ok(0);
+        };
+        let model = v.embedder.model().to_owned();
+        let (stored, work) =
+            self.read(|conn| Ok((stored_model(conn)?, pending(conn, &model, batch.max(1))?)))?;
+        if stored.as_deref().is_some_and(|s| s != model) || work.is_empty() {
+            return Ok(0);
+        }
+        let texts: Vec<&str> = work.iter().map(|w| w.3.as_str()).collect();
+        let vectors = v
+            .embedder
+            .embed(&texts)
+            .map_err(|e| MemoryError::backend(format!("vector indexer: {e}")))?;
+        if vectors.len() != work.len() {
+            return Err(MemoryError::backend(
+                "vector indexer: the embedder returned a wrong number of vectors",
+            ));
+        }
+        let dims = vectors[0].len();
+        let written = self.write(|tx, _| {
+            // Re-checked under the write lock: a concurrent `reembed` wins.
+            match stored_model(tx)? {
+                Some(s) if s != model => return Ok(0),
+                Some(_) => {}
+                None => {
+                    tx.execute(
+                        "INSERT INTO vector_model (id, model, dims) VALUES (1, ?1, ?2)",
+                        params![model, dims as i64],
+                    )
+                    .map_err(db_error)?;
+                }
+            }
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO vectors (item, scope_id, model, version, vector)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(db_error)?;
+            for ((item, scope, version, _), vector) in work.iter().zip(&vectors) {
+                insert
+                    .execute(params![item, scope, model, version, to_blob(vector)])
+                    .map_err(db_error)?;
+            }
+            Ok(work.len())
+        })?;
+        v.stats
+            .vectors_written
+            .fetch_add(written as u64, Ordering::Relaxed);
+        Ok(written)
+    }
+
+    /// Runs [`Self::index_vectors`] until nothing is left (evaluations,
+    /// benchmarks, `memgate reindex`); returns the rows written.
+    pub fn index_all_vectors(&self, batch: usize) -> Result<usize> {
+        let mut total = 0;
+        loop {
+            let n = self.index_vectors(batch)?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n;
+        }
+    }
+
+    /// Adopts the configured model: drops every stored vector (of any
+    /// model) so the indexer embeds everything again. The explicit step a
+    /// model change needs.
+    pub fn reembed(&self) -> Result<()> {
+        let Some(v) = &self.vectorizer else {
+            return Err(MemoryError::invalid(
+                "embedder",
+                "must be configured to re-embed",
+            ));
+        };
+        self.write(|tx, _| {
+            tx.execute_batch("DELETE FROM vectors; DELETE FROM vector_model;")
+                .map_err(db_error)
+        })?;
+        v.cache.invalidate(None);
+        Ok(())
+    }
+
+    /// Benchmarks only: gives every row without a vector a random unit
+    /// vector of the current model's length (taken from the stored
+    /// vectors), so search cost can be measured at sizes the real embedder
+    /// would take minutes to fill. Returns how many were written.
+    pub fn fill_random_vectors(&self, seed: u64) -> Result<usize> {
+        let Some(v) = &self.vectorizer else {
+            return Ok(0);
+        };
+        let model = v.embedder.model().to_owned();
+        self.write(|tx, _| {
+            let Some(dims) = tx
+                .query_row("SELECT dims FROM vector_model WHERE id = 1", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .optional()
+                .map_err(db_error)?
+            else {
+                return Ok(0);
+            };
+            let mut rng = crate::bench::SplitMix::new(seed);
+            let rows: Vec<(i64, i64, i64)> = tx
+                .prepare(
+                    "SELECT t.id, t.scope_id, 0 FROM turns t WHERE NOT EXISTS
+                       (SELECT 1 FROM vectors v WHERE v.model = ?1 AND v.item = t.id)
+                     UNION ALL
+                     SELECT -m.id, m.scope_id, m.version FROM memories m
+                     WHERE m.state = 'active' AND NOT EXISTS
+                       (SELECT 1 FROM vectors v WHERE v.model = ?1 AND v.item = -m.id)",
+                )
+                .and_then(|mut s| {
+                    s.query_map([&model], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                        .collect()
+                })
+                .map_err(db_error)?;
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO vectors (item, scope_id, model, version, vector)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(db_error)?;
+            for (item, scope, version) in &rows {
+                let mut vector: Vec<f32> = (0..dims).map(|_| rng.unit() as f32 - 0.5).collect();
+                memgate_embed::normalize(&mut vector);
+                insert
+                    .execute(params![item, scope, model, version, to_blob(&vector)])
+                    .map_err(db_error)?;
+            }
+            Ok(rows.len())
+        })
+    }
+
+    /// What the indexer has done and has left.
+    pub fn vector_progress(&self) -> Result<VectorProgress> {
+        let configured = self
+            .vectorizer
+            .as_ref()
+            .map(|v| v.embedder.model().to_owned());
+        self.read(|conn| {
+            let stored = stored_model(conn)?;
+            let model = configured.clone().or(stored.clone());
+            let count = |sql: &str| -> Result<u64> {
+                conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+                    .map(|n| n as u64)
+                    .map_err(db_error)
+            };
+            let total = count(
+                "SELECT (SELECT count(*) FROM turns)
+                 + (SELECT count(*) FROM memories WHERE state = 'active')",
+            )?;
+            let embedded = match &model {
+                Some(m) if stored.as_deref() == Some(m.as_str()) => {
+                    conn.query_row(
+                        "SELECT (SELECT count(*) FROM vectors WHERE model = ?1 AND item > 0)
+                          + (SELECT count(*) FROM vectors v JOIN memories m ON v.item = -m.id
+                             WHERE v.model = ?1 AND m.state = 'active' AND v.version = m.version)",
+                        [m],
+                        |r| r.get::<_, i64>(0),
+                    )
+                    .map_err(db_error)? as u64
+                }
+                _ => 0,
+            };
+            Ok(VectorProgress {
+                model_mismatch: matches!((&configured, &stored), (Some(c), Some(s)) if c != s),
+                model,
+                embedded,
+                total,
+            })
+        })
+    }
+
+    /// Counts of how recalls were answered.
+    pub fn retrieval_counts(&self) -> RetrievalCounts {
+        self.vectorizer
+            .as_ref()
+            .map_or_else(RetrievalCounts::default, |v| RetrievalCounts {
+                hybrid: v.stats.hybrid.load(Ordering::Relaxed),
+                embedder_failures: v.stats.embedder_failures.load(Ordering::Relaxed),
+                vectors_written: v.stats.vectors_written.load(Ordering::Relaxed),
+                query_embed_nanos: v.stats.query_embed_nanos.load(Ordering::Relaxed),
+            })
+    }
+
+    /// Drops the in-memory vector copies of every scope, so erased items
+    /// are never compared again (erasure is rare; reloading is cheap).
+    pub fn forget_vector_copies(&self) {
+        if let Some(v) = &self.vectorizer {
+            v.cache.invalidate(None);
+        }
+    }
+
+    /// The `limit` items of `scope` nearest to `query` (a unit vector of
+    /// the current model), best first, with their cosine similarity; and
+    /// the similarity of each of `also` that has a vector.
+    pub(crate) fn nearest_items(
+        &self,
+        conn: &Connection,
+        scope: i64,
+        query: &[f32],
+        limit: usize,
+        also: &[i64],
+    ) -> Result<(Vec<(i64, f32)>, HashMap<i64, f32>)> {
+        let Some(v) = &self.vectorizer else {
+            return Ok(Default::default());
+        };
+        let model = v.embedder.model();
+        let shared = v.cache.scope(scope);
+        let mut vectors = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT seq, item, vector FROM vectors
+                 WHERE scope_id = ?1 AND model = ?2 AND seq > ?3 ORDER BY seq",
+            )
+            .map_err(db_error)?;
+        let mut rows = stmt
+            .query(params![scope, model, vectors.seen])
+            .map_err(db_error)?;
+        let mut buf = Vec::new();
+        while let Some(row) = rows.next().map_err(db_error)? {
+            let (seq, item): (i64, i64) =
+                (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
+            let blob = row.get_ref(2).map_err(db_error)?.as_blob().map_err(|e| {
+                MemoryError::Corruption(format!("local memory database: bad vector: {e}"))
+            })?;
+            buf.clear();
+            from_blob(blob, &mut buf);
+            if vectors.dims == 0 {
+                vectors.dims = buf.len();
+            }
+            if buf.len() == vectors.dims {
+                let dims = vectors.dims;
+                match vectors.slot.get(&item).copied() {
+                    Some(s) => vectors.data[s * dims..(s + 1) * dims].copy_from_slice(&buf),
+                    None => {
+                        let s = vectors.items.len();
+                        vectors.items.push(item);
+                        vectors.data.extend_from_slice(&buf);
+                        vectors.slot.insert(item, s);
+                    }
+                }
+            }
+            vectors.seen = seq;
+        }
+        let dims = vectors.dims;
+        let similarity = also
+            .iter()
+            .filter_map(|item| {
+                let s = *vectors.slot.get(item)?;
+                let v = vectors.data.get(s * dims..(s + 1) * dims)?;
+                (dims == query.len()).then(|| (*item, dot(v, query)))
+            })
+            .collect();
+        Ok((nearest(&vectors, query, limit), similarity))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blobs_round_trip_and_dot_products_are_exact_enough() {
+        let v: Vec<f32> = (0..19).map(|i| i as f32 / 7.0).collect();
+        let mut back = Vec::new();
+        from_blob(&to_blob(&v), &mut back);
+        assert_eq!(back, v);
+        let naive: f32 = v.iter().map(|x| x * x).sum();
+        assert!((dot(&v, &v) - naive).abs() < 1e-4);
+    }
+
+    #[test]
+    fn nearest_orders_by_similarity_and_ignores_other_lengths() {
+        let mut s = ScopeVectors {
+            dims: 2,
+            ..Default::default()
+        };
+        for (item, v) in [(1, [1.0, 0.0]), (2, [0.0, 1.0]), (-3, [0.6, 0.8])] {
+            s.slot.insert(item, s.items.len());
+            s.items.push(item);
+            s.data.extend_from_slice(&v);
+        }
+        let got: Vec<i64> = nearest(&s, &[0.0, 1.0], 2).iter().map(|x| x.0).collect();
+        assert_eq!(got, [2, -3]);
+        assert!(nearest(&s, &[1.0, 0.0, 0.0], 2).is_empty());
+    }
+}
