@@ -75,6 +75,37 @@ pub struct OutboxFigures {
     pub dropped: u64,
 }
 
+impl OutboxFigures {
+    /// The Prometheus text lines for `/metrics` (fixed names, numbers only:
+    /// nothing from a message or a session can reach them).
+    pub fn prometheus(&self) -> String {
+        let rows: [(&str, &str, &str, u64); 5] = [
+            ("memgate_outbox_depth", "gauge", "Captures queued in the OpenViking outbox.", self.depth),
+            ("memgate_outbox_oldest_age_seconds", "gauge", "Age of the oldest queued capture.", self.oldest_age_ms / 1000),
+            ("memgate_outbox_deliveries_total", "counter", "Queued captures delivered since start.", self.deliveries),
+            ("memgate_outbox_retries_total", "counter", "Failed delivery attempts since start (each retried later).", self.retries),
+            ("memgate_outbox_dropped_total", "counter", "Captures refused by a full outbox since start.", self.dropped),
+        ];
+        rows.iter()
+            .map(|(name, kind, help, v)| {
+                format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n")
+            })
+            .collect()
+    }
+
+    /// One line for `doctor`.
+    pub fn summary(&self) -> String {
+        format!(
+            "outbox on: {} queued (oldest {} s), {} delivered, {} retries, {} refused when full",
+            self.depth,
+            self.oldest_age_ms / 1000,
+            self.deliveries,
+            self.retries,
+            self.dropped
+        )
+    }
+}
+
 /// The queue. Cheap operations under one connection lock; call from a
 /// blocking context.
 pub struct Outbox {
@@ -481,6 +512,29 @@ mod tests {
         assert_eq!(backoff(1), Duration::from_secs(1));
         assert_eq!(backoff(3), Duration::from_secs(4));
         assert_eq!(backoff(40), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn figures_render_for_metrics_and_doctor() {
+        let f = OutboxFigures {
+            depth: 3,
+            oldest_age_ms: 61_500,
+            deliveries: 7,
+            retries: 2,
+            dropped: 1,
+        };
+        let text = f.prometheus();
+        for line in [
+            "memgate_outbox_depth 3\n",
+            "memgate_outbox_oldest_age_seconds 61\n",
+            "memgate_outbox_deliveries_total 7\n",
+            "memgate_outbox_retries_total 2\n",
+            "memgate_outbox_dropped_total 1\n",
+            "# TYPE memgate_outbox_depth gauge\n",
+        ] {
+            assert!(text.contains(line), "{line} missing in {text}");
+        }
+        assert!(f.summary().contains("3 queued (oldest 61 s)"));
     }
 
     #[test]
