@@ -258,3 +258,25 @@ async fn the_outbox_is_off_by_default_and_its_keys_are_checked() {
 fn outbox_file(storage: &Path) -> std::path::PathBuf {
     Outbox::path_under(storage)
 }
+
+#[tokio::test]
+async fn shutdown_stops_the_background_delivery_and_leaves_the_queue_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let down = backend_with(&dead_url().await, dir.path(), with_outbox(100));
+    down.capture(&capture_request(&alice("t1"), conversation(2, "m")))
+        .await
+        .unwrap();
+    // Let the background task make attempts against the dead server.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let started = Instant::now();
+    assert!(down.shutdown(Duration::from_secs(2)).await);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(down.resources_closed());
+    let figures = down.outbox_figures().unwrap().unwrap();
+    assert_eq!((figures.depth, figures.deliveries), (1, 0));
+    assert!(figures.retries >= 1, "{figures:?}");
+    drop(down);
+    let fake = FakeOpenViking::start().await;
+    let again = backend_with(&fake.url, dir.path(), with_outbox(100));
+    assert_eq!(depth(&again), 1, "the queue survives the shutdown");
+}
