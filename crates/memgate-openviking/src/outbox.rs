@@ -80,11 +80,36 @@ impl OutboxFigures {
     /// nothing from a message or a session can reach them).
     pub fn prometheus(&self) -> String {
         let rows: [(&str, &str, &str, u64); 5] = [
-            ("memgate_outbox_depth", "gauge", "Captures queued in the OpenViking outbox.", self.depth),
-            ("memgate_outbox_oldest_age_seconds", "gauge", "Age of the oldest queued capture.", self.oldest_age_ms / 1000),
-            ("memgate_outbox_deliveries_total", "counter", "Queued captures delivered since start.", self.deliveries),
-            ("memgate_outbox_retries_total", "counter", "Failed delivery attempts since start (each retried later).", self.retries),
-            ("memgate_outbox_dropped_total", "counter", "Captures refused by a full outbox since start.", self.dropped),
+            (
+                "memgate_outbox_depth",
+                "gauge",
+                "Captures queued in the OpenViking outbox.",
+                self.depth,
+            ),
+            (
+                "memgate_outbox_oldest_age_seconds",
+                "gauge",
+                "Age of the oldest queued capture.",
+                self.oldest_age_ms / 1000,
+            ),
+            (
+                "memgate_outbox_deliveries_total",
+                "counter",
+                "Queued captures delivered since start.",
+                self.deliveries,
+            ),
+            (
+                "memgate_outbox_retries_total",
+                "counter",
+                "Failed delivery attempts since start (each retried later).",
+                self.retries,
+            ),
+            (
+                "memgate_outbox_dropped_total",
+                "counter",
+                "Captures refused by a full outbox since start.",
+                self.dropped,
+            ),
         ];
         rows.iter()
             .map(|(name, kind, help, v)| {
