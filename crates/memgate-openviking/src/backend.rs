@@ -3,9 +3,11 @@
 use crate::capture::{capture_session, CaptureTarget};
 use crate::client::OpenVikingClient;
 use crate::config::OpenVikingConfig;
+use crate::delivery::{blocking, deliver_session};
 use crate::injection::format_injection;
 use crate::lifecycle::Lifecycle;
 use crate::locks::SessionLocks;
+use crate::outbox::{now_ms, Outbox, OutboxFigures};
 use crate::pystr;
 use crate::retrieval::{retrieve, RetrievalRequest, RetrievedMemory};
 use crate::scope::{canonical_peer_id, check_owner, session_id, UriStyle};
@@ -18,8 +20,14 @@ use memgate_core::{
 };
 use serde_json::{Map, Value};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+
+/// How often the background task looks for due outbox entries, and how
+/// many sessions it serves per look (each one attempt, oldest entry first).
+const DELIVERY_TICK: Duration = Duration::from_millis(500);
+const SESSIONS_PER_TICK: usize = 64;
 
 /// Why `mode: tool` is refused: model-driven memory belongs to OpenViking's
 /// own MCP server.
@@ -47,6 +55,8 @@ struct Inner {
     redactor: Arc<Redactor>,
     uri_style: Mutex<UriStyle>,
     server_version: Mutex<Option<String>>,
+    outbox: Option<Arc<Outbox>>,
+    delivering: AtomicBool,
 }
 
 impl fmt::Debug for OpenVikingBackend {
@@ -83,6 +93,10 @@ impl OpenVikingBackend {
     ) -> Result<Self> {
         let client = OpenVikingClient::new(&config.base_url, &config.api_key, config.timeout)
             .map_err(|why| MemoryError::Config(format!("{why} (set {})", config.api_key_env)))?;
+        let outbox = match config.outbox {
+            Some(limits) => Some(Arc::new(Outbox::open(&config.outbox_path(), limits)?)),
+            None => None,
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 config: Arc::new(config),
@@ -92,6 +106,8 @@ impl OpenVikingBackend {
                 redactor,
                 uri_style: Mutex::new(UriStyle::Home),
                 server_version: Mutex::new(None),
+                outbox,
+                delivering: AtomicBool::new(false),
             }),
         })
     }
@@ -141,6 +157,26 @@ impl OpenVikingBackend {
         self.inner.locks.len()
     }
 
+    /// The outbox figures (`/metrics`, `doctor`); `None` when it is off.
+    pub fn outbox_figures(&self) -> Option<Result<OutboxFigures>> {
+        self.inner.outbox.as_ref().map(|o| o.figures())
+    }
+
+    /// Starts the background delivery once, inside a Tokio runtime (the
+    /// first capture or warm). It holds no reference that keeps the
+    /// backend alive and ends once shutdown begins.
+    fn start_delivery(&self) {
+        if self.inner.outbox.is_none() || self.inner.delivering.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(deliver_in_background(Arc::downgrade(&self.inner)));
+            }
+            Err(_) => self.inner.delivering.store(false, Ordering::SeqCst),
+        }
+    }
+
     fn target_uris(&self, peer: &str) -> [String; 2] {
         self.uri_style().memory_target_uris(peer)
     }
@@ -170,6 +206,39 @@ impl OpenVikingBackend {
         )
         .await
         .map_err(|e| e.into_memory_error())
+    }
+}
+
+/// The background half of delivery: every tick, one attempt for each
+/// session whose oldest entry is due, under that session's lock. Each pass
+/// is an operation, so shutdown waits for it within its budget; what is
+/// left stays queued.
+async fn deliver_in_background(inner: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(DELIVERY_TICK).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let Some(outbox) = inner.outbox.clone() else {
+            return;
+        };
+        if inner.lifecycle.is_closed() {
+            return;
+        }
+        let due = match blocking(&outbox, |o| o.due_sessions(now_ms())).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::error!(error = %e, "OpenViking outbox could not be read");
+                continue;
+            }
+        };
+        for sid in due.into_iter().take(SESSIONS_PER_TICK) {
+            let Some(op) = inner.lifecycle.begin() else {
+                return;
+            };
+            let _guard = inner.locks.lock(&sid).await;
+            if let Err(e) = deliver_session(op.client(), &outbox, &sid).await {
+                tracing::error!(error = %e, session = sid, "OpenViking outbox delivery stopped");
+            }
+        }
     }
 }
 
@@ -262,12 +331,14 @@ impl MemoryBackend for OpenVikingBackend {
         let sid = session_id(&self.inner.config.owner_user_id, &peer, thread);
         let captured = captureable(&request.messages, self.inner.keep_hidden.as_ref());
         let filtered = request.messages.len() - captured.len();
+        self.start_delivery();
         let guard = self.inner.locks.lock(&sid).await;
         let target = CaptureTarget {
             config: self.inner.config.clone(),
             peer,
             session_id: sid,
             redactor: Arc::clone(&self.inner.redactor),
+            outbox: self.inner.outbox.clone(),
         };
         let outcome = capture_session(op, guard, target, &captured).await?;
         let report = CaptureReport {
@@ -339,6 +410,7 @@ impl MemoryBackend for OpenVikingBackend {
     /// memory URI form. Unhealthy or unreachable: `fail_fast` answers an
     /// error, `warn` answers `Degraded`.
     async fn warm(&self) -> Result<WarmStatus> {
+        self.start_delivery();
         let Some(op) = self.inner.lifecycle.begin() else {
             return Ok(WarmStatus::Degraded {
                 reason: "OpenViking backend is shut down".to_owned(),
@@ -412,8 +484,20 @@ impl MemoryBackend for OpenVikingBackend {
     /// closes the HTTP client. False if operations were still running; the
     /// last of them closes the client. Server-side extraction continues on
     /// the server either way.
+    /// With the outbox on, the background delivery stops with the other
+    /// operations; what is still queued stays queued (logged).
     async fn shutdown(&self, timeout: Duration) -> bool {
-        self.inner.lifecycle.shutdown(timeout).await
+        let drained = self.inner.lifecycle.shutdown(timeout).await;
+        if let Some(Ok(figures)) = self.outbox_figures() {
+            if figures.depth > 0 {
+                tracing::warn!(
+                    queued = figures.depth,
+                    oldest_age_ms = figures.oldest_age_ms,
+                    "OpenViking outbox entries stay queued for the next start"
+                );
+            }
+        }
+        drained
     }
 }
 

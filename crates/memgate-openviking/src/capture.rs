@@ -29,8 +29,10 @@
 
 use crate::client::{OpenVikingClient, WireError};
 use crate::config::OpenVikingConfig;
+use crate::delivery::{blocking, deliver_session};
 use crate::lifecycle::Operation;
 use crate::locks::SessionGuard;
+use crate::outbox::Outbox;
 use crate::payload::{redact_payload, to_payload};
 use crate::recorder::{self, Prepared, RecordError, MAX_BATCH_MESSAGES};
 use memgate_core::cursor::{
@@ -53,6 +55,9 @@ const RECORDING_FAILED: &str =
     "OpenViking conversation recording failed; capture cursor was not advanced";
 const RECONCILE_FAILED: &str =
     "OpenViking could not be asked what an interrupted capture delivered; nothing was sent";
+const QUEUE_BLOCKED: &str =
+    "OpenViking outbox holds undelivered captures of this session and an interrupted capture it does not cover; nothing was sent";
+const QUEUE_REFUSED: &str = "OpenViking write failed and the outbox refused it";
 const COUNT_FAILED: &str =
     "OpenViking could not be asked how many messages the session holds; nothing was sent";
 
@@ -178,6 +183,8 @@ pub struct CaptureTarget {
     pub session_id: String,
     /// Applied to each payload after the cursor's signatures are taken.
     pub redactor: Arc<Redactor>,
+    /// The durable outbox, when the operator turned it on.
+    pub outbox: Option<Arc<Outbox>>,
 }
 
 /// What one capture did; `failure` is a write failure the write policy
@@ -243,7 +250,7 @@ async fn save(
 
 /// The session's cumulative message count; a session the server does not
 /// know holds none.
-async fn server_total(
+pub(crate) async fn server_total(
     client: &OpenVikingClient,
     peer: &str,
     session_id: &str,
@@ -275,7 +282,7 @@ fn now_ms() -> u64 {
 
 /// The session's count once the interrupted write has settled: at least
 /// [`SETTLE`] after its intent, and the same in two reads in a row.
-async fn settled_total(
+pub(crate) async fn settled_total(
     client: &OpenVikingClient,
     peer: &str,
     session_id: &str,
@@ -305,7 +312,7 @@ async fn settled_total(
 }
 
 /// Why an interrupted write cannot be settled now.
-enum Unsettled {
+pub(crate) enum Unsettled {
     /// The server could not be asked; try again on the next capture.
     Unreachable(String),
     /// The server's count fits no batch boundary of the intent.
@@ -344,6 +351,31 @@ async fn reconcile(
             intent.base_total + intent.payloads()
         )));
     };
+    tracing::info!(
+        session = session_id,
+        batches = confirmed,
+        of = intent.batches.len(),
+        "OpenViking interrupted capture reconciled against the server's count"
+    );
+    Ok(advance_by_intent(
+        cursor,
+        intent,
+        confirmed,
+        Some(total),
+        max_seen,
+    ))
+}
+
+/// The cursor once the first `confirmed` batches of its intent count as
+/// delivered (on the server, or taken over by the outbox): all of them
+/// leave the commit pending.
+fn advance_by_intent(
+    cursor: &TranscriptCursor,
+    intent: &InFlight,
+    confirmed: usize,
+    total: Option<u64>,
+    max_seen: usize,
+) -> TranscriptCursor {
     let (inputs, prefix) = match confirmed.checked_sub(1).map(|i| &intent.batches[i]) {
         None => (0, None),
         Some(mark) => (
@@ -355,21 +387,15 @@ async fn reconcile(
         ),
     };
     let delivered_all = confirmed == intent.batches.len();
-    tracing::info!(
-        session = session_id,
-        batches = confirmed,
-        of = intent.batches.len(),
-        "OpenViking interrupted capture reconciled against the server's count"
-    );
     let mut next = cursor.advanced_to(
         prefix,
         &intent.signatures[..inputs],
         max_seen,
         cursor.commit_pending || delivered_all,
     );
-    next.server_total = Some(total);
+    next.server_total = total;
     next.in_flight = None;
-    Ok(next)
+    next
 }
 
 /// Runs one capture of `captured` (already filtered) while `guard` holds
@@ -396,6 +422,19 @@ pub async fn capture_session(
     }
     let mut cursor = loaded.clone();
     let client = operation.client();
+
+    // The session's queued captures go first: nothing new overtakes them.
+    if let Some(outbox) = target.outbox.clone() {
+        let owned = sid.to_owned();
+        let queued = blocking(&outbox, move |o| o.session_entries(&owned)).await?;
+        if !queued.is_empty() {
+            if !deliver_session(client, &outbox, sid).await? {
+                return queue_behind(&target, &outbox, path, &loaded, signatures, captured).await;
+            }
+            // The cursor's count predates the delivery.
+            cursor.server_total = None;
+        }
+    }
 
     if let Some(intent) = &loaded.in_flight {
         match reconcile(client, &target.peer, sid, &loaded, intent, max_seen).await {
@@ -440,20 +479,7 @@ pub async fn capture_session(
     let plan = CapturePlan::new(&cursor, signatures);
     let pending_len = plan.pending.len();
     let already_known = captured.len() - pending_len;
-    let prepared: Vec<Prepared> = plan
-        .pending
-        .iter()
-        .enumerate()
-        .filter_map(|(k, &i)| {
-            to_payload(captured[i], &target.peer).map(|mut payload| {
-                redact_payload(&mut payload, &target.redactor);
-                Prepared {
-                    payload,
-                    input_end: k + 1,
-                }
-            })
-        })
-        .collect();
+    let prepared = prepare(&plan, captured, &target);
     if prepared.is_empty() {
         // Nothing to send (nothing new, or only messages that are never
         // recorded): write only if the cursor itself moved.
@@ -478,15 +504,29 @@ pub async fn capture_session(
                     write_failure(COUNT_FAILED, sid, why),
                 ))
             }
-            Err(cause) => {
-                return Ok(CaptureOutcome::failed(
-                    already_known,
-                    write_failure(COUNT_FAILED, sid, cause),
-                ))
-            }
+            // Unreachable before anything was sent: the outbox takes the
+            // capture whole (its first attempt reads the count).
+            Err(cause) => match &target.outbox {
+                Some(outbox) => {
+                    let payloads = prepared.into_iter().map(|p| p.payload).collect();
+                    return queue_plan(&target, outbox, path, &loaded, &cursor, &plan, payloads)
+                        .await;
+                }
+                None => {
+                    return Ok(CaptureOutcome::failed(
+                        already_known,
+                        write_failure(COUNT_FAILED, sid, cause),
+                    ))
+                }
+            },
         },
     };
     let intent = plan.intent(base_total, &prepared);
+    // What the outbox queues if the write fails: exactly what is sent.
+    let spare: Option<Vec<Value>> = target
+        .outbox
+        .as_ref()
+        .map(|_| prepared.iter().map(|p| p.payload.clone()).collect());
     cursor.server_total = Some(base_total);
     let mut with_intent = cursor.clone();
     with_intent.in_flight = Some(intent.clone());
@@ -520,10 +560,24 @@ pub async fn capture_session(
             }
             // The batch may have arrived with its answer lost: the intent
             // stays, and the next capture asks the server.
-            Err(RecordError::NothingConfirmed(cause)) => Ok(CaptureOutcome::failed(
-                already_known,
-                write_failure(RECORDING_FAILED, sid, cause),
-            )),
+            Err(RecordError::NothingConfirmed(cause)) => {
+                let failure = write_failure(RECORDING_FAILED, sid, cause);
+                match (&target.outbox, spare) {
+                    (Some(outbox), Some(payloads)) => {
+                        let queued = TakeOver {
+                            outbox,
+                            payloads,
+                            base_total,
+                            intent_ms: intent.written_ms,
+                        };
+                        let next = plan.completed(&cursor, max_seen);
+                        queued
+                            .run(&target, path, next, failure, pending_len, already_known)
+                            .await
+                    }
+                    _ => Ok(CaptureOutcome::failed(already_known, failure)),
+                }
+            }
             Err(RecordError::Partial {
                 input_messages_consumed,
                 commit_pending,
@@ -540,6 +594,24 @@ pub async fn capture_session(
                         .position(|b| b.inputs as usize == consumed)
                         .map_or(0, |i| i + 1)
                 };
+                let failure = write_failure(PARTIALLY_RECORDED, sid, cause);
+                if let (Some(outbox), Some(payloads), false) =
+                    (&target.outbox, &spare, commit_pending)
+                {
+                    let done = batches
+                        .checked_sub(1)
+                        .map_or(0, |i| intent.batches[i].payloads as usize);
+                    let queued = TakeOver {
+                        outbox,
+                        payloads: payloads[done..].to_vec(),
+                        base_total: base_total + done as u64,
+                        intent_ms: intent.written_ms,
+                    };
+                    let next = plan.completed(&cursor, max_seen);
+                    return queued
+                        .run(&target, path, next, failure, pending_len, already_known)
+                        .await;
+                }
                 let next = settled(
                     plan.partially(&cursor, consumed, commit_pending, max_seen),
                     batches,
@@ -548,13 +620,157 @@ pub async fn capture_session(
                 Ok(CaptureOutcome {
                     sent: consumed,
                     already_known,
-                    failure: Some(write_failure(PARTIALLY_RECORDED, sid, cause)),
+                    failure: Some(failure),
                 })
             }
         }
     });
     task.await
         .map_err(|e| MemoryError::Backend(format!("OpenViking capture task failed: {e}")))?
+}
+
+/// The payloads of the pending messages, converted and redacted: what is
+/// sent, and what the outbox queues.
+fn prepare(plan: &CapturePlan, captured: &[&Message], target: &CaptureTarget) -> Vec<Prepared> {
+    plan.pending
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &i)| {
+            to_payload(captured[i], &target.peer).map(|mut payload| {
+                redact_payload(&mut payload, &target.redactor);
+                Prepared {
+                    payload,
+                    input_end: k + 1,
+                }
+            })
+        })
+        .collect()
+}
+
+/// A failed write handed to the outbox: queued (fsynced) first, then the
+/// cursor moves past it. A crash in between leaves the cursor's intent,
+/// which the entry names (`intent_ms`), so the next capture neither resends
+/// nor loses it.
+struct TakeOver<'a> {
+    outbox: &'a Arc<Outbox>,
+    payloads: Vec<Value>,
+    base_total: u64,
+    intent_ms: u64,
+}
+
+impl TakeOver<'_> {
+    async fn run(
+        self,
+        target: &CaptureTarget,
+        path: PathBuf,
+        mut next: TranscriptCursor,
+        failure: MemoryError,
+        pending_len: usize,
+        already_known: usize,
+    ) -> Result<CaptureOutcome> {
+        let sid = target.session_id.as_str();
+        let (session, peer) = (sid.to_owned(), target.peer.clone());
+        let (payloads, base, intent_ms) = (self.payloads, self.base_total, self.intent_ms);
+        let count = payloads.len();
+        let queued = blocking(self.outbox, move |o| {
+            o.enqueue(&session, &peer, &payloads, Some(base), Some(intent_ms))
+        })
+        .await;
+        if let Err(refused) = queued {
+            return Ok(CaptureOutcome::failed(
+                already_known,
+                write_failure(QUEUE_REFUSED, sid, format!("{failure}; {refused}")),
+            ));
+        }
+        tracing::warn!(session = sid, messages = count, cause = %failure, "OpenViking write failed; the capture is queued in the outbox");
+        next.server_total = None;
+        next.in_flight = None;
+        save(path, next, SaveMode::Durable, sid).await?;
+        Ok(CaptureOutcome {
+            sent: pending_len,
+            already_known,
+            failure: None,
+        })
+    }
+}
+
+/// The session still has undelivered entries: new messages queue behind
+/// them, in order, without a request. A cursor intent the outbox took over
+/// counts as delivered; one it does not know stops the capture (nothing
+/// sent, cursor kept) until the queue drains.
+async fn queue_behind(
+    target: &CaptureTarget,
+    outbox: &Arc<Outbox>,
+    path: PathBuf,
+    loaded: &TranscriptCursor,
+    signatures: Vec<String>,
+    captured: &[&Message],
+) -> Result<CaptureOutcome> {
+    let sid = target.session_id.as_str();
+    let max_seen = target.config.max_seen_message_ids;
+    let mut cursor = loaded.clone();
+    if let Some(intent) = &loaded.in_flight {
+        let owned = sid.to_owned();
+        let queued = blocking(outbox, move |o| o.session_entries(&owned)).await?;
+        if !queued
+            .iter()
+            .any(|e| e.intent_ms == Some(intent.written_ms))
+        {
+            return Ok(CaptureOutcome::failed(
+                0,
+                write_failure(QUEUE_BLOCKED, sid, "the queue did not drain"),
+            ));
+        }
+        cursor = advance_by_intent(loaded, intent, intent.batches.len(), None, max_seen)
+            .with_commit_pending(false);
+    }
+    let plan = CapturePlan::new(&cursor, signatures);
+    let payloads: Vec<Value> = prepare(&plan, captured, target)
+        .into_iter()
+        .map(|p| p.payload)
+        .collect();
+    queue_plan(target, outbox, path, loaded, &cursor, &plan, payloads).await
+}
+
+/// Queues `payloads` (the plan's pending messages) without a request and
+/// moves the cursor past them; a refusal leaves the cursor as it was.
+async fn queue_plan(
+    target: &CaptureTarget,
+    outbox: &Arc<Outbox>,
+    path: PathBuf,
+    loaded: &TranscriptCursor,
+    cursor: &TranscriptCursor,
+    plan: &CapturePlan,
+    payloads: Vec<Value>,
+) -> Result<CaptureOutcome> {
+    let sid = target.session_id.as_str();
+    let max_seen = target.config.max_seen_message_ids;
+    let pending_len = plan.pending.len();
+    let already_known = plan.signatures.len() - pending_len;
+    if !payloads.is_empty() {
+        let (session, peer) = (sid.to_owned(), target.peer.clone());
+        let queued = blocking(outbox, move |o| {
+            o.enqueue(&session, &peer, &payloads, None, None)
+        })
+        .await;
+        if let Err(refused) = queued {
+            if cursor != loaded {
+                save(path, cursor.clone(), SaveMode::Durable, sid).await?;
+            }
+            return Ok(CaptureOutcome::failed(already_known, refused));
+        }
+    }
+    let mut next = plan.completed(cursor, max_seen);
+    next.server_total = None;
+    next.in_flight = None;
+    if next != *loaded {
+        save(path, next, SaveMode::Durable, sid).await?;
+    }
+    Ok(CaptureOutcome {
+        sent: pending_len,
+        already_known,
+        failure: None,
+    })
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //! environment variable that `api_key_env` names, and never appears in
 //! `Debug` output or in an error.
 
+use crate::outbox::{Outbox, OutboxLimits};
 use crate::pystr;
 use memgate_core::{BackendContext, MemoryError, ReadPolicy, Result, StartupPolicy, WritePolicy};
 use serde_json::{Map, Value};
@@ -29,6 +30,9 @@ pub const DEFAULT_TIMEOUT_SECONDS: f64 = 30.0;
 pub const DEFAULT_TOP_K: usize = 8;
 pub const DEFAULT_MAX_INJECTION_CHARS: usize = 12_000;
 pub const DEFAULT_MAX_SEEN_MESSAGE_IDS: usize = 512;
+/// Outbox bounds (memgate's addition): entries, and age of the oldest.
+const DEFAULT_OUTBOX_MAX_ENTRIES: usize = 10_000;
+const DEFAULT_OUTBOX_MAX_AGE_SECONDS: usize = 7 * 24 * 3600;
 /// The host contract's fixed recall query.
 pub const DEFAULT_INJECTION_QUERY: &str = "user profile preferences important entities events ongoing goals constraints and prior decisions";
 
@@ -123,6 +127,9 @@ pub struct OpenVikingConfig {
     pub allow_insecure_http: bool,
     /// Size of the cursor's signature window (16–10000).
     pub max_seen_message_ids: usize,
+    /// memgate's durable outbox for failed writes; `None` (the default)
+    /// keeps the seed's behaviour.
+    pub outbox: Option<OutboxLimits>,
 }
 
 fn config_err(message: impl Into<String>) -> MemoryError {
@@ -322,6 +329,7 @@ impl OpenVikingConfig {
         }
         let mut retrieval = top.mapping("retrieval", "retrieval.")?;
         let mut failure = top.mapping("failure_policy", "failure_policy.")?;
+        let mut outbox = top.mapping("outbox", "outbox.")?;
         let api_key_env = pystr::strip(&top.string("api_key_env", DEFAULT_API_KEY_ENV)?).to_owned();
         if api_key_env.is_empty() {
             return Err(config_err("OpenViking api_key_env must not be empty"));
@@ -355,11 +363,15 @@ impl OpenVikingConfig {
         let write_policy = failure.string("write", "log_and_drop")?.to_lowercase();
         let allow_insecure_http = top.boolean("allow_insecure_http")?;
         let max_seen = top.integer("max_seen_message_ids", DEFAULT_MAX_SEEN_MESSAGE_IDS)?;
+        let outbox_enabled = outbox.boolean("enabled")?;
+        let outbox_entries = outbox.integer("max_entries", DEFAULT_OUTBOX_MAX_ENTRIES)?;
+        let outbox_age = outbox.integer("max_age_seconds", DEFAULT_OUTBOX_MAX_AGE_SECONDS)?;
 
         let mut unknown: Vec<String> = top
             .leftovers()
             .chain(retrieval.leftovers())
             .chain(failure.leftovers())
+            .chain(outbox.leftovers())
             .collect();
         if !unknown.is_empty() {
             unknown.sort();
@@ -458,6 +470,21 @@ impl OpenVikingConfig {
             ));
         }
 
+        if !(1..=1_000_000).contains(&outbox_entries) {
+            return Err(config_err(
+                "OpenViking outbox.max_entries must be between 1 and 1000000",
+            ));
+        }
+        if !(60..=31_536_000).contains(&outbox_age) {
+            return Err(config_err(
+                "OpenViking outbox.max_age_seconds must be between 60 and 31536000",
+            ));
+        }
+        let outbox = outbox_enabled.then(|| OutboxLimits {
+            max_entries: outbox_entries as u64,
+            max_age: Duration::from_secs(outbox_age as u64),
+        });
+
         Ok(Self {
             base_url,
             storage_path: resolve_storage_path(&storage_path, &ctx.storage_path),
@@ -478,7 +505,13 @@ impl OpenVikingConfig {
             write_policy,
             allow_insecure_http,
             max_seen_message_ids: max_seen as usize,
+            outbox,
         })
+    }
+
+    /// Where the outbox lives (used only when it is on).
+    pub fn outbox_path(&self) -> PathBuf {
+        Outbox::path_under(&self.storage_path)
     }
 
     /// Where the cursor of one session lives.
