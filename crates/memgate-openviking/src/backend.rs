@@ -477,7 +477,18 @@ impl MemoryBackend for OpenVikingBackend {
             Ok(body) => body,
             Err(e) => return vec![Diagnostic::problem("identity", e.to_string())],
         };
-        vec![key_identity(&body, &self.inner.config.owner_user_id)]
+        let outbox = match self.outbox_figures() {
+            None => Diagnostic::ok(
+                "outbox",
+                "outbox off (a failed capture follows failure_policy.write)",
+            ),
+            Some(Ok(figures)) => Diagnostic::ok("outbox", figures.summary()),
+            Some(Err(e)) => Diagnostic::problem("outbox", e.to_string()),
+        };
+        vec![
+            key_identity(&body, &self.inner.config.owner_user_id),
+            outbox,
+        ]
     }
 
     /// Stops new work, waits for running operations up to `timeout`, then

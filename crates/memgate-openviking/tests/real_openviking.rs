@@ -536,7 +536,8 @@ async fn real_server_health_names_the_keys_user_for_doctor() {
     let dir = tempfile::tempdir().unwrap();
     let own = backend(&server.url, &account.alice_key, "alice", dir.path());
     let lines = own.diagnose().await;
-    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[1].detail.starts_with("outbox off"), "{lines:?}");
     assert!(lines[0].healthy, "{lines:?}");
     assert_eq!(
         lines[0].detail,

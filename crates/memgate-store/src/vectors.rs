@@ -28,6 +28,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// Nearest items best first with their cosine, and the cosine of each
+/// other asked-for item that has a vector.
+type Neighbours = (Vec<(i64, f32)>, HashMap<i64, f32>);
+
 /// How the vectors of the file relate to the configured embedder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ModelState {
@@ -452,7 +456,7 @@ impl MemoryStore {
         query: &[f32],
         limit: usize,
         also: &[i64],
-    ) -> Result<(Vec<(i64, f32)>, HashMap<i64, f32>)> {
+    ) -> Result<Neighbours> {
         let Some(v) = &self.vectorizer else {
             return Ok(Default::default());
         };
