@@ -166,19 +166,22 @@ impl MemoryStore {
     }
 
     /// Runs SQLite's quick integrity check; corruption is an error.
+    ///
+    /// On a connection of its own: a pooled reader that last read before a
+    /// `forget` rewrote the recall index was seen to report "fts5:
+    /// corruption found" for a file a new connection finds ok.
     pub fn check_integrity(&self) -> Result<()> {
-        self.read(|conn| {
-            let verdict: String = conn
-                .query_row("PRAGMA quick_check", [], |r| r.get(0))
-                .map_err(db_error)?;
-            if verdict == "ok" {
-                Ok(())
-            } else {
-                Err(MemoryError::Corruption(format!(
-                    "local memory database failed its integrity check: {verdict}"
-                )))
-            }
-        })
+        let conn = self.open_reader()?;
+        let verdict: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(db_error)?;
+        if verdict == "ok" {
+            Ok(())
+        } else {
+            Err(MemoryError::Corruption(format!(
+                "local memory database failed its integrity check: {verdict}"
+            )))
+        }
     }
 
     /// The schema version of the open file.
