@@ -111,20 +111,9 @@ struct Fields<'py> {
     additional_kwargs: Option<Bound<'py, PyAny>>,
 }
 
-const FIELD_NAMES: [&str; 12] = [
-    "id",
-    "type",
-    "role",
-    "content",
-    "tool_calls",
-    "tool_call_id",
-    "tool_id",
-    "name",
-    "tool_name",
-    "status",
-    "tool_status",
-    "additional_kwargs",
-];
+/// The message fields read from a host object: the names of memgate's own
+/// message wire form.
+const FIELD_NAMES: &[&str] = memgate_core::message::MESSAGE_FIELDS;
 
 impl<'py> Fields<'py> {
     fn set(&mut self, key: &str, value: Bound<'py, PyAny>) {
@@ -163,7 +152,7 @@ impl<'py> Fields<'py> {
     /// Any other object, read by attribute.
     fn from_attributes(value: &Bound<'py, PyAny>) -> PyResult<Self> {
         let mut fields = Self::default();
-        for name in FIELD_NAMES {
+        for &name in FIELD_NAMES {
             if let Some(v) = value.getattr_opt(name)? {
                 fields.set(name, v);
             }
