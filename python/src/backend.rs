@@ -182,8 +182,9 @@ impl Backend {
                 kind,
                 trace_id,
             };
-            return Ok(runtime()
-                .spawn(async move { backend.capture_admitted(ticket, &request).await }));
+            return Ok(
+                runtime().spawn(async move { backend.capture_admitted(ticket, &request).await })
+            );
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let store = Arc::clone(local);
@@ -587,7 +588,11 @@ impl Backend {
     /// was still running at the deadline (the last of it releases them).
     fn shutdown(&self, py: Python<'_>, timeout: f64) -> bool {
         let backend = &self.inner;
-        py.detach(|| runtime().block_on(backend.drain(seconds(timeout))).drained())
+        py.detach(|| {
+            runtime()
+                .block_on(backend.drain(seconds(timeout)))
+                .drained()
+        })
     }
 
     fn __repr__(&self) -> String {
