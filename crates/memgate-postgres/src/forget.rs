@@ -26,7 +26,6 @@
 use crate::backend::{PostgresBackend, Scope};
 use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, ForgetReport, ForgetTarget, MemoryError, Result};
-use memgate_store::facts::parse_citation;
 
 impl PostgresBackend {
     /// Erases `target` in the caller's scope (see the module doc for what
@@ -37,17 +36,7 @@ impl PostgresBackend {
         caller: &Caller,
         target: &ForgetTarget,
     ) -> Result<ForgetReport> {
-        let fact = match target {
-            ForgetTarget::Fact { id } => Some(
-                parse_citation(id)
-                    .ok_or_else(|| MemoryError::invalid("id", "must be `mem_<number>`"))?,
-            ),
-            _ => None,
-        };
-        let thread = match target {
-            ForgetTarget::Thread => Some(caller.require_thread()?.to_owned()),
-            _ => None,
-        };
+        let (fact, thread) = memgate_store::forget::named_by(caller, target)?;
         let scope = Scope::of(caller);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| self.err(e))?;

@@ -94,23 +94,30 @@ fn cutoff(now: SystemTime, age: Duration) -> String {
     format_unix_millis(now.saturating_sub(age).as_millis() as i64)
 }
 
+/// What a forget names, checked before anything is erased: the fact's row
+/// for `Fact`, the caller's thread for `Thread`. Shared with the postgres
+/// backend, so both refuse the same input the same way.
+pub fn named_by(caller: &Caller, target: &ForgetTarget) -> Result<(Option<i64>, Option<String>)> {
+    Ok(match target {
+        ForgetTarget::Fact { id } => (
+            Some(
+                parse_citation(id)
+                    .ok_or_else(|| MemoryError::invalid("id", "must be `mem_<number>`"))?,
+            ),
+            None,
+        ),
+        ForgetTarget::Thread => (None, Some(caller.require_thread()?.to_owned())),
+        ForgetTarget::Scope | ForgetTarget::User => (None, None),
+    })
+}
+
 impl MemoryStore {
     /// Erases `target` in the caller's scope and every recoverable copy of
     /// it in the database files. Forgetting what is not there erases nothing
     /// and says so with zero counts; a fact id of another scope is not found.
     pub fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
         let key = ScopeKey::of(caller);
-        let fact = match target {
-            ForgetTarget::Fact { id } => Some(
-                parse_citation(id)
-                    .ok_or_else(|| MemoryError::invalid("id", "must be `mem_<number>`"))?,
-            ),
-            _ => None,
-        };
-        let thread = match target {
-            ForgetTarget::Thread => Some(caller.require_thread()?.to_owned()),
-            _ => None,
-        };
+        let (fact, thread) = named_by(caller, target)?;
         if *target == ForgetTarget::User {
             return self.forget_user(caller);
         }
