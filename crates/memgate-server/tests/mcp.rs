@@ -10,13 +10,13 @@ use memgate_core::{
 };
 use memgate_server::mcp::MemoryMcp;
 use memgate_store::LocalBackend;
-use rmcp::model::{CallToolRequestParams, ClientConfig};
-use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt};
-use serde_json::{json, Map, Value};
+use memgate_testsupport::mcp::{call, tool_names, try_call, McpClient};
+use rmcp::model::ClientConfig;
+use rmcp::ServiceExt;
+use serde_json::{json, Map};
 use std::sync::Arc;
 
-async fn connect(server: MemoryMcp) -> RunningService<RoleClient, ClientConfig> {
+async fn connect(server: MemoryMcp) -> McpClient {
     let (client_end, server_end) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         let running = server.serve(server_end).await.expect("server starts");
@@ -26,28 +26,6 @@ async fn connect(server: MemoryMcp) -> RunningService<RoleClient, ClientConfig> 
         .serve(client_end)
         .await
         .expect("client connects")
-}
-
-fn args(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => unreachable!(),
-    }
-}
-
-async fn call(
-    client: &RunningService<RoleClient, ClientConfig>,
-    tool: &str,
-    a: Value,
-) -> (bool, Value) {
-    let result = client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args(a)))
-        .await
-        .expect("tool call answered");
-    (
-        result.is_error == Some(true),
-        result.structured_content.unwrap_or(Value::Null),
-    )
 }
 
 fn local(dir: &std::path::Path) -> Arc<AssembledBackend> {
@@ -60,15 +38,7 @@ fn local(dir: &std::path::Path) -> Arc<AssembledBackend> {
 async fn tools_follow_the_backend_capabilities() {
     let dir = tempfile::tempdir().unwrap();
     let client = connect(MemoryMcp::new(local(dir.path()), Caller::new("alice"))).await;
-    let mut names: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["recall", "remember", "search"]);
+    assert_eq!(tool_names(&client).await, ["recall", "remember", "search"]);
 
     // noop can search (empty) but neither remember nor recall.
     let client = connect(MemoryMcp::new(
@@ -76,19 +46,8 @@ async fn tools_follow_the_backend_capabilities() {
         Caller::new("alice"),
     ))
     .await;
-    let names: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    assert_eq!(names, ["search"]);
-    let err = client
-        .call_tool(
-            CallToolRequestParams::new("remember").with_arguments(args(json!({"text": "x"}))),
-        )
-        .await;
+    assert_eq!(tool_names(&client).await, ["search"]);
+    let err = try_call(&client, "remember", json!({"text": "x"})).await;
     assert!(err.is_err(), "an unlisted tool cannot be called");
 }
 
@@ -162,18 +121,6 @@ async fn identity_never_comes_from_tool_arguments() {
     assert!(is_error && body["error"]["message"].as_str().unwrap().contains("top_k"));
 }
 
-async fn tool_names(client: &RunningService<RoleClient, ClientConfig>) -> Vec<String> {
-    let mut names: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    names.sort();
-    names
-}
-
 fn captured(caller: &Caller, thread: &str, text: &str) -> CaptureRequest {
     CaptureRequest {
         caller: caller.clone().with_thread(thread),
@@ -208,11 +155,7 @@ async fn forget_is_neither_listed_nor_callable_unless_the_operator_offers_it() {
     ] {
         let client = connect(server).await;
         assert_eq!(tool_names(&client).await, ["recall", "remember", "search"]);
-        let refused = client
-            .call_tool(
-                CallToolRequestParams::new("forget")
-                    .with_arguments(args(json!({"target": "fact", "id": id}))),
-            )
+        let refused = try_call(&client, "forget", json!({"target": "fact", "id": id}))
             .await
             .expect_err("forget is refused when not offered");
         let message = refused.to_string();

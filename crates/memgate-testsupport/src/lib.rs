@@ -5,6 +5,8 @@
 //! one way tests find the real servers testkit starts ([`real`]).
 
 pub mod black_hole;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 pub mod real;
 
 pub use black_hole::BlackHole;

@@ -2,10 +2,11 @@
 //! child process, and `/mcp` on `memgate serve` answering the MCP
 //! handshake over streamable HTTP.
 
-use rmcp::model::{CallToolRequestParams, ClientConfig};
+use memgate_testsupport::mcp::{call, tool_names, try_call};
+use rmcp::model::ClientConfig;
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 use std::path::Path;
 
 const BIN: &str = env!("CARGO_BIN_EXE_memgate");
@@ -19,13 +20,6 @@ fn command(home: &Path, args: &[&str]) -> tokio::process::Command {
         .env_remove("MEMGATE_URL")
         .env_remove("MEMGATE_USER");
     cmd
-}
-
-fn object(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => unreachable!(),
-    }
 }
 
 #[tokio::test]
@@ -44,49 +38,26 @@ async fn stdio_session_saves_and_recalls_as_the_configured_user() {
         Some("memgate")
     );
 
-    let mut tools: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
-    tools.sort();
-    assert_eq!(tools, ["recall", "remember", "search"]);
+    assert_eq!(tool_names(&client).await, ["recall", "remember", "search"]);
 
-    let saved = client
-        .call_tool(
-            CallToolRequestParams::new("remember").with_arguments(object(json!({
-                "text": "deploys happen on Tuesdays only", "kind": "constraint"
-            }))),
-        )
-        .await
-        .unwrap();
-    let saved = saved.structured_content.unwrap();
+    let (_, saved) = call(
+        &client,
+        "remember",
+        json!({"text": "deploys happen on Tuesdays only", "kind": "constraint"}),
+    )
+    .await;
     assert_eq!(saved["outcome"], "stored", "{saved}");
 
-    let smuggled = client
-        .call_tool(
-            CallToolRequestParams::new("remember").with_arguments(object(json!({
-                "text": "x", "user_id": "bob"
-            }))),
-        )
-        .await
-        .unwrap();
-    assert_eq!(smuggled.is_error, Some(true));
+    let (smuggled, _) = call(&client, "remember", json!({"text": "x", "user_id": "bob"})).await;
+    assert!(smuggled, "identity never comes from tool arguments");
 
-    let recalled = client
-        .call_tool(
-            CallToolRequestParams::new("recall").with_arguments(object(json!({
-                "query": "when do deploys happen?"
-            }))),
-        )
-        .await
-        .unwrap();
-    let text = recalled.structured_content.unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, recalled) = call(
+        &client,
+        "recall",
+        json!({"query": "when do deploys happen?"}),
+    )
+    .await;
+    let text = recalled["text"].as_str().unwrap();
     assert!(text.contains("Tuesdays"), "{text}");
     client.cancel().await.unwrap();
 
@@ -118,35 +89,27 @@ async fn stdio_offers_forget_only_when_the_config_opts_in() {
             .serve(transport)
             .await
             .expect("MCP handshake");
-        let tools: Vec<String> = client
-            .list_all_tools()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|t| t.name.to_string())
-            .collect();
+        let tools = tool_names(&client).await;
         assert_eq!(
             tools.iter().any(|t| t == "forget"),
             offered,
             "{config}: {tools:?}"
         );
-        let saved = client
-            .call_tool(
-                CallToolRequestParams::new("remember").with_arguments(object(json!({
-                    "text": "the beehive is on the north roof"
-                }))),
-            )
-            .await
-            .unwrap();
-        assert_ne!(saved.is_error, Some(true), "{saved:?}");
-        let forget = client
-            .call_tool(
-                CallToolRequestParams::new("forget")
-                    .with_arguments(object(json!({"target": "user", "confirm": true}))),
-            )
-            .await;
+        let (is_error, saved) = call(
+            &client,
+            "remember",
+            json!({"text": "the beehive is on the north roof"}),
+        )
+        .await;
+        assert!(!is_error, "{saved}");
+        let forget = try_call(
+            &client,
+            "forget",
+            json!({"target": "user", "confirm": true}),
+        )
+        .await;
         if offered {
-            let erased = forget.expect("forget answers").structured_content.unwrap();
+            let (_, erased) = forget.expect("forget answers");
             assert_eq!(erased["target"], "user", "{erased}");
             assert_eq!(erased["erased"]["facts"], 1, "{erased}");
         } else {
