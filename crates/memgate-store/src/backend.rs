@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::Semaphore;
 
 /// SQLite work running at once on the blocking pool: each holds a thread
-/// and a reader connection (with its mmap), so 200 concurrent recalls queue
+/// and a reader connection (with its page cache), so 200 concurrent recalls queue
 /// here instead of opening 200 of each. Reads are short; the writer is one
 /// connection anyway.
 pub const MAX_CONCURRENT_WORK: usize = 8;
