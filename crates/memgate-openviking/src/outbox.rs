@@ -20,7 +20,7 @@
 //! captures that were already acknowledged; refusing loses only the one the
 //! caller is told about.
 
-use memgate_core::{MemoryError, Result};
+use memgate_core::{Figure, MemoryError, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -76,46 +76,36 @@ pub struct OutboxFigures {
 }
 
 impl OutboxFigures {
-    /// The Prometheus text lines for `/metrics` (fixed names, numbers only:
-    /// nothing from a message or a session can reach them).
-    pub fn prometheus(&self) -> String {
-        let rows: [(&str, &str, &str, u64); 5] = [
-            (
+    /// The figures for `/metrics` and `doctor` (fixed names, numbers
+    /// only: nothing from a message or a session can reach them).
+    pub fn figures(&self) -> Vec<Figure> {
+        vec![
+            Figure::gauge(
                 "memgate_outbox_depth",
-                "gauge",
                 "Captures queued in the OpenViking outbox.",
                 self.depth,
             ),
-            (
+            Figure::gauge(
                 "memgate_outbox_oldest_age_seconds",
-                "gauge",
                 "Age of the oldest queued capture.",
                 self.oldest_age_ms / 1000,
             ),
-            (
+            Figure::counter(
                 "memgate_outbox_deliveries_total",
-                "counter",
                 "Queued captures delivered since start.",
                 self.deliveries,
             ),
-            (
+            Figure::counter(
                 "memgate_outbox_retries_total",
-                "counter",
                 "Failed delivery attempts since start (each retried later).",
                 self.retries,
             ),
-            (
+            Figure::counter(
                 "memgate_outbox_dropped_total",
-                "counter",
                 "Captures refused by a full outbox since start.",
                 self.dropped,
             ),
-        ];
-        rows.iter()
-            .map(|(name, kind, help, v)| {
-                format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n")
-            })
-            .collect()
+        ]
     }
 
     /// One line for `doctor`.
@@ -548,7 +538,7 @@ mod tests {
             retries: 2,
             dropped: 1,
         };
-        let text = f.prometheus();
+        let text: String = f.figures().iter().map(Figure::prometheus).collect();
         for line in [
             "memgate_outbox_depth 3\n",
             "memgate_outbox_oldest_age_seconds 61\n",
