@@ -470,7 +470,7 @@ impl MemoryBackend for OpenVikingBackend {
     /// queue shows in `doctor`'s `outbox` line instead).
     fn figures(&self) -> Vec<Figure> {
         match self.outbox_figures() {
-            Some(Ok(figures)) => figures.figures(),
+            Some(Ok(figures)) => figures.figures(&crate::outbox::SPEC),
             _ => Vec::new(),
         }
     }
@@ -491,7 +491,10 @@ impl MemoryBackend for OpenVikingBackend {
                 "outbox",
                 "outbox off (a failed capture follows failure_policy.write)",
             ),
-            Some(Ok(figures)) => Diagnostic::ok("outbox", figures.summary()),
+            Some(Ok(figures)) => Diagnostic::ok(
+                "outbox",
+                format!("outbox on: {}", figures.summary(&crate::outbox::SPEC)),
+            ),
             Some(Err(e)) => Diagnostic::problem("outbox", e.to_string()),
         };
         vec![
