@@ -31,44 +31,15 @@ pub const SPEC: QueueSpec = QueueSpec {
     ledger: false,
 };
 
-/// One queued capture of one session.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
-    pub id: i64,
-    pub session_id: String,
-    pub peer: String,
-    /// The redacted payloads, in sending order.
-    pub payloads: Vec<Value>,
-    /// The session's server count just before this entry's first byte was
-    /// (maybe) sent; `None` until an attempt starts.
-    pub base_total: Option<u64>,
-    /// When the last attempt started (ms since the epoch), for settling.
-    pub attempt_ms: Option<u64>,
-    /// The cursor intent (`written_ms`) this entry took over, if any.
-    pub intent_ms: Option<u64>,
-    pub attempts: u64,
-    pub enqueued_ms: u64,
-}
+/// One queued capture of one session: `stream` is the session id, `tag`
+/// the peer, `mark` the session's server count recorded before the first
+/// attempt (`base_total`), `body` the payload list.
+pub use memgate_outbox::Entry;
 
-impl From<memgate_outbox::Entry> for Entry {
-    fn from(e: memgate_outbox::Entry) -> Self {
-        let payloads = match e.body {
-            Value::Array(items) => items,
-            // `PAYLOADS` admitted only lists.
-            other => vec![other],
-        };
-        Self {
-            id: e.id,
-            session_id: e.stream,
-            peer: e.tag,
-            payloads,
-            base_total: e.mark,
-            attempt_ms: e.attempt_ms,
-            intent_ms: e.intent_ms,
-            attempts: e.attempts,
-            enqueued_ms: e.enqueued_ms,
-        }
-    }
+/// The redacted payloads of an entry, in sending order.
+pub fn payloads(entry: &Entry) -> &[Value] {
+    // `PAYLOADS` admitted only lists.
+    entry.body.as_array().map_or(&[], Vec::as_slice)
 }
 
 /// An entry's body: the message payloads, a non-empty list of objects.
@@ -113,12 +84,7 @@ impl Outbox {
 
     /// The session's entries, oldest first.
     pub fn session_entries(&self, session_id: &str) -> Result<Vec<Entry>> {
-        Ok(self
-            .0
-            .stream_entries(session_id)?
-            .into_iter()
-            .map(Entry::from)
-            .collect())
+        self.0.stream_entries(session_id)
     }
 
     /// Sessions whose oldest entry is due for an attempt at `now`.
@@ -187,9 +153,9 @@ mod tests {
         }
         let outbox = Outbox::open(&path, limits).unwrap();
         let s1 = outbox.session_entries("s1").unwrap();
-        assert_eq!(s1[0].payloads, vec![msg("a")]);
-        assert_eq!(s1[1].payloads, vec![msg("b"), msg("c")]);
-        assert_eq!((s1[1].base_total, s1[1].intent_ms), (Some(4), Some(7)));
+        assert_eq!(payloads(&s1[0]), [msg("a")]);
+        assert_eq!(payloads(&s1[1]), [msg("b"), msg("c")]);
+        assert_eq!((s1[1].mark, s1[1].intent_ms), (Some(4), Some(7)));
         let text: String = outbox
             .figures()
             .unwrap()
