@@ -99,6 +99,11 @@ impl SourceOutbox {
         self.queue.path()
     }
 
+    /// What the ledger holds for a Source id (its digest and position).
+    pub fn recorded(&self, source_id: &str) -> Result<Option<Recorded>> {
+        self.queue.recorded(source_id)
+    }
+
     pub fn figures(&self) -> Result<QueueFigures> {
         self.queue.figures()
     }
