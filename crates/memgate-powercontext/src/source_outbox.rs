@@ -53,6 +53,9 @@ pub struct SourceOutbox {
     installation: String,
     pub(crate) config: SourceCapture,
     delivering: AtomicBool,
+    /// One delivery pass at a time (a capture's kick, the background tick),
+    /// so no entry is sent by two passes at once.
+    one_pass: tokio::sync::Mutex<()>,
 }
 
 /// What became of one capture's Source writes.
@@ -88,6 +91,7 @@ impl SourceOutbox {
             installation,
             config,
             delivering: AtomicBool::new(false),
+            one_pass: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -127,9 +131,12 @@ impl SourceOutbox {
         let stream = namespace.stream();
         let handed = self.blocking(move |q| queue_new(q, &stream, &plan)).await?;
         self.start_background();
-        // Delivery is best effort here: what is queued is acknowledged, and
-        // the background task retries it.
-        self.deliver_due().await;
+        // Acknowledged once queued: delivery starts now, off the capture's
+        // deadline, and the background task retries what fails.
+        if handed.queued > 0 {
+            let this = Arc::clone(self);
+            tokio::spawn(async move { this.deliver_due().await });
+        }
         Ok(CaptureReport {
             stored: handed.queued,
             already_known: handed.known,
@@ -140,6 +147,7 @@ impl SourceOutbox {
     /// One attempt for every due thread, oldest entry first; a thread stops
     /// at its first entry that must be retried.
     pub(crate) async fn deliver_due(&self) {
+        let _one_pass = self.one_pass.lock().await;
         let streams = match self.blocking(|q| q.due_streams(now_ms())).await {
             Ok(streams) => streams,
             Err(e) => {

@@ -193,7 +193,7 @@ async fn a_conflict_is_recorded_counted_and_never_resent() {
     let dir = tempfile::tempdir().unwrap();
     let backend = build(&s.fake.base_url, dir.path(), on());
     backend.capture(&request(turn(1))).await.unwrap();
-    assert_eq!(depth(&backend), 0, "a 409 leaves the queue");
+    wait_empty(&backend, Duration::from_secs(10)).await;
     assert_eq!(s.fake.count(SOURCES), 1);
     backend.capture(&request(turn(1))).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_200)).await;
@@ -222,6 +222,7 @@ async fn a_message_changed_after_it_was_sent_is_a_local_conflict_without_a_reque
     let dir = tempfile::tempdir().unwrap();
     let backend = build(&s.fake.base_url, dir.path(), on());
     backend.capture(&request(turn(1))).await.unwrap();
+    wait_empty(&backend, Duration::from_secs(10)).await;
     assert_eq!(s.fake.count(SOURCES), 1);
     let edited = vec![Message::human("question 0, edited").with_id("h0")];
     let report = backend.capture(&request(edited)).await.unwrap();
@@ -274,6 +275,7 @@ async fn filtered_messages_never_reach_the_recording_fake() {
     ];
     let report = backend.capture(&request(messages)).await.unwrap();
     assert_eq!((report.stored, report.filtered), (1, 4));
+    wait_empty(&backend, Duration::from_secs(10)).await;
     let sent = serde_json::to_string(&s.fake.bodies(SOURCES)).unwrap();
     for hidden in [
         "SYSTEM-TEXT",
