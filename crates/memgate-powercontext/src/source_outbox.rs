@@ -56,6 +56,9 @@ pub struct SourceOutbox {
     /// One delivery pass at a time (a capture's kick, the background tick),
     /// so no entry is sent by two passes at once.
     one_pass: tokio::sync::Mutex<()>,
+    /// One capture's check-and-queue at a time, so two concurrent captures
+    /// of a thread never queue the same Source twice.
+    queueing: Arc<std::sync::Mutex<()>>,
 }
 
 /// What became of one capture's Source writes.
@@ -92,6 +95,7 @@ impl SourceOutbox {
             config,
             delivering: AtomicBool::new(false),
             one_pass: tokio::sync::Mutex::new(()),
+            queueing: Arc::new(std::sync::Mutex::new(())),
         })
     }
 
@@ -129,7 +133,13 @@ impl SourceOutbox {
     ) -> Result<CaptureReport> {
         let left_out = plan.left_out.len();
         let stream = namespace.stream();
-        let handed = self.blocking(move |q| queue_new(q, &stream, &plan)).await?;
+        let queueing = Arc::clone(&self.queueing);
+        let handed = self
+            .blocking(move |q| {
+                let _one = queueing.lock().unwrap_or_else(|p| p.into_inner());
+                queue_new(q, &stream, &plan)
+            })
+            .await?;
         self.start_background();
         // Acknowledged once queued: delivery starts now, off the capture's
         // deadline, and the background task retries what fails.
