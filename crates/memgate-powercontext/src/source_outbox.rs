@@ -141,12 +141,13 @@ impl SourceOutbox {
             })
             .await?;
         self.start_background();
-        // Acknowledged once queued: delivery starts now, off the capture's
-        // deadline, and the background task retries what fails.
-        if handed.queued > 0 {
-            let this = Arc::clone(self);
-            tokio::spawn(async move { this.deliver_due().await });
-        }
+        // Acknowledged once queued. A delivery pass starts now and the
+        // capture waits for it up to one write deadline, so a short-lived
+        // process (`memgate capture`) delivers before it exits; the pass
+        // runs on its own task, and what it leaves the background retries.
+        let this = Arc::clone(self);
+        let pass = tokio::spawn(async move { this.deliver_due().await });
+        let _ = tokio::time::timeout(self.deadline, pass).await;
         Ok(CaptureReport {
             stored: handed.queued,
             already_known: handed.known,
