@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use memgate_core::work::{DrainReport, Ticket, WorkTracker};
 use memgate_core::{
     Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact, FactPatch,
-    FailurePolicy, ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError,
+    FailurePolicy, Figure, ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError,
     MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit,
     SearchQuery, WarmStatus,
 };
@@ -345,6 +345,10 @@ impl MemoryBackend for AssembledBackend {
         self.run(Operation::Diagnose, diagnostics)
             .await
             .unwrap_or_else(|e| vec![Diagnostic::problem("diagnose", e.to_string())])
+    }
+
+    fn figures(&self) -> Vec<Figure> {
+        self.inner.figures()
     }
 
     async fn shutdown(&self, timeout: Duration) -> bool {

@@ -74,6 +74,60 @@ impl Diagnostic {
     }
 }
 
+/// Whether a [`Figure`] only grows (since start) or goes up and down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FigureKind {
+    Counter,
+    Gauge,
+}
+
+/// One number a backend reports about its own state (queue depth,
+/// deliveries), shown by `/metrics` and `doctor`. Name and help are chosen
+/// by the backend's code, never built from user text, so nothing from a
+/// message or a secret can reach them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Figure {
+    /// Prometheus metric name (`memgate_outbox_depth`).
+    pub name: String,
+    pub kind: FigureKind,
+    pub help: String,
+    pub value: u64,
+}
+
+impl Figure {
+    pub fn gauge(name: impl Into<String>, help: impl Into<String>, value: u64) -> Self {
+        Self {
+            name: name.into(),
+            kind: FigureKind::Gauge,
+            help: help.into(),
+            value,
+        }
+    }
+
+    pub fn counter(name: impl Into<String>, help: impl Into<String>, value: u64) -> Self {
+        Self {
+            name: name.into(),
+            kind: FigureKind::Counter,
+            help: help.into(),
+            value,
+        }
+    }
+
+    /// The Prometheus text exposition of this one figure.
+    pub fn prometheus(&self) -> String {
+        let kind = match self.kind {
+            FigureKind::Counter => "counter",
+            FigureKind::Gauge => "gauge",
+        };
+        format!(
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n",
+            name = self.name,
+            help = self.help,
+            value = self.value
+        )
+    }
+}
+
 #[async_trait]
 pub trait MemoryBackend: Send + Sync + 'static {
     /// The backend's `manager_class` name (`local`, `openviking`, …).
@@ -160,6 +214,13 @@ pub trait MemoryBackend: Send + Sync + 'static {
     ///
     /// [`warm`]: MemoryBackend::warm
     async fn diagnose(&self) -> Vec<Diagnostic> {
+        Vec::new()
+    }
+
+    /// The backend's own figures for `/metrics` and `doctor` (an outbox's
+    /// depth and deliveries); none by default. Cheap and local: no request
+    /// to a server.
+    fn figures(&self) -> Vec<Figure> {
         Vec::new()
     }
 

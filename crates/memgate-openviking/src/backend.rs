@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use memgate_core::capture::captureable;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, Diagnostic,
-    KeepHiddenHook, MemoryBackend, MemoryError, MemoryMode, Recall, RecallRequest, RecalledItem,
-    Redactor, Result, SearchHit, SearchQuery, StartupPolicy, WarmStatus,
+    Figure, KeepHiddenHook, MemoryBackend, MemoryError, MemoryMode, Recall, RecallRequest,
+    RecalledItem, Redactor, Result, SearchHit, SearchQuery, StartupPolicy, WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::fmt;
@@ -466,6 +466,15 @@ impl MemoryBackend for OpenVikingBackend {
     /// for a valid USER key (`account_id`, `user_id`, `role`). In api_key
     /// mode the server stores memory under the key's own user, so a key of
     /// another user than `owner_user_id` is a problem the operator must see.
+    /// The outbox figures when it is on (none when off; an unreadable
+    /// queue shows in `doctor`'s `outbox` line instead).
+    fn figures(&self) -> Vec<Figure> {
+        match self.outbox_figures() {
+            Some(Ok(figures)) => figures.figures(&crate::outbox::SPEC),
+            _ => Vec::new(),
+        }
+    }
+
     async fn diagnose(&self) -> Vec<Diagnostic> {
         let Some(op) = self.inner.lifecycle.begin() else {
             return vec![Diagnostic::problem(
@@ -482,7 +491,10 @@ impl MemoryBackend for OpenVikingBackend {
                 "outbox",
                 "outbox off (a failed capture follows failure_policy.write)",
             ),
-            Some(Ok(figures)) => Diagnostic::ok("outbox", figures.summary()),
+            Some(Ok(figures)) => Diagnostic::ok(
+                "outbox",
+                format!("outbox on: {}", figures.summary(&crate::outbox::SPEC)),
+            ),
             Some(Err(e)) => Diagnostic::problem("outbox", e.to_string()),
         };
         vec![

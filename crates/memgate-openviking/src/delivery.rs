@@ -9,7 +9,7 @@
 
 use crate::capture::{server_total, settled_total, Unsettled};
 use crate::client::OpenVikingClient;
-use crate::outbox::{Entry, Outbox};
+use crate::outbox::{payloads, Entry, Outbox};
 use crate::recorder::{self, MAX_BATCH_MESSAGES};
 use memgate_core::{MemoryError, Result};
 use std::sync::Arc;
@@ -50,7 +50,7 @@ pub async fn deliver_session(
                 blocking(outbox, move |o| o.delivered(id)).await?;
                 tracing::info!(
                     session = session_id,
-                    messages = entry.payloads.len(),
+                    messages = payloads(&entry).len(),
                     "OpenViking outbox entry delivered"
                 );
             }
@@ -72,7 +72,7 @@ pub async fn deliver_session(
 
 /// Payloads of `entry` already on the server, from the count since its base.
 fn landed_payloads(entry: &Entry, base: u64, total: u64) -> std::result::Result<usize, String> {
-    let len = entry.payloads.len();
+    let len = payloads(entry).len();
     match total.checked_sub(base).map(|n| n as usize) {
         Some(n) if n == len || (n % MAX_BATCH_MESSAGES == 0 && n < len) => Ok(n),
         _ => Err(format!(
@@ -86,8 +86,8 @@ async fn deliver_entry(
     outbox: &Arc<Outbox>,
     entry: &Entry,
 ) -> std::result::Result<(), Attempt> {
-    let (peer, sid) = (entry.peer.as_str(), entry.session_id.as_str());
-    let skip = match entry.base_total {
+    let (peer, sid) = (entry.tag.as_str(), entry.stream.as_str());
+    let skip = match entry.mark {
         Some(base) => {
             let since = entry.attempt_ms.unwrap_or(0);
             match settled_total(client, peer, sid, since).await {
@@ -109,13 +109,13 @@ async fn deliver_entry(
             0
         }
     };
-    for batch in entry.payloads[skip..].chunks(MAX_BATCH_MESSAGES) {
+    for batch in payloads(entry)[skip..].chunks(MAX_BATCH_MESSAGES) {
         client
             .add_messages(peer, sid, batch)
             .await
             .map_err(|e| Attempt::Retry(e.to_string()))?;
     }
-    if skip < entry.payloads.len() {
+    if skip < payloads(entry).len() {
         client
             .commit(peer, sid)
             .await
@@ -138,10 +138,10 @@ mod tests {
     fn entry(len: usize) -> Entry {
         Entry {
             id: 1,
-            session_id: "s".into(),
-            peer: "p".into(),
-            payloads: vec![json!({"role": "user", "content": "x"}); len],
-            base_total: Some(10),
+            stream: "s".into(),
+            tag: "p".into(),
+            body: json!(vec![json!({"role": "user", "content": "x"}); len]),
+            mark: Some(10),
             attempt_ms: None,
             intent_ms: None,
             attempts: 0,

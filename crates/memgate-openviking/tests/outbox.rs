@@ -280,3 +280,89 @@ async fn shutdown_stops_the_background_delivery_and_leaves_the_queue_on_disk() {
     let again = backend_with(&fake.url, dir.path(), with_outbox(100));
     assert_eq!(depth(&again), 1, "the queue survives the shutdown");
 }
+
+/// The expected texts of `conversation(n, tag)`, in order.
+fn expected(n: usize, tag: &str) -> Vec<String> {
+    conversation(n, tag).iter().map(|m| m.text()).collect()
+}
+
+#[tokio::test]
+async fn a_later_batch_that_fails_queues_from_that_batch_on_and_delivers_it_once() {
+    let fake = FakeOpenViking::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let backend = backend_with(&fake.url, dir.path(), with_outbox(100));
+    // 250 messages go out as batches of 100, 100 and 50; the second fails.
+    fake.plan("batch", [Reply::Normal, Reply::Error(503, "UNAVAILABLE")]);
+    let report = backend
+        .capture(&capture_request(&alice("t1"), conversation(250, "m")))
+        .await
+        .expect("the failed part is queued and acknowledged");
+    assert_eq!(report.stored, 250);
+    assert_eq!(
+        depth(&backend),
+        1,
+        "one entry: the failed batch and the rest"
+    );
+    wait_empty(&backend, Duration::from_secs(15)).await;
+    // The server holds every message exactly once, in order.
+    assert_eq!(texts(&fake, "t1"), expected(250, "m"));
+    // The first batch was sent once: never part of a retry.
+    let batches = fake.batches();
+    let first = expected(100, "m");
+    let sent_first: usize = batches
+        .iter()
+        .flatten()
+        .filter(|t| first.contains(t))
+        .count();
+    assert_eq!(sent_first, 100, "{} batch requests", batches.len());
+    assert_eq!(
+        batches.iter().map(Vec::len).collect::<Vec<_>>(),
+        [100, 100, 100, 50],
+        "first, the failed second, then the queue: second and third"
+    );
+    assert_eq!(backend.outbox_figures().unwrap().unwrap().deliveries, 1);
+    // Captured again: nothing more is sent.
+    backend
+        .capture(&capture_request(&alice("t1"), conversation(250, "m")))
+        .await
+        .unwrap();
+    assert_eq!(fake.batches().len(), 4);
+    backend.shutdown(Duration::from_secs(3)).await;
+}
+
+#[tokio::test]
+async fn a_crash_between_queueing_and_the_cursor_save_delivers_once_on_the_next_start() {
+    let fake = FakeOpenViking::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let backend = backend_with(&fake.url, dir.path(), with_outbox(100));
+    let cursor_path = backend.config().cursor_path(&sid("t1"));
+    // The batch hangs past the 1 s deadline and is never applied.
+    fake.plan("batch", [Reply::Blocked]);
+    let capture = {
+        let request = capture_request(&alice("t1"), conversation(2, "m"));
+        let backend = backend.clone();
+        tokio::spawn(async move { backend.capture(&request).await })
+    };
+    fake.wait_blocked().await;
+    // The cursor as it was durably saved before the first byte: the intent.
+    let with_intent = std::fs::read(&cursor_path).unwrap();
+    assert!(load_cursor(&cursor_path).unwrap().in_flight.is_some());
+    capture.await.unwrap().expect("queued and acknowledged");
+    assert_eq!(depth(&backend), 1);
+    assert!(backend.shutdown(Duration::from_secs(2)).await);
+    drop(backend);
+    // The process "died" after the entry was queued and before the cursor
+    // save reached the disk: the cursor still holds the intent.
+    std::fs::write(&cursor_path, &with_intent).unwrap();
+
+    let again = backend_with(&fake.url, dir.path(), with_outbox(100));
+    let report = again
+        .capture(&capture_request(&alice("t1"), conversation(2, "m")))
+        .await
+        .unwrap();
+    assert_eq!(report.stored, 0, "nothing new: the queue holds the intent");
+    wait_empty(&again, Duration::from_secs(15)).await;
+    assert_eq!(texts(&fake, "t1"), expected(2, "m"));
+    assert_eq!(fake.commits(&sid("t1")), 1);
+    again.shutdown(Duration::from_secs(3)).await;
+}

@@ -8,12 +8,14 @@ use crate::notes::{MANAGEMENT_POINTER, NO_QUERY_WARNING};
 use crate::owner;
 use crate::recall::recall_query;
 use crate::settings::{reject_yaml_binding, Settings, SettingsLoader};
+use crate::source_outbox::SourceOutbox;
+use crate::sources::{self, SourceCapture};
 use crate::transport::Transport;
 use async_trait::async_trait;
 use memgate_core::{
-    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, MemoryBackend,
-    MemoryError, Recall, RecallRequest, Redactor, RememberOutcome, RememberRequest, Result,
-    WarmStatus,
+    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Figure,
+    KeepHiddenHook, MemoryBackend, MemoryError, Recall, RecallRequest, Redactor, RememberOutcome,
+    RememberRequest, Result, WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,8 +29,12 @@ pub const MANAGER_CLASS: &str = "powercontext";
 /// Remote memory in one PowerContext Scope, bound to one host user.
 pub struct PowerContextBackend {
     pub(crate) settings: Arc<Settings>,
-    pub(crate) transport: Transport,
+    pub(crate) transport: Arc<Transport>,
     server: OnceCell<ServerInfo>,
+    /// Opt-in Source capture on its durable outbox; `None`: passive capture
+    /// is the explicit no-op.
+    sources: Option<Arc<SourceOutbox>>,
+    keep_hidden: Option<KeepHiddenHook>,
     /// Applied to remembered text before it is sent.
     pub(crate) redactor: Arc<Redactor>,
     /// The name used in Unsupported errors: says where management happens.
@@ -39,22 +45,42 @@ pub struct PowerContextBackend {
 
 impl PowerContextBackend {
     /// The factory seam: `backend_config` must be `{}` apart from the
-    /// host-supplied `storage_path`; the binding comes from the
-    /// `POWERCONTEXT_DEERFLOW_*` variables read through `ctx.var`, once per
-    /// environment source (see [`SettingsLoader::process`]). No network I/O.
+    /// host-supplied `storage_path` and the opt-in `source_capture`; the
+    /// binding comes from the `POWERCONTEXT_DEERFLOW_*` variables read
+    /// through `ctx.var`, once per environment source (see
+    /// [`SettingsLoader::process`]). No network I/O.
     pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
-        reject_yaml_binding("backend_config", config)?;
+        let mut binding = config.clone();
+        let capture = SourceCapture::from_config(binding.remove(sources::CONFIG_KEY).as_ref())?;
+        reject_yaml_binding("backend_config", &binding)?;
         let mut backend = Self::from_settings(SettingsLoader::process().load(ctx)?)?;
         backend.redactor = Arc::clone(&ctx.redactor);
+        backend.keep_hidden = ctx.keep_hidden.clone();
+        if capture.enabled {
+            let deadline = backend.settings.remember_timeout();
+            backend.sources = Some(Arc::new(SourceOutbox::open(
+                capture,
+                &ctx.storage_path,
+                Arc::clone(&backend.transport),
+                deadline,
+            )?));
+        }
         Ok(backend)
+    }
+
+    /// The Source capture outbox, when `source_capture.enabled`.
+    pub fn source_outbox(&self) -> Option<&Arc<SourceOutbox>> {
+        self.sources.as_ref()
     }
 
     /// A backend over an existing snapshot. No network I/O.
     pub fn from_settings(settings: Arc<Settings>) -> Result<Self> {
         Ok(Self {
-            transport: Transport::new(&settings)?,
+            transport: Arc::new(Transport::new(&settings)?),
             settings,
             server: OnceCell::new(),
+            sources: None,
+            keep_hidden: None,
             redactor: Redactor::shared_default(),
             unsupported_name: format!("{MANAGER_CLASS} ({MANAGEMENT_POINTER})"),
             no_query_reported: AtomicBool::new(false),
@@ -206,14 +232,35 @@ impl MemoryBackend for PowerContextBackend {
         }
     }
 
-    /// Passive capture is an explicit no-op: nothing is sent, nothing stored
-    /// (see [`crate::notes::PASSIVE_CAPTURE_NOTE`]).
+    /// Without `source_capture.enabled`, an explicit no-op: nothing is
+    /// sent, nothing stored (see [`crate::notes::PASSIVE_CAPTURE_NOTE`]).
+    /// With it, the owner's new messages are queued durably as Sources and
+    /// delivered ([`crate::sources`]); `stored` then counts messages handed
+    /// to PowerContext as Sources, which is not Memory creation.
     async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
-        Ok(CaptureReport {
+        let nothing = CaptureReport {
             stored: 0,
             already_known: 0,
             filtered: request.messages.len(),
-        })
+        };
+        let Some(outbox) = &self.sources else {
+            return Ok(nothing);
+        };
+        self.ensure_open()?;
+        let Some(namespace) =
+            sources::namespace_for(&self.settings, outbox.installation(), &request.caller)?
+        else {
+            return Ok(nothing);
+        };
+        let plan = sources::plan(
+            &request.messages,
+            &namespace,
+            self.settings.scope_id(),
+            &outbox.config,
+            self.keep_hidden.as_ref(),
+            &self.redactor,
+        );
+        outbox.capture(&namespace, plan).await
     }
 
     async fn remember(
@@ -229,6 +276,9 @@ impl MemoryBackend for PowerContextBackend {
     /// Detects the server generation, proves the token and, on 1.4.x, that
     /// the configured Scope exists.
     async fn warm(&self) -> Result<WarmStatus> {
+        if let Some(outbox) = &self.sources {
+            outbox.warm();
+        }
         match self.check_health().await {
             Ok(_) => Ok(WarmStatus::Ready),
             Err(problem) => {
@@ -241,6 +291,39 @@ impl MemoryBackend for PowerContextBackend {
         }
     }
 
+    /// Says whether passive capture is the no-op or Source capture, and
+    /// the state of its queue.
+    async fn diagnose(&self) -> Vec<Diagnostic> {
+        let line = match &self.sources {
+            None => Diagnostic::ok(
+                "capture",
+                "source capture off: passive capture is a no-op (nothing is sent)",
+            ),
+            Some(outbox) => match outbox.figures() {
+                Ok(f) => Diagnostic::ok(
+                    "capture",
+                    format!(
+                        "source capture on: finished messages become PowerContext Sources \
+                         (not Memory) via {}: {}",
+                        outbox.path().display(),
+                        f.summary(&crate::source_outbox::SPEC)
+                    ),
+                ),
+                Err(e) => Diagnostic::problem("capture", e.to_string()),
+            },
+        };
+        vec![line]
+    }
+
+    fn figures(&self) -> Vec<Figure> {
+        self.sources
+            .as_ref()
+            .map(|o| o.metric_figures())
+            .unwrap_or_default()
+    }
+
+    /// Also ends the background Source delivery (at its next tick); what
+    /// is queued stays on disk for the next start.
     async fn shutdown(&self, timeout: Duration) -> bool {
         self.transport.shutdown(timeout).await
     }

@@ -9,7 +9,9 @@
 //! - **remember** (also the `powercontext.remember` model tool) saves one
 //!   explicitly requested memory and reports the exact outcome — stored,
 //!   already present, failed, or unknown — without ever retrying the write;
-//! - **capture** is an explicit no-op (see [`notes::PASSIVE_CAPTURE_NOTE`]);
+//! - **capture** is an explicit no-op (see [`notes::PASSIVE_CAPTURE_NOTE`])
+//!   unless `backend_config.source_capture.enabled` turns on Source capture
+//!   on a durable outbox ([`sources`], [`source_outbox`]);
 //! - search, fact management and import/export are Unsupported: they belong
 //!   to PowerContext's own API and UI.
 //!
@@ -28,6 +30,8 @@ mod prepared;
 pub mod recall;
 mod remember;
 pub mod settings;
+pub mod source_outbox;
+pub mod sources;
 pub mod tool;
 mod transport;
 

@@ -6,10 +6,11 @@ pub const MANAGEMENT_POINTER: &str =
     "inspect, correct or retire memories with PowerContext's own API or UI";
 
 /// Passive capture does nothing with this backend.
-pub const PASSIVE_CAPTURE_NOTE: &str = "powercontext: passive capture is an explicit no-op. \
-     Finished turns and compaction heads are NOT sent to PowerContext and existing chats are \
-     not uploaded; memory is saved only when the user explicitly asks and the model calls the \
-     `powercontext.remember` tool.";
+pub const PASSIVE_CAPTURE_NOTE: &str = "powercontext: passive capture is an explicit no-op \
+     by default. Finished turns and compaction heads are NOT sent to PowerContext and existing \
+     chats are not uploaded; memory is saved only when the user explicitly asks and the model \
+     calls the `powercontext.remember` tool. The operator can opt in to Source capture \
+     (`backend_config.source_capture.enabled`); the `capture` line says which is in effect.";
 
 /// Management operations are not offered here.
 pub const MANAGEMENT_NOTE: &str = "powercontext: search, fact list/get/revise/retire and \

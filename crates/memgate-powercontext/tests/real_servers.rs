@@ -229,6 +229,9 @@ both_generations!(
     restart_keeps_the_binding,
     secrets_are_redacted_before_remember_sends_them,
     missing_query_recalls_only_with_the_operator_profile_query,
+    source_capture_ids_survive_a_restart_and_replay_is_idempotent,
+    source_capture_changed_payload_is_a_recorded_conflict,
+    source_capture_filtered_messages_and_the_feature_off_send_nothing,
 );
 
 /// A remembered text that mentions a key reaches the server with the
@@ -662,4 +665,200 @@ async fn pc14_testkit_scope_is_ready() {
         .expect("MEMGATE_TEST_PC14_SCOPE_ID: testkit/up creates the Scope");
     let backend = backend(&binding(&h.server.url, &h.server.token, &scope, &[]));
     assert_eq!(backend.warm().await.unwrap(), WarmStatus::Ready);
+}
+
+// ------------------------------------------------------ Source capture
+
+/// A backend with `source_capture` on (or off), its queue under `storage`
+/// and Source ids namespaced by `installation`.
+fn source_backend(
+    h: &Harness,
+    storage: &std::path::Path,
+    installation: &str,
+    enabled: bool,
+) -> PowerContextBackend {
+    let mut config = serde_json::Map::new();
+    config.insert(
+        "source_capture".into(),
+        json!({"enabled": enabled, "installation_id": installation}),
+    );
+    let ctx = memgate_core::BackendContext::new(storage).with_env(env_source(&h.pairs(&[])));
+    PowerContextBackend::from_backend_config(&config, &ctx).expect("backend builds")
+}
+
+fn source_turn(thread: &str, messages: Vec<Message>) -> CaptureRequest {
+    CaptureRequest {
+        caller: owner().with_thread(thread),
+        messages,
+        kind: Default::default(),
+        trace_id: None,
+    }
+}
+
+async fn drained(backend: &PowerContextBackend) {
+    let outbox = backend.source_outbox().unwrap();
+    for _ in 0..100 {
+        if outbox.figures().unwrap().depth == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the source outbox did not drain");
+}
+
+/// A raw Source write as another client would send it.
+async fn raw_source(h: &Harness, source_id: &str, content: &str) -> (u16, Value) {
+    h.raw(
+        "/v1/sources/content",
+        json!({"scope_id": h.scope, "source_id": source_id, "content": content}),
+    )
+    .await
+}
+
+/// Ids are derived from host message ids (stable across a restart of
+/// memgate); replaying the exact body is the server's idempotent 202 with
+/// the same position (pinned on both generations).
+async fn source_capture_ids_survive_a_restart_and_replay_is_idempotent(h: Harness) {
+    let dir = tempfile::tempdir().unwrap();
+    let install = unique("install");
+    let thread = unique("thread");
+    let messages = vec![
+        Message::human("Our staging database is PostgreSQL 16.").with_id("m-1"),
+        Message::ai("Noted: staging runs PostgreSQL 16.").with_id("m-2"),
+    ];
+    let first = source_backend(&h, dir.path(), &install, true);
+    let report = first
+        .capture(&source_turn(&thread, messages.clone()))
+        .await
+        .unwrap();
+    assert_eq!(report.stored, 2);
+    drained(&first).await;
+    let f = first.source_outbox().unwrap().figures().unwrap();
+    assert_eq!((f.deliveries, f.conflicts), (2, 0));
+    let ns = memgate_powercontext::sources::Namespace::new(&install, OWNER, &thread);
+    let id = ns.source_id("m-1");
+    let recorded = first
+        .source_outbox()
+        .unwrap()
+        .recorded(&id)
+        .unwrap()
+        .unwrap();
+    let position = recorded.position.expect("the 202 carried a position");
+    first.shutdown(std::time::Duration::from_secs(2)).await;
+    drop(first);
+
+    // The exact body again, by another client: 202, the same position.
+    let body = memgate_powercontext::sources::plan(
+        &messages[..1],
+        &ns,
+        &h.scope,
+        &Default::default(),
+        None,
+        &memgate_core::Redactor::default(),
+    )
+    .writes
+    .remove(0)
+    .body;
+    let (status, answer) = h.raw("/v1/sources/content", body).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["position"].as_u64(), Some(position), "{answer}");
+    assert_eq!(answer["source"]["source_id"], id.as_str());
+
+    // memgate restarted: the same ids, nothing sent again.
+    let again = source_backend(&h, dir.path(), &install, true);
+    let report = again
+        .capture(&source_turn(&thread, messages))
+        .await
+        .unwrap();
+    assert_eq!((report.stored, report.already_known), (0, 2));
+    let f = again.source_outbox().unwrap().figures().unwrap();
+    assert_eq!((f.depth, f.deliveries, f.retries), (0, 0, 0));
+    again.shutdown(std::time::Duration::from_secs(2)).await;
+}
+
+/// A changed body under an id the server holds: the server answers 409
+/// `source_conflict`; memgate records and counts it and does not resend.
+async fn source_capture_changed_payload_is_a_recorded_conflict(h: Harness) {
+    let install = unique("install");
+    let thread = unique("thread");
+    let original = vec![Message::human("The release train leaves on Tuesdays.").with_id("m-1")];
+    let first_dir = tempfile::tempdir().unwrap();
+    let first = source_backend(&h, first_dir.path(), &install, true);
+    first
+        .capture(&source_turn(&thread, original))
+        .await
+        .unwrap();
+    drained(&first).await;
+    first.shutdown(std::time::Duration::from_secs(2)).await;
+
+    // Pinned: another client's different content under the same id.
+    let ns = memgate_powercontext::sources::Namespace::new(&install, OWNER, &thread);
+    let (status, body) = raw_source(&h, &ns.source_id("m-1"), "something else").await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "source_conflict", "{body}");
+
+    // A second memgate state (no ledger) with the edited message: 409.
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = source_backend(&h, other_dir.path(), &install, true);
+    let edited = vec![Message::human("The release train leaves on Thursdays.").with_id("m-1")];
+    other
+        .capture(&source_turn(&thread, edited.clone()))
+        .await
+        .unwrap();
+    drained(&other).await;
+    let outbox = other.source_outbox().unwrap();
+    let f = outbox.figures().unwrap();
+    assert_eq!((f.conflicts, f.deliveries), (1, 0));
+    assert!(
+        outbox
+            .recorded(&ns.source_id("m-1"))
+            .unwrap()
+            .unwrap()
+            .conflict
+    );
+    // Captured again: recorded, not resent.
+    other.capture(&source_turn(&thread, edited)).await.unwrap();
+    assert_eq!(outbox.figures().unwrap().retries, 0);
+    other.shutdown(std::time::Duration::from_secs(2)).await;
+}
+
+/// Read back from the server without a list route: a write of other
+/// content under an id answers 409 when the server holds that id and 202
+/// when it does not. Filtered messages, and every message with the
+/// feature off, were never sent.
+async fn source_capture_filtered_messages_and_the_feature_off_send_nothing(h: Harness) {
+    let install = unique("install");
+    let thread = unique("thread");
+    let messages = vec![
+        Message::system("You are a helpful agent.").with_id("sys-1"),
+        Message::human("<memory>recalled</memory>")
+            .with_id("m__memory")
+            .with_flag("hide_from_ui", true),
+        Message::tool("{\"rows\": 3}", "call-1").with_id("tool-1"),
+        Message::human("Which region hosts billing?").with_id("m-1"),
+    ];
+    let ns = memgate_powercontext::sources::Namespace::new(&install, OWNER, &thread);
+
+    let off_dir = tempfile::tempdir().unwrap();
+    let off = source_backend(&h, off_dir.path(), &install, false);
+    let report = off
+        .capture(&source_turn(&thread, messages.clone()))
+        .await
+        .unwrap();
+    assert_eq!(report.stored, 0);
+    assert!(!memgate_powercontext::sources::SourceCapture::outbox_path(off_dir.path()).exists());
+
+    let on_dir = tempfile::tempdir().unwrap();
+    let on = source_backend(&h, on_dir.path(), &install, true);
+    let report = on.capture(&source_turn(&thread, messages)).await.unwrap();
+    assert_eq!((report.stored, report.filtered), (1, 3));
+    drained(&on).await;
+    on.shutdown(std::time::Duration::from_secs(2)).await;
+
+    let (status, body) = raw_source(&h, &ns.source_id("m-1"), "probe").await;
+    assert_eq!(status, 409, "the visible message is held: {body}");
+    for filtered in ["sys-1", "m__memory", "tool-1"] {
+        let (status, body) = raw_source(&h, &ns.source_id(filtered), "probe").await;
+        assert_eq!(status, 202, "{filtered} was sent: {body}");
+    }
 }

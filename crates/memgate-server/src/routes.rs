@@ -261,11 +261,14 @@ async fn health(State(state): State<ServerState>) -> Json<Health> {
     })
 }
 
+/// The request metrics, then the backend's own figures (an outbox's depth
+/// and deliveries), one exposition.
 async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.backend.metrics().render(),
-    )
+    let mut text = state.backend.metrics().render();
+    for figure in state.backend.figures() {
+        text.push_str(&figure.prometheus());
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
 async fn openapi_document() -> Json<serde_json::Value> {

@@ -582,6 +582,9 @@ fn doctor_says_powercontext_does_not_capture() {
     assert!(out.contains("capture=false"), "{out}");
     assert!(out.contains("health   FAIL"), "{out}");
     assert!(out.to_lowercase().contains("passive capture"), "{out}");
+    // Source capture is off by default, and doctor says so.
+    assert!(out.contains("source capture off"), "{out}");
+    assert!(!out.contains("memgate_source_outbox"), "{out}");
     // The host may pass no query: doctor names the opt-in profile query.
     assert!(out.contains("POWERCONTEXT_DEERFLOW_PROFILE_QUERY"), "{out}");
     // Each note names its backend once.

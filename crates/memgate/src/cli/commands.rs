@@ -479,6 +479,10 @@ async fn doctor(config_path: Option<&Path>) -> Result<ExitCode> {
         let status = if line.healthy { "ok  " } else { "FAIL" };
         println!("{:<8} {status} {}", line.check, line.detail);
     }
+    // The same figures `/metrics` shows, as numbers.
+    for figure in backend.figures() {
+        println!("figure   ok   {} {}", figure.name, figure.value);
+    }
     for note in backend_notes(config.memory.manager_class) {
         println!("note     {note}");
     }
