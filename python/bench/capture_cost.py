@@ -70,6 +70,9 @@ class FakeOpenViking(BaseHTTPRequestHandler):
     """Answers the session routes both managers call; counts per session."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as both clients pool connections
+    # Headers and body go out in two writes; with Nagle on, the body would
+    # wait for the client's delayed ACK (40 ms) on every request.
+    disable_nagle_algorithm = True
     sessions: dict[str, dict[str, int]] = {}
     routes: dict[str, int] = {}
     lock = threading.Lock()
@@ -277,6 +280,40 @@ def measured(call: Callable[[], None]) -> dict[str, float]:
             "fsyncs": float(after - synced) if synced is not None else float("nan")}
 
 
+def profile_loop(args: argparse.Namespace) -> int:
+    """One situation in a tight loop (no gc.collect, no table) for a
+    profiler: ``perf record -g -- python -X perf capture_cost.py --profile
+    +2 --columns memgate --sizes 1000 --repeats 200``. ``+2`` grows one
+    thread by two messages per capture."""
+    os.environ[KEY_ENV] = "capture-cost-key"
+    scratch = Path(tempfile.mkdtemp(prefix="memgate-capture-cost-", dir=args.scratch))
+    server = FakeServer()
+    try:
+        for column in args.columns:
+            manager = build(column, server.url, scratch)
+            messages = transcript(args.sizes[0])
+            thread = str(uuid.uuid4())
+            manager.add(thread, messages, user_id=OWNER)
+            extra = [m for i in range(args.repeats) for m in two_more(i)] if args.profile == "+2" else []
+            grown = [messages + extra[: 2 * k] for k in range(1, args.repeats + 1)] if extra else []
+            print(f"looping: pid {os.getpid()}", file=sys.stderr, flush=True)
+            started = time.process_time()
+            for i in range(args.repeats):
+                if args.profile == "first":
+                    manager.add(str(uuid.uuid4()), messages, user_id=OWNER)
+                elif args.profile == "unchanged":
+                    manager.add(thread, messages, user_id=OWNER)
+                else:
+                    manager.add(thread, grown[i], user_id=OWNER)
+            spent = (time.process_time() - started) / args.repeats * 1e3
+            print(f"{column} {args.profile} N={args.sizes[0]}: {spent:.2f} ms process CPU per capture (mean)")
+            manager.shutdown_flush(5.0)
+    finally:
+        server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from memgate import _native
 
@@ -375,10 +412,14 @@ def main() -> int:
     parser.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=COLUMNS)
     parser.add_argument("--deadline", type=float, default=240.0, help="stop starting repeats after this many seconds")
     parser.add_argument("--scratch", default=None, help="where the cursor directories go (default: the temp dir)")
+    parser.add_argument("--profile", choices=("first", "unchanged", "+2"), default=None,
+                        help="run one situation in a loop for a profiler instead of the table")
     args = parser.parse_args()
     if args.serve:
         serve()
         return 0
+    if args.profile:
+        return profile_loop(args)
     return run(args)
 
 
