@@ -60,3 +60,10 @@ pub fn rust_baseline(
     })
     .map_err(errors::to_py)
 }
+
+/// fsyncs made by cursor saves in this process so far: the capture-cost
+/// harness (`python/bench/capture_cost.py`) counts them per capture.
+#[pyfunction]
+pub fn cursor_fsyncs() -> u64 {
+    memgate_core::cursor::fsync_count()
+}

@@ -250,20 +250,29 @@ fn tool_calls(value: &Bound<'_, PyAny>) -> PyResult<Vec<ToolCall>> {
     let Ok(list) = value.cast::<PyList>() else {
         return serde_json::from_value(to_json(value)?).map_err(invalid);
     };
+    let py = value.py();
+    // Interned keys: a lookup is then a pointer comparison, and no key
+    // string is built per call.
+    let (name_key, id_key, type_key, args_key) = (
+        intern!(py, "name"),
+        intern!(py, "id"),
+        intern!(py, "type"),
+        intern!(py, "args"),
+    );
     let mut calls = Vec::with_capacity(list.len());
     for item in list.iter() {
         let direct = item.cast::<PyDict>().ok().and_then(|d| {
-            let name = d.get_item("name").ok()??.cast_into::<PyString>().ok()?;
-            let id = match d.get_item("id").ok()? {
+            let name = d.get_item(name_key).ok()??.cast_into::<PyString>().ok()?;
+            let id = match d.get_item(id_key).ok()? {
                 None => None,
                 Some(v) if v.is_none() => None,
                 Some(v) => Some(v.cast_into::<PyString>().ok()?),
             };
-            let kind = match d.get_item("type").ok()? {
+            let kind = match d.get_item(type_key).ok()? {
                 None => None,
                 Some(v) => Some(v.cast_into::<PyString>().ok()?),
             };
-            Some((name, d.get_item("args").ok()?, id, kind))
+            Some((name, d.get_item(args_key).ok()?, id, kind))
         });
         let call = match direct {
             Some((name, args, id, kind)) => {

@@ -5,7 +5,8 @@
 //! in `memgate.deerflow`, which are plain Python. [`convert`] reads
 //! LangChain messages; [`ids`] exposes the host contract's signatures and
 //! OpenViking ids; [`pylog`] forwards Rust log events to `logging`;
-//! [`bench`] is the pure-Rust side of the boundary benchmark.
+//! [`bench`] is the pure-Rust side of the boundary benchmark and the
+//! capture-cost harness's fsync counter.
 
 mod backend;
 mod bench;
@@ -35,6 +36,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ids::openviking_session_id, m)?)?;
     m.add_function(wrap_pyfunction!(ids::openviking_peer_id, m)?)?;
     m.add_function(wrap_pyfunction!(bench::rust_baseline, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::cursor_fsyncs, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -63,33 +63,51 @@ fn write_value(out: &mut String, value: &Value) {
 /// else verbatim. Runs of plain bytes are copied at once.
 pub fn write_json_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(s.len() + 2);
     out.push('"');
+    let bytes = s.as_bytes();
     let mut run = 0;
-    for (i, &b) in s.as_bytes().iter().enumerate() {
-        let escape = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0x00..=0x1f => "",
-            _ => continue,
-        };
+    // Signing whole transcripts spends its time here: one table load per
+    // byte finds the next byte to escape, plain runs are copied at once.
+    while let Some(offset) = bytes[run..]
+        .iter()
+        .position(|&b| NEEDS_ESCAPE[usize::from(b)])
+    {
+        let i = run + offset;
+        let b = bytes[i];
         out.push_str(&s[run..i]);
-        if escape.is_empty() {
-            out.push_str("\\u00");
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
-        } else {
-            out.push_str(escape);
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => {
+                out.push_str("\\u00");
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0xf)]));
+            }
         }
         run = i + 1;
     }
     out.push_str(&s[run..]);
     out.push('"');
 }
+
+/// Bytes `write_json_string` escapes: `"`, `\\` and the control characters.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
 
 /// Python's `repr(float)`: the shortest round-tripping digits, positional
 /// when the decimal exponent is in [-4, 16), scientific otherwise.
@@ -133,6 +151,23 @@ pub fn python_float_repr(x: f64) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn strings_are_escaped_as_python_json_dumps_escapes_them() {
+        let escaped = |s: &str| {
+            let mut out = String::new();
+            write_json_string(&mut out, s);
+            out
+        };
+        // json.dumps(s, ensure_ascii=False) for each input.
+        assert_eq!(escaped(""), r#""""#);
+        assert_eq!(escaped("plain text"), r#""plain text""#);
+        assert_eq!(escaped("a\"b\\c"), r#""a\"b\\c""#);
+        assert_eq!(escaped("\n\r\t\u{8}\u{c}"), r#""\n\r\t\b\f""#);
+        assert_eq!(escaped("\u{0}x\u{1f}\u{7f}"), "\"\\u0000x\\u001f\u{7f}\"");
+        assert_eq!(escaped("Ünïcödé ✓ 你好\n"), "\"Ünïcödé ✓ 你好\\n\"");
+        assert_eq!(escaped("\"\""), r#""\"\"""#);
+    }
 
     #[test]
     fn floats_match_python_repr() {

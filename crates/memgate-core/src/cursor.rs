@@ -363,7 +363,11 @@ impl TranscriptCursor {
 
     /// The file body: two-space indented JSON with the keys in schema order.
     pub fn to_json(&self) -> String {
-        let mut out = String::with_capacity(220 + self.submitted_signatures.len() * 72);
+        let in_flight = self
+            .in_flight
+            .as_ref()
+            .map_or(0, |i| 160 + i.signatures.len() * 68 + i.batches.len() * 120);
+        let mut out = String::with_capacity(260 + self.submitted_signatures.len() * 72 + in_flight);
         out.push_str("{\n  \"schema_version\": 1,\n  \"submitted_signatures\": ");
         if self.submitted_signatures.is_empty() {
             out.push_str("[]");
