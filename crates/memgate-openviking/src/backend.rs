@@ -55,6 +55,9 @@ struct Inner {
     redactor: Arc<Redactor>,
     uri_style: Mutex<UriStyle>,
     server_version: Mutex<Option<String>>,
+    /// The healthy `/health` body of the last warm, taken by the next
+    /// diagnose: `doctor` warms, then diagnoses, and asks the server once.
+    warm_health: Mutex<Option<Value>>,
     outbox: Option<Arc<Outbox>>,
     delivering: AtomicBool,
 }
@@ -106,6 +109,7 @@ impl OpenVikingBackend {
                 redactor,
                 uri_style: Mutex::new(UriStyle::Home),
                 server_version: Mutex::new(None),
+                warm_health: Mutex::new(None),
                 outbox,
                 delivering: AtomicBool::new(false),
             }),
@@ -438,6 +442,11 @@ impl MemoryBackend for OpenVikingBackend {
                     .server_version
                     .lock()
                     .unwrap_or_else(|p| p.into_inner()) = version;
+                *self
+                    .inner
+                    .warm_health
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(body);
                 return Ok(WarmStatus::Ready);
             }
             Ok(body) => format!(
@@ -482,9 +491,18 @@ impl MemoryBackend for OpenVikingBackend {
                 "OpenViking backend is shut down",
             )];
         };
-        let body = match op.client().health().await {
-            Ok(body) => body,
-            Err(e) => return vec![Diagnostic::problem("identity", e.to_string())],
+        let warmed = self
+            .inner
+            .warm_health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let body = match warmed {
+            Some(body) => body,
+            None => match op.client().health().await {
+                Ok(body) => body,
+                Err(e) => return vec![Diagnostic::problem("identity", e.to_string())],
+            },
         };
         let outbox = match self.outbox_figures() {
             None => Diagnostic::ok(

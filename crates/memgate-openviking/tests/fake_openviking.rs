@@ -901,6 +901,26 @@ async fn the_memory_type_tag_names_the_category_when_the_server_sends_none() {
     assert_eq!(recall.items[0].kind, "preferences");
 }
 
+/// `doctor` warms, then diagnoses: the identity line reads the body the
+/// warm already fetched, so the server is asked once; a diagnose without a
+/// fresh warm asks again.
+#[tokio::test]
+async fn doctor_asks_health_once_after_a_warm() {
+    let s = setup(|_| {}).await;
+    s.fake.set_health(json!({
+        "status": "ok", "version": "0.5.2",
+        "account_id": "acme", "user_id": "alice", "role": "user"
+    }));
+    assert_eq!(s.backend.warm().await.unwrap(), WarmStatus::Ready);
+    let lines = s.backend.diagnose().await;
+    let identity = lines.iter().find(|d| d.check == "identity").unwrap();
+    assert!(identity.healthy, "{identity:?}");
+    assert!(identity.detail.contains("alice"), "{identity:?}");
+    assert_eq!(s.fake.requests_to("health").len(), 1);
+    s.backend.diagnose().await;
+    assert_eq!(s.fake.requests_to("health").len(), 2);
+}
+
 #[tokio::test]
 async fn warm_follows_the_startup_policy() {
     // Healthy: ready, and the version picks the URI form.
