@@ -195,6 +195,12 @@ impl MiniLm {
         })
     }
 
+    /// How many tokens `text` is encoded as (with `[CLS]` and `[SEP]`).
+    pub fn token_count(&self, text: &str) -> usize {
+        let max = MAX_TOKENS.min(self.config.max_position_embeddings);
+        self.tokenizer.encode(text, max).len()
+    }
+
     /// The unit vector of one text.
     pub fn embed_one(&self, text: &str) -> Vec<f32> {
         let max = MAX_TOKENS.min(self.config.max_position_embeddings);
