@@ -207,6 +207,24 @@ pub fn erase_vectors(conn: &Connection, items: &[i64]) -> Result<()> {
     Ok(())
 }
 
+/// What a turn's vector is made from. EXPERIMENT toggles.
+const WITH_SPEAKER: bool = false;
+const WITH_PREVIOUS: bool = false;
+
+fn turn_text(text: &str, speaker: Option<&str>, previous: Option<&str>) -> String {
+    let mut out = String::new();
+    if let (true, Some(p)) = (WITH_PREVIOUS, previous) {
+        out.push_str(p);
+        out.push('\n');
+    }
+    if let (true, Some(s)) = (WITH_SPEAKER, speaker) {
+        out.push_str(s);
+        out.push_str(": ");
+    }
+    out.push_str(text);
+    out
+}
+
 /// Rows waiting for a vector: (item, scope, version, text).
 type Pending = Vec<(i64, i64, i64, String)>;
 
@@ -220,11 +238,21 @@ fn pending(conn: &Connection, model: &str, batch: usize) -> Result<Pending> {
         .map_err(db_error)?;
     let mut out: Pending = conn
         .prepare_cached(&format!(
-            "SELECT id, scope_id, 0, text FROM turns WHERE id > ?1 ORDER BY id LIMIT {batch}"
+            "SELECT t.id, t.scope_id, t.text, t.speaker,
+                    (SELECT p.text FROM turns p WHERE p.scope_id = t.scope_id
+                       AND p.thread = t.thread AND p.seq < t.seq ORDER BY p.seq DESC LIMIT 1)
+             FROM turns t WHERE t.id > ?1 ORDER BY t.id LIMIT {batch}"
         ))
         .and_then(|mut s| {
             s.query_map([after], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                let (text, speaker, previous): (String, Option<String>, Option<String>) =
+                    (r.get(2)?, r.get(3)?, r.get(4)?);
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    0,
+                    turn_text(&text, speaker.as_deref(), previous.as_deref()),
+                ))
             })?
             .collect()
         })
