@@ -207,17 +207,18 @@ pub fn erase_vectors(conn: &Connection, items: &[i64]) -> Result<()> {
     Ok(())
 }
 
-/// What a turn's vector is made from. EXPERIMENT toggles.
-const WITH_SPEAKER: bool = false;
-const WITH_PREVIOUS: bool = false;
-
+/// What a turn's vector is made from: the previous turn of its thread, then
+/// `speaker: text`. A reply ("Yes, last May!") means little alone; with the
+/// question it answers and who said it, it is findable. On the LoCoMo
+/// development split this took hybrid turn R@10 from 0.692 to 0.729 (score
+/// fusion λ 0.25) and 0.740 (λ 0.5); notes/recall.md.
 fn turn_text(text: &str, speaker: Option<&str>, previous: Option<&str>) -> String {
     let mut out = String::new();
-    if let (true, Some(p)) = (WITH_PREVIOUS, previous) {
+    if let Some(p) = previous {
         out.push_str(p);
         out.push('\n');
     }
-    if let (true, Some(s)) = (WITH_SPEAKER, speaker) {
+    if let Some(s) = speaker {
         out.push_str(s);
         out.push_str(": ");
     }
