@@ -50,7 +50,20 @@ pub struct EndpointEmbedder {
     config: EndpointConfig,
     id: String,
     client: reqwest::Client,
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (see the `Drop` impl).
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for EndpointEmbedder {
+    /// A runtime dropped inside another runtime's async context panics (it
+    /// would block there): the store holding this embedder is often
+    /// released by an async task (a CLI command, the service's shutdown).
+    /// Between calls nothing runs on it, so nothing is cut short.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -99,7 +112,7 @@ impl EndpointEmbedder {
             config,
             id,
             client,
-            runtime,
+            runtime: Some(runtime),
         })
     }
 
@@ -211,15 +224,18 @@ impl Embedder for EndpointEmbedder {
             }
             Ok(out)
         };
+        let Some(runtime) = &self.runtime else {
+            return Err(EmbedError::Failed("embedder runtime is gone".into()));
+        };
         if tokio::runtime::Handle::try_current().is_ok() {
             // Blocking inside another runtime's worker is not allowed.
             std::thread::scope(|s| {
-                s.spawn(|| self.runtime.block_on(work))
+                s.spawn(|| runtime.block_on(work))
                     .join()
                     .unwrap_or_else(|_| Err(EmbedError::Failed("embedder thread panicked".into())))
             })
         } else {
-            self.runtime.block_on(work)
+            runtime.block_on(work)
         }
     }
 }
@@ -272,5 +288,24 @@ mod tests {
             ..config
         });
         assert!(bad.is_err());
+    }
+
+    #[test]
+    fn it_can_be_dropped_inside_an_async_context() {
+        // A CLI command or the service releases its store (and so this
+        // embedder) from async code; dropping the runtime there panicked.
+        let embedder = EndpointEmbedder::new(EndpointConfig {
+            url: "http://127.0.0.1:9".into(),
+            model: "m".into(),
+            api_key: None,
+            dimensions: None,
+            deadline: Duration::from_millis(100),
+            batch: 8,
+        })
+        .unwrap();
+        let outer = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        outer.block_on(async move { drop(embedder) });
     }
 }

@@ -13,6 +13,7 @@
 //! store keeps it with every vector and never compares vectors of two models.
 //! Errors never carry the endpoint's key or the embedded text.
 
+mod dense;
 mod endpoint;
 mod minilm;
 mod wordpiece;

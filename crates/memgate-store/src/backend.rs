@@ -21,9 +21,10 @@ use crate::vectors::ModelState;
 use async_trait::async_trait;
 use memgate_core::work::WorkTracker;
 use memgate_core::{
-    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch,
-    ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall,
-    RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, WarmStatus,
+    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact,
+    FactPatch, ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport,
+    Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery,
+    WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -292,6 +293,16 @@ impl MemoryBackend for LocalBackend {
     async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
         let (caller, target) = (caller.clone(), target.clone());
         self.run(move |s| s.forget(&caller, &target)).await
+    }
+
+    /// The vector indexer's progress (`vectors` line), so an operator sees
+    /// how much of the file hybrid recall covers and a pending model change.
+    async fn diagnose(&self) -> Vec<Diagnostic> {
+        let line = match self.run(|s| s.vector_progress()).await {
+            Ok(progress) => progress.diagnostic(),
+            Err(e) => Diagnostic::problem("vectors", format!("cannot read the progress: {e}")),
+        };
+        vec![line]
     }
 
     /// Ready after SQLite's quick integrity check; corruption is an error.

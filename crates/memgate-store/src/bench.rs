@@ -78,6 +78,10 @@ pub struct SizeReport {
     pub memories: usize,
     pub capture_batch: usize,
     pub capture_turns_per_sec: f64,
+    /// Of capture's time per turn, what computing the turn's first-turn
+    /// excerpt costs (`salience::excerpt`, timed again over the same texts
+    /// outside the store; the UPDATE that stores it is not included).
+    pub excerpt_us_per_turn: f64,
     pub replay_turns_per_sec: f64,
     pub remember_per_sec: f64,
     pub recall_queries: usize,
@@ -344,6 +348,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
 
     // Capture: each call is one new thread snapshot of `batch` turns.
     let mut samples: Vec<String> = Vec::new();
+    let mut captured_texts: Vec<String> = Vec::with_capacity(turns);
     let mut capture_time = Duration::ZERO;
     let mut replay: Option<CaptureRequest> = None;
     let mut made = 0;
@@ -361,6 +366,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
                 if rng.below(50) == 0 {
                     samples.push(s.clone());
                 }
+                captured_texts.push(s.clone());
                 if i % 2 == 0 {
                     Message::human(s)
                 } else {
@@ -388,6 +394,14 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         made += n;
         thread += 1;
     }
+
+    let started = Instant::now();
+    for text in &captured_texts {
+        std::hint::black_box(crate::salience::excerpt(text, &[]));
+    }
+    let excerpt_us_per_turn =
+        started.elapsed().as_secs_f64() * 1e6 / captured_texts.len().max(1) as f64;
+    drop(captured_texts);
 
     // Replaying a known snapshot: de-duplication only.
     let replay_turns_per_sec = match &replay {
@@ -495,6 +509,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         memories,
         capture_batch: batch,
         capture_turns_per_sec: turns as f64 / capture_time.as_secs_f64().max(1e-9),
+        excerpt_us_per_turn,
         replay_turns_per_sec,
         remember_per_sec,
         recall_queries: opts.recall_queries,
@@ -579,6 +594,15 @@ impl fmt::Display for BenchReport {
             )?;
         }
         for s in &self.sizes {
+            let per_turn_us = 1e6 / s.capture_turns_per_sec.max(1e-9);
+            writeln!(
+                f,
+                "{:>8} | capture {:.1} µs per turn, of which the first-turn excerpt {:.1} µs ({:.0}%)",
+                s.items,
+                per_turn_us,
+                s.excerpt_us_per_turn,
+                100.0 * s.excerpt_us_per_turn / per_turn_us
+            )?;
             writeln!(
                 f,
                 "{:>8} | {} recalls without a query (first-turn block): p50 {:.3} ms, p99 {:.3} ms",

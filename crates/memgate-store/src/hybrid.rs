@@ -49,11 +49,11 @@ impl std::fmt::Display for Fusion {
 pub const RRF_K: f64 = 60.0;
 
 /// What hybrid recall uses. Chosen on the LoCoMo development split with
-/// all-MiniLM-L6-v2 among the fusions `memgate eval locomo` compares
-/// ([`EVALUATED_FUSIONS`]), by turn recall@10: 0.692 (lexical 0.674; rank
-/// fusion 0.644; lambda 0.5 0.684, 1.0 0.649), session 0.891 (lexical
-/// 0.886); notes/recall.md has the figures.
-pub const DEFAULT_FUSION: Fusion = Fusion::Score { lambda: 0.25 };
+/// all-MiniLM-L6-v2 (turns embedded with their previous turn and speaker)
+/// among the fusions `memgate eval locomo` compares ([`EVALUATED_FUSIONS`]),
+/// by turn recall@10: 0.740 (lexical 0.674; rank fusion 0.717; lambda 0.25
+/// 0.729, 1.0 0.738), session 0.899 (lexical 0.886); notes/recall.md.
+pub const DEFAULT_FUSION: Fusion = Fusion::Score { lambda: 0.5 };
 
 /// The fusions the LoCoMo evaluation measures side by side (one query
 /// embedding each question, so the comparison costs one encoder pass).

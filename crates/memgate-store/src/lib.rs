@@ -39,6 +39,7 @@ pub mod forget_bench;
 pub mod hybrid;
 pub mod index;
 pub mod locomo;
+mod quantized;
 pub mod ranking;
 pub mod recall;
 pub mod salience;

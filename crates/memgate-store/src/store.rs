@@ -96,6 +96,7 @@ impl MemoryStore {
             embedder,
             cache: VectorCache::default(),
             stats: RetrievalStats::default(),
+            indexing: Default::default(),
         });
         self
     }

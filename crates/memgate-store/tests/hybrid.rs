@@ -482,3 +482,33 @@ fn vectors_are_made_from_the_redacted_text_never_the_secret() {
     );
     assert!(!files_containing_any(&path, &[DigestEmbedder::bytes(&seen[0])]).is_empty());
 }
+
+#[test]
+fn a_turn_is_embedded_with_the_turn_before_it_and_its_speaker() {
+    let dir = tempfile::tempdir().unwrap();
+    let embedder = Arc::new(DigestEmbedder::default());
+    let store = store_with(dir.path(), embedder.clone());
+    let messages = vec![
+        Message::human("Did you go to Porto?").with_name("Ana"),
+        Message::ai("Yes, last May!").with_name("Bob"),
+    ];
+    store.capture(&capture(&alice(), "t1", messages)).unwrap();
+    // Another thread's turn is not the previous one.
+    store
+        .capture(&capture(
+            &alice(),
+            "t2",
+            vec![Message::human("Hello again")],
+        ))
+        .unwrap();
+    assert_eq!(store.index_all_vectors(8).unwrap(), 3);
+    let seen = embedder.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            "Ana: Did you go to Porto?",
+            "Did you go to Porto?\nBob: Yes, last May!",
+            "Hello again"
+        ]
+    );
+}

@@ -1,5 +1,5 @@
 //! One function per command. Commands other than `serve`, `doctor`,
-//! `config`, `bench` and `eval` open the configured backend (or the service
+//! `config`, `bench`, `eval`, `migrate` and `reembed` open the configured backend (or the service
 //! named by `--url`), run one operation and shut the backend down cleanly.
 
 use super::error::{CliError, Result};
@@ -35,6 +35,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Mcp => mcp_stdio(cli.config.as_deref(), &caller).await,
         Command::Chat(args) => chat(args, cli.config.as_deref(), cli.url.as_deref(), caller).await,
         Command::Doctor => doctor(cli.config.as_deref()).await,
+        Command::Reembed { json } => super::reembed::run(cli.config.as_deref(), json).await,
         Command::Config {
             action: ConfigCommand::Check { file },
         } => check_config(file.as_deref().or(cli.config.as_deref())),

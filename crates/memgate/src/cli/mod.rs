@@ -5,6 +5,7 @@ mod commands;
 mod error;
 mod migrate;
 mod output;
+mod reembed;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -108,6 +109,13 @@ enum Command {
     },
     /// Check configuration, storage and backend health.
     Doctor,
+    /// Embed every turn and memory again with the configured embedder (local
+    /// store): the explicit step after its model changes, until which recall
+    /// stays lexical. Prints progress to stderr.
+    Reembed {
+        #[arg(long)]
+        json: bool,
+    },
     /// Benchmark the embedded store (recall latency, capture throughput, RSS).
     Bench {
         /// Item counts to fill the store with.

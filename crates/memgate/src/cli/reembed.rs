@@ -1,0 +1,110 @@
+//! `memgate reembed`: the explicit step after the embedder's model changes.
+//! Until it runs, a file whose vectors are of another model keeps recall
+//! lexical (nothing is re-embedded silently); it drops every vector and
+//! embeds each turn and active memory again with the configured model,
+//! printing progress. Interrupted, it leaves a file the background indexer
+//! finishes the next time memgate opens it.
+
+use super::error::{CliError, Result};
+use super::output::print_json;
+use memgate_assembly::config::Config;
+use memgate_assembly::factory::{open, BackendSetup};
+use memgate_store::vectors::ModelState;
+use memgate_store::MemoryStore;
+use serde::Serialize;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Rows embedded per transaction (the background indexer's batch too).
+const BATCH: usize = 32;
+/// At most one progress line this often.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// What one run did.
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    /// Vectors dropped (of the old model, or of this one when re-run).
+    dropped: usize,
+    embedded: u64,
+    total: u64,
+    seconds: f64,
+}
+
+pub async fn run(config_path: Option<&Path>, json: bool) -> Result<ExitCode> {
+    let (config, _) = Config::discover(config_path, None)?;
+    let opened = open(&config.memory, &BackendSetup::from_process()?)?;
+    let Some(local) = opened.local.clone() else {
+        return Err(CliError::Setting(format!(
+            "memgate reembed: only the local store keeps vectors, and manager_class is {}",
+            config.memory.manager_class
+        )));
+    };
+    let store = Arc::clone(local.store());
+    let result = tokio::task::spawn_blocking(move || reembed(&store, json))
+        .await
+        .map_err(|e| CliError::Internal(format!("re-embedding task failed: {e}")));
+    let budget = Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds);
+    opened.backend.drain(budget).await;
+    let report = result??;
+    if json {
+        print_json(&report);
+    } else {
+        println!(
+            "re-embedded {} / {} items with {} in {:.1} s ({} old vectors dropped)",
+            report.embedded, report.total, report.model, report.seconds, report.dropped
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn reembed(store: &MemoryStore, quiet: bool) -> Result<Report> {
+    let model =
+        match store.model_state()? {
+            ModelState::Off => return Err(CliError::Setting(
+                "memgate reembed: no embedder is configured; set memory.backend_config.embedder \
+                 (e.g. {\"kind\": \"local\", \"model_path\": \"DIR\"}) to the model to embed with"
+                    .to_owned(),
+            )),
+            ModelState::Mismatch { stored, configured } => {
+                if !quiet {
+                    eprintln!("model change: {stored} -> {configured}");
+                }
+                configured
+            }
+            ModelState::Current => store.vector_progress()?.model.unwrap_or_default(),
+        };
+    let started = Instant::now();
+    let dropped = store.reembed()?;
+    let mut shown = Instant::now();
+    let progress = loop {
+        let written = store.index_vectors(BATCH).map_err(|e| {
+            let done = store.vector_progress().map_or(0, |p| p.embedded);
+            CliError::Internal(format!(
+                "re-embedding stopped after {done} items: {e}; the background indexer embeds \
+                 the rest whenever memgate next opens the store, or run `memgate reembed` again"
+            ))
+        })?;
+        let progress = store.vector_progress()?;
+        if written == 0 {
+            break progress;
+        }
+        if !quiet && shown.elapsed() >= PROGRESS_EVERY {
+            shown = Instant::now();
+            let rate = progress.embedded as f64 / started.elapsed().as_secs_f64().max(1e-3);
+            eprintln!(
+                "embedded {} / {} items ({rate:.0} items/s)",
+                progress.embedded, progress.total
+            );
+        }
+    };
+    Ok(Report {
+        model,
+        dropped,
+        embedded: progress.embedded,
+        total: progress.total,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
