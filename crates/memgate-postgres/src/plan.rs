@@ -1,28 +1,22 @@
 //! Query planning: `local`'s step 0 ([`memgate_store::ranking`]) on
 //! PostgreSQL, so a recall never walks a common term's whole posting list.
 //!
-//! Each query term's document count in the scope (active memories plus
-//! turns) is measured in one statement, each count stopping at
-//! [`POSTINGS_BUDGET`] + 1 per table. Terms absent from the scope are
-//! dropped; the rarest terms are kept while their counts together stay
-//! within the budget, and the most common are left out (they carry the
-//! least weight). When even the rarest term is over the budget the query has
-//! no discriminating word: the newest documents holding the two rarest terms
-//! together are taken, else those holding the rarest alone, without scores.
-//! Terms seen over the budget are remembered per scope ([`CommonTerms`]) and
-//! not counted again, as `local` does: a term only becomes rarer through
-//! retire or forget, and forget clears what this replica remembered.
+//! Each query term's document count in the scope (turns plus active
+//! memories) is read from `term_docs` (schema migration 2, kept exact by
+//! triggers in every writing transaction), one index lookup per term in one
+//! statement. Terms absent from the scope are dropped; the rarest terms are
+//! kept while their counts together stay within the budget, and the most
+//! common are left out (they carry the least weight). When even the rarest
+//! term is over the budget the query has no discriminating word: the newest
+//! documents holding the two rarest terms together are taken, else those
+//! holding the rarest alone, without scores. The counts are exact, so a
+//! term that retire or forget made rare again is planned as rare at once.
 
 use crate::backend::{PostgresBackend, Scope};
 use crate::terms::{all_of, any_of, quoted, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::Result;
 pub use memgate_store::ranking::POSTINGS_BUDGET;
-use std::collections::HashSet;
-use std::sync::Mutex;
-
-/// Most (scope, term) verdicts [`CommonTerms`] keeps before it starts over.
-const MAX_COMMON_TERMS: usize = 100_000;
 
 /// What the ranking asks PostgreSQL for (a `to_tsquery` input each).
 #[derive(Debug, PartialEq)]
@@ -37,48 +31,16 @@ pub enum Plan {
     },
 }
 
-/// (user, peer, term) triples known to match more than [`POSTINGS_BUDGET`]
-/// documents of their scope.
-#[derive(Debug, Default)]
-pub struct CommonTerms(Mutex<HashSet<(String, String, String)>>);
-
-impl CommonTerms {
-    fn key(scope: &Scope, term: &str) -> (String, String, String) {
-        (scope.user.clone(), scope.peer.clone(), term.to_owned())
-    }
-
-    fn contains(&self, scope: &Scope, term: &str) -> bool {
-        self.lock().contains(&Self::key(scope, term))
-    }
-
-    fn insert(&self, scope: &Scope, term: &str) {
-        let mut set = self.lock();
-        if set.len() >= MAX_COMMON_TERMS {
-            set.clear();
-        }
-        set.insert(Self::key(scope, term));
-    }
-
-    /// Forgets every verdict (after an erasure made terms rarer).
-    pub fn clear(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String, String)>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Counts each of `$3` (quoted terms) in the scope of (`$1`, `$2`), each
-/// table stopping at the budget + 1; no row at all when the scope is absent.
+/// The document count of each of `$3` (folded terms) in the scope of
+/// (`$1`, `$2`), in order: the count of the term's lexeme (the `english`
+/// stemming documents get) in `term_docs`; no row at all when the scope is
+/// absent.
 fn count_sql() -> String {
-    let over = POSTINGS_BUDGET + 1;
-    let q = format!("to_tsquery('{TEXT_SEARCH_CONFIG}', q.term)");
     format!(
-        "SELECT (SELECT count(*) FROM (SELECT 1 FROM turns
-                    WHERE scope_id = s.id AND search @@ {q} LIMIT {over}) t)
-              + (SELECT count(*) FROM (SELECT 1 FROM memories
-                    WHERE scope_id = s.id AND state = 'active' AND search @@ {q} LIMIT {over}) m)
+        "SELECT coalesce((SELECT max(d.docs) FROM term_docs d
+                          WHERE d.scope_id = s.id
+                            AND d.lexeme = ANY(tsvector_to_array(
+                                to_tsvector('{TEXT_SEARCH_CONFIG}', q.term)))), 0)
          FROM (SELECT id FROM scopes WHERE user_id = $1 AND peer = $2) s,
               unnest($3::text[]) WITH ORDINALITY AS q(term, ord)
          ORDER BY q.ord"
@@ -120,42 +82,24 @@ pub fn choose(counted: &[(usize, &str)]) -> Option<Plan> {
 }
 
 impl PostgresBackend {
-    /// Plans `terms` in `scope`: counts the terms not already known to be
-    /// common (one statement), remembers the common ones, then [`choose`]s.
+    /// Plans `terms` in `scope`: reads their counts (one statement), then
+    /// [`choose`]s.
     pub(crate) async fn plan(
         &self,
         c: &impl GenericClient,
         scope: &Scope,
         terms: &[String],
     ) -> Result<Option<Plan>> {
-        let over = POSTINGS_BUDGET + 1;
-        let unknown: Vec<String> = terms
-            .iter()
-            .filter(|t| !self.common.contains(scope, t))
-            .map(|t| quoted(t))
-            .collect();
-        let mut counts = std::collections::HashMap::new();
-        if !unknown.is_empty() {
-            let rows = self
-                .rows(c, &count_sql(), &[&scope.user, &scope.peer, &unknown])
-                .await?;
-            if rows.is_empty() {
-                return Ok(None); // no such scope: nothing stored yet
-            }
-            for (row, term) in rows.iter().zip(&unknown) {
-                let n = (row.get::<_, i64>(0) as usize).min(over);
-                counts.insert(&term[1..term.len() - 1], n);
-            }
+        let rows = self
+            .rows(c, &count_sql(), &[&scope.user, &scope.peer, &terms])
+            .await?;
+        if rows.is_empty() {
+            return Ok(None); // no such scope: nothing stored yet
         }
-        let counted: Vec<(usize, &str)> = terms
+        let counted: Vec<(usize, &str)> = rows
             .iter()
-            .map(|t| {
-                let n = counts.get(t.as_str()).copied().unwrap_or(over);
-                if n > POSTINGS_BUDGET {
-                    self.common.insert(scope, t);
-                }
-                (n, t.as_str())
-            })
+            .zip(terms)
+            .map(|(row, term)| (row.get::<_, i64>(0).max(0) as usize, term.as_str()))
             .collect();
         Ok(choose(&counted))
     }
