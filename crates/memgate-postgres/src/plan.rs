@@ -28,28 +28,68 @@ pub enum Plan {
     Newest {
         first: String,
         fallback: Option<String>,
+        /// The rarest term (quoted) and how many documents hold it.
+        rarest: String,
+        rarest_docs: usize,
+        /// The id span of the scope's turns (≥ their number).
+        span: usize,
     },
+}
+
+/// How a newest-first plan reaches its turns: whichever reads fewer rows.
+#[derive(Debug, PartialEq)]
+pub enum Walk {
+    /// Every turn holding the rarest term, then the newest that match.
+    Postings,
+    /// Only the scope's newest `rows` turns, where the rarest term is
+    /// expected [`NEWEST_COVER`] times as often as the pool needs.
+    Recent { rows: i64 },
+}
+
+/// How many times the pool a [`Walk::Recent`] window is expected to hold.
+pub const NEWEST_COVER: usize = 4;
+
+impl Walk {
+    /// The cheaper walk to `pool` newest matches of a term held by `docs`
+    /// of `span` turns: its postings cost `docs` rows, a window of the
+    /// newest turns `NEWEST_COVER × pool × span / docs`. Either is at most
+    /// about `sqrt(NEWEST_COVER × pool × span)` rows, so the cost grows with
+    /// the square root of the scope, not with it. The window is an
+    /// approximation: matches older than it are not seen.
+    pub fn for_newest(docs: usize, span: usize, pool: usize) -> Self {
+        let window = (NEWEST_COVER * pool * span).div_ceil(docs.max(1)).max(pool);
+        if window < docs {
+            Walk::Recent {
+                rows: window as i64,
+            }
+        } else {
+            Walk::Postings
+        }
+    }
 }
 
 /// The document count of each of `$3` (folded terms) in the scope of
 /// (`$1`, `$2`), in order: the count of the term's lexeme (the `english`
 /// stemming documents get) in `term_docs`; no row at all when the scope is
-/// absent.
+/// absent. The second column is the id span of the scope's turns (two
+/// probes of `turns_by_scope`), which [`Walk::for_newest`] weighs.
 fn count_sql() -> String {
     format!(
         "SELECT coalesce((SELECT max(d.docs) FROM term_docs d
                           WHERE d.scope_id = s.id
                             AND d.lexeme = ANY(tsvector_to_array(
-                                to_tsvector('{TEXT_SEARCH_CONFIG}', q.term)))), 0)
+                                to_tsvector('{TEXT_SEARCH_CONFIG}', q.term)))), 0),
+                coalesce((SELECT max(id) FROM turns WHERE scope_id = s.id)
+                         - (SELECT min(id) FROM turns WHERE scope_id = s.id) + 1, 0)
          FROM (SELECT id FROM scopes WHERE user_id = $1 AND peer = $2) s,
               unnest($3::text[]) WITH ORDINALITY AS q(term, ord)
          ORDER BY q.ord"
     )
 }
 
-/// The plan for counted terms, in query order (see the module doc); `None`
-/// when no term occurs in the scope.
-pub fn choose(counted: &[(usize, &str)]) -> Option<Plan> {
+/// The plan for counted terms, in query order (see the module doc), in a
+/// scope whose turns span `span` ids; `None` when no term occurs in the scope.
+pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
     let mut present: Vec<(usize, &str)> = counted.iter().copied().filter(|(n, _)| *n > 0).collect();
     if present.is_empty() {
         return None;
@@ -68,16 +108,18 @@ pub fn choose(counted: &[(usize, &str)]) -> Option<Plan> {
     if !kept.is_empty() {
         return Some(Plan::Scored(any_of(&kept)));
     }
-    let rarest = quoted(present[0].1);
-    Some(match present.get(1) {
-        Some((_, second)) => Plan::Newest {
-            first: all_of(&[present[0].1, second]),
-            fallback: Some(rarest),
-        },
-        None => Plan::Newest {
-            first: rarest,
-            fallback: None,
-        },
+    let (rarest_docs, rarest_term) = present[0];
+    let rarest = quoted(rarest_term);
+    let (first, fallback) = match present.get(1) {
+        Some((_, second)) => (all_of(&[rarest_term, second]), Some(rarest.clone())),
+        None => (rarest.clone(), None),
+    };
+    Some(Plan::Newest {
+        first,
+        fallback,
+        rarest,
+        rarest_docs,
+        span,
     })
 }
 
@@ -101,7 +143,8 @@ impl PostgresBackend {
             .zip(terms)
             .map(|(row, term)| (row.get::<_, i64>(0).max(0) as usize, term.as_str()))
             .collect();
-        Ok(choose(&counted))
+        let span = rows[0].get::<_, i64>(1).max(0) as usize;
+        Ok(choose(&counted, span))
     }
 }
 
@@ -111,14 +154,17 @@ mod tests {
 
     #[test]
     fn absent_terms_are_dropped_and_rare_ones_kept_within_the_budget() {
-        assert_eq!(choose(&[(0, "a"), (0, "b")]), None);
+        assert_eq!(choose(&[(0, "a"), (0, "b")], 10), None);
         assert_eq!(
-            choose(&[(500, "common"), (0, "absent"), (3, "rare"), (90, "mid")]),
+            choose(
+                &[(500, "common"), (0, "absent"), (3, "rare"), (90, "mid")],
+                1000
+            ),
             Some(Plan::Scored("'rare' | 'mid' | 'common'".to_owned()))
         );
         // 3 + 90 + 550 is over the budget: the most common term is left out.
         assert_eq!(
-            choose(&[(550, "common"), (3, "rare"), (90, "mid")]),
+            choose(&[(550, "common"), (3, "rare"), (90, "mid")], 1000),
             Some(Plan::Scored("'rare' | 'mid'".to_owned()))
         );
     }
@@ -126,18 +172,42 @@ mod tests {
     #[test]
     fn only_common_terms_take_the_newest_with_the_two_rarest() {
         assert_eq!(
-            choose(&[(601, "x"), (601, "y"), (601, "z")]),
+            choose(&[(605, "x"), (601, "y"), (700, "z")], 5000),
             Some(Plan::Newest {
-                first: "'x' & 'y'".to_owned(),
-                fallback: Some("'x'".to_owned())
+                first: "'y' & 'x'".to_owned(),
+                fallback: Some("'y'".to_owned()),
+                rarest: "'y'".to_owned(),
+                rarest_docs: 601,
+                span: 5000,
             })
         );
         assert_eq!(
-            choose(&[(601, "x")]),
+            choose(&[(601, "x")], 700),
             Some(Plan::Newest {
                 first: "'x'".to_owned(),
-                fallback: None
+                fallback: None,
+                rarest: "'x'".to_owned(),
+                rarest_docs: 601,
+                span: 700,
             })
         );
+    }
+
+    #[test]
+    fn newest_walks_read_the_fewer_rows() {
+        // 700 of 1 000 000 turns: the postings (700 rows) beat a window of
+        // 4 × 30 × 1e6 / 700 ≈ 171 429 rows.
+        assert_eq!(Walk::for_newest(700, 1_000_000, 30), Walk::Postings);
+        // 200 000 of 1 000 000: a window of 600 newest rows.
+        assert_eq!(
+            Walk::for_newest(200_000, 1_000_000, 30),
+            Walk::Recent { rows: 600 }
+        );
+        // Never a window smaller than the pool.
+        assert_eq!(
+            Walk::for_newest(1_000_000, 1_000, 30),
+            Walk::Recent { rows: 30 }
+        );
+        assert_eq!(Walk::for_newest(5, 10, 30), Walk::Postings);
     }
 }

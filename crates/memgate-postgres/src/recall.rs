@@ -19,7 +19,7 @@
 //! filter is part of the SQL, so it applies before the cut.
 
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
-use crate::plan::{Plan, POSTINGS_BUDGET};
+use crate::plan::{Plan, Walk, POSTINGS_BUDGET};
 use crate::terms::{query_terms, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
@@ -56,11 +56,15 @@ fn turn_from_row(r: &Row, score: f64) -> Ranked {
 
 /// How one candidate statement orders its matches.
 #[derive(Clone, Copy)]
-enum Order {
+enum Order<'a> {
     /// By `ts_rank`.
     Scored,
-    /// Newest first, unscored (a plan of common terms only).
-    Newest,
+    /// Newest first, unscored (a plan of common terms only), the turns
+    /// taken from every match of this (rarest) term ([`Walk::Postings`]).
+    NewestOf(&'a str),
+    /// Newest first, unscored, the turns taken from the scope's newest
+    /// this many ([`Walk::Recent`]).
+    NewestWithin(i64),
 }
 
 /// Which tables compete, from a search's `kind` filter.
@@ -69,6 +73,16 @@ enum Category<'a> {
     All,
     Turns,
     Memories(&'a str),
+}
+
+/// A newest-first plan's memories, through every posting of `q`: explicit
+/// memories are few next to captured turns.
+fn newest_memories(q: &str, kind_filter: &str) -> String {
+    format!(
+        "SELECT id, kind, text, 0::float8 FROM memories
+         WHERE scope_id = {SCOPE_ID} AND state = 'active' AND search @@ {q} {kind_filter}
+         ORDER BY id DESC LIMIT $4"
+    )
 }
 
 impl PostgresBackend {
@@ -108,13 +122,23 @@ impl PostgresBackend {
                 }
                 c2
             }
-            Plan::Newest { first, fallback } => {
+            Plan::Newest {
+                first,
+                fallback,
+                rarest,
+                rarest_docs,
+                span,
+            } => {
+                let order = match Walk::for_newest(rarest_docs, span, pool) {
+                    Walk::Postings => Order::NewestOf(&rarest),
+                    Walk::Recent { rows } => Order::NewestWithin(rows),
+                };
                 let mut found = self
-                    .candidates(c, scope, &first, Order::Newest, category, pool)
+                    .candidates(c, scope, &first, order, category, pool)
                     .await?;
                 if let (true, Some(rarest)) = (found.is_empty(), fallback) {
                     found = self
-                        .candidates(c, scope, &rarest, Order::Newest, category, pool)
+                        .candidates(c, scope, &rarest, order, category, pool)
                         .await?;
                 }
                 // Memories first (the user asked for them), then turns, each
@@ -144,7 +168,7 @@ impl PostgresBackend {
         c: &impl GenericClient,
         scope: &Scope,
         tsquery: &str,
-        order: Order,
+        order: Order<'_>,
         category: Category<'_>,
         pool: usize,
     ) -> Result<Vec<Ranked>> {
@@ -169,16 +193,27 @@ impl PostgresBackend {
                      ORDER BY score DESC, id DESC LIMIT $4"
                 ),
             ),
-            Order::Newest => (
+            // The rarest term's matches alone, read once (MATERIALIZED keeps
+            // the other, commoner term out of the index scan), then filtered.
+            Order::NewestOf(_) => (
                 format!(
-                    "SELECT {TURN_COLUMNS}, 0::float8 FROM turns
-                     WHERE scope_id = {SCOPE_ID} AND search @@ {q} ORDER BY id DESC LIMIT $4"
+                    "WITH m AS MATERIALIZED (
+                         SELECT * FROM turns WHERE scope_id = {SCOPE_ID}
+                         AND search @@ to_tsquery('{TEXT_SEARCH_CONFIG}', $5))
+                     SELECT {TURN_COLUMNS}, 0::float8 FROM m
+                     WHERE search @@ {q} ORDER BY id DESC LIMIT $4"
                 ),
+                newest_memories(&q, kind_filter),
+            ),
+            // The scope's newest turns, walked backwards through turns_by_scope.
+            Order::NewestWithin(_) => (
                 format!(
-                    "SELECT id, kind, text, 0::float8 FROM memories
-                     WHERE scope_id = {SCOPE_ID} AND state = 'active' AND search @@ {q} {kind_filter}
-                     ORDER BY id DESC LIMIT $4"
+                    "SELECT {TURN_COLUMNS}, 0::float8
+                     FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID}
+                           ORDER BY id DESC LIMIT $5) m
+                     WHERE search @@ {q} ORDER BY id DESC LIMIT $4"
                 ),
+                newest_memories(&q, kind_filter),
             ),
         };
         let tsquery = tsquery.to_owned();
@@ -187,8 +222,19 @@ impl PostgresBackend {
             if matches!(category, Category::Memories(_)) {
                 no_rows().await
             } else {
-                self.rows(c, &turns_sql, &[&scope.user, &scope.peer, &tsquery, &pool])
-                    .await
+                let p: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                    [&scope.user, &scope.peer, &tsquery, &pool];
+                match order {
+                    Order::Scored => self.rows(c, &turns_sql, &p).await,
+                    Order::NewestOf(rarest) => {
+                        self.rows(c, &turns_sql, &[p[0], p[1], p[2], p[3], &rarest])
+                            .await
+                    }
+                    Order::NewestWithin(rows) => {
+                        self.rows(c, &turns_sql, &[p[0], p[1], p[2], p[3], &rows])
+                            .await
+                    }
+                }
             }
         };
         let memories = async {
