@@ -9,7 +9,9 @@
 //! common are left out (they carry the least weight). When even the rarest
 //! term is over the budget the query has no discriminating word: the newest
 //! documents holding the two rarest terms together are taken, else those
-//! holding the rarest alone, without scores. The counts are exact, so a
+//! holding the rarest alone, without scores; when the rarest term is so
+//! common that a window of the scope's newest turns holds enough of it, only
+//! that window is read ([`Walk`]). The counts are exact, so a
 //! term that retire or forget made rare again is planned as rare at once.
 
 use crate::backend::{PostgresBackend, Scope};
@@ -28,8 +30,7 @@ pub enum Plan {
     Newest {
         first: String,
         fallback: Option<String>,
-        /// The rarest term (quoted) and how many documents hold it.
-        rarest: String,
+        /// How many documents hold the rarest term.
         rarest_docs: usize,
         /// The id span of the scope's turns (≥ their number).
         span: usize,
@@ -39,7 +40,7 @@ pub enum Plan {
 /// How a newest-first plan reaches its turns: whichever reads fewer rows.
 #[derive(Debug, PartialEq)]
 pub enum Walk {
-    /// Every turn holding the rarest term, then the newest that match.
+    /// The index: every posting of the plan's terms, the newest matches kept.
     Postings,
     /// Only the scope's newest `rows` turns, where the rarest term is
     /// expected [`NEWEST_COVER`] times as often as the pool needs.
@@ -109,15 +110,13 @@ pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
         return Some(Plan::Scored(any_of(&kept)));
     }
     let (rarest_docs, rarest_term) = present[0];
-    let rarest = quoted(rarest_term);
     let (first, fallback) = match present.get(1) {
-        Some((_, second)) => (all_of(&[rarest_term, second]), Some(rarest.clone())),
-        None => (rarest.clone(), None),
+        Some((_, second)) => (all_of(&[rarest_term, second]), Some(quoted(rarest_term))),
+        None => (quoted(rarest_term), None),
     };
     Some(Plan::Newest {
         first,
         fallback,
-        rarest,
         rarest_docs,
         span,
     })
@@ -176,7 +175,6 @@ mod tests {
             Some(Plan::Newest {
                 first: "'y' & 'x'".to_owned(),
                 fallback: Some("'y'".to_owned()),
-                rarest: "'y'".to_owned(),
                 rarest_docs: 601,
                 span: 5000,
             })
@@ -186,7 +184,6 @@ mod tests {
             Some(Plan::Newest {
                 first: "'x'".to_owned(),
                 fallback: None,
-                rarest: "'x'".to_owned(),
                 rarest_docs: 601,
                 span: 700,
             })

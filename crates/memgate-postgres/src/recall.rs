@@ -56,12 +56,12 @@ fn turn_from_row(r: &Row, score: f64) -> Ranked {
 
 /// How one candidate statement orders its matches.
 #[derive(Clone, Copy)]
-enum Order<'a> {
+enum Order {
     /// By `ts_rank`.
     Scored,
     /// Newest first, unscored (a plan of common terms only), the turns
-    /// taken from every match of this (rarest) term ([`Walk::Postings`]).
-    NewestOf(&'a str),
+    /// found through the index ([`Walk::Postings`]).
+    Newest,
     /// Newest first, unscored, the turns taken from the scope's newest
     /// this many ([`Walk::Recent`]).
     NewestWithin(i64),
@@ -125,12 +125,11 @@ impl PostgresBackend {
             Plan::Newest {
                 first,
                 fallback,
-                rarest,
                 rarest_docs,
                 span,
             } => {
                 let order = match Walk::for_newest(rarest_docs, span, pool) {
-                    Walk::Postings => Order::NewestOf(&rarest),
+                    Walk::Postings => Order::Newest,
                     Walk::Recent { rows } => Order::NewestWithin(rows),
                 };
                 let mut found = self
@@ -168,7 +167,7 @@ impl PostgresBackend {
         c: &impl GenericClient,
         scope: &Scope,
         tsquery: &str,
-        order: Order<'_>,
+        order: Order,
         category: Category<'_>,
         pool: usize,
     ) -> Result<Vec<Ranked>> {
@@ -193,15 +192,11 @@ impl PostgresBackend {
                      ORDER BY score DESC, id DESC LIMIT $4"
                 ),
             ),
-            // The rarest term's matches alone, read once (MATERIALIZED keeps
-            // the other, commoner term out of the index scan), then filtered.
-            Order::NewestOf(_) => (
+            // Through the index: the postings of both terms, ANDed.
+            Order::Newest => (
                 format!(
-                    "WITH m AS MATERIALIZED (
-                         SELECT * FROM turns WHERE scope_id = {SCOPE_ID}
-                         AND search @@ to_tsquery('{TEXT_SEARCH_CONFIG}', $5))
-                     SELECT {TURN_COLUMNS}, 0::float8 FROM m
-                     WHERE search @@ {q} ORDER BY id DESC LIMIT $4"
+                    "SELECT {TURN_COLUMNS}, 0::float8 FROM turns
+                     WHERE scope_id = {SCOPE_ID} AND search @@ {q} ORDER BY id DESC LIMIT $4"
                 ),
                 newest_memories(&q, kind_filter),
             ),
@@ -226,10 +221,7 @@ impl PostgresBackend {
                     [&scope.user, &scope.peer, &tsquery, &pool];
                 match order {
                     Order::Scored => self.rows(c, &turns_sql, &p).await,
-                    Order::NewestOf(rarest) => {
-                        self.rows(c, &turns_sql, &[p[0], p[1], p[2], p[3], &rarest])
-                            .await
-                    }
+                    Order::Newest => self.rows(c, &turns_sql, &p).await,
                     Order::NewestWithin(rows) => {
                         self.rows(c, &turns_sql, &[p[0], p[1], p[2], p[3], &rows])
                             .await
