@@ -178,17 +178,22 @@ impl PostgresBackend {
             _ => "",
         };
         let (turns_sql, memories_sql) = match order {
+            // The query is parsed and stemmed once (`q`), not once per row:
+            // in a generic plan `to_tsquery($3)` inside `ts_rank` is
+            // evaluated for every match ranked.
             Order::Scored => (
                 format!(
-                    "SELECT {TURN_COLUMNS}, ts_rank({RANK_WEIGHTS}, search, {q})::float8 AS score
-                     FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID} AND search @@ {q}
+                    "SELECT {TURN_COLUMNS}, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
+                     FROM (SELECT turns.*, q FROM {q} AS q, turns
+                           WHERE scope_id = {SCOPE_ID} AND search @@ q
                            ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m
                      ORDER BY score DESC, id DESC LIMIT $4"
                 ),
                 format!(
-                    "SELECT id, kind, text, ts_rank({RANK_WEIGHTS}, search, {q})::float8 AS score
-                     FROM (SELECT * FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
-                           AND search @@ {q} {kind_filter} ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m
+                    "SELECT id, kind, text, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
+                     FROM (SELECT memories.*, q FROM {q} AS q, memories
+                           WHERE scope_id = {SCOPE_ID} AND state = 'active'
+                           AND search @@ q {kind_filter} ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m
                      ORDER BY score DESC, id DESC LIMIT $4"
                 ),
             ),
@@ -200,13 +205,14 @@ impl PostgresBackend {
                 ),
                 newest_memories(&q, kind_filter),
             ),
-            // The scope's newest turns, walked backwards through turns_by_scope.
+            // The scope's newest turns, walked backwards through
+            // turns_by_scope, each tested against the query parsed once.
             Order::NewestWithin(_) => (
                 format!(
                     "SELECT {TURN_COLUMNS}, 0::float8
-                     FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID}
-                           ORDER BY id DESC LIMIT $5) m
-                     WHERE search @@ {q} ORDER BY id DESC LIMIT $4"
+                     FROM {q} AS q, (SELECT * FROM turns WHERE scope_id = {SCOPE_ID}
+                                     ORDER BY id DESC LIMIT $5) m
+                     WHERE search @@ q ORDER BY id DESC LIMIT $4"
                 ),
                 newest_memories(&q, kind_filter),
             ),
