@@ -76,11 +76,13 @@ enum Category<'a> {
 }
 
 /// A newest-first plan's memories, through every posting of `q`: explicit
-/// memories are few next to captured turns.
+/// memories are few next to captured turns. The query is parsed once (a
+/// `FROM` item), so a plan that filters rows instead of using the index
+/// does not parse it per row (at 1M items this statement averaged 38 ms).
 fn newest_memories(q: &str, kind_filter: &str) -> String {
     format!(
-        "SELECT id, kind, text, 0::float8 FROM memories
-         WHERE scope_id = {SCOPE_ID} AND state = 'active' AND search @@ {q} {kind_filter}
+        "SELECT id, kind, text, 0::float8 FROM {q} AS q, memories
+         WHERE scope_id = {SCOPE_ID} AND state = 'active' AND search @@ q {kind_filter}
          ORDER BY id DESC LIMIT $4"
     )
 }
@@ -200,8 +202,8 @@ impl PostgresBackend {
             // Through the index: the postings of both terms, ANDed.
             Order::Newest => (
                 format!(
-                    "SELECT {TURN_COLUMNS}, 0::float8 FROM turns
-                     WHERE scope_id = {SCOPE_ID} AND search @@ {q} ORDER BY id DESC LIMIT $4"
+                    "SELECT {TURN_COLUMNS}, 0::float8 FROM {q} AS q, turns
+                     WHERE scope_id = {SCOPE_ID} AND search @@ q ORDER BY id DESC LIMIT $4"
                 ),
                 newest_memories(&q, kind_filter),
             ),
