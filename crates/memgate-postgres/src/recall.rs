@@ -199,11 +199,13 @@ impl PostgresBackend {
                      ORDER BY score DESC, id DESC LIMIT $4"
                 ),
             ),
-            // Through the index: the postings of both terms, ANDed.
+            // Through the index: the postings of both terms, ANDed. The
+            // query stays inline here: as a `FROM` item the generic plan
+            // walked turns_by_scope instead (121 ms mean at 100k, measured).
             Order::Newest => (
                 format!(
-                    "SELECT {TURN_COLUMNS}, 0::float8 FROM {q} AS q, turns
-                     WHERE scope_id = {SCOPE_ID} AND search @@ q ORDER BY id DESC LIMIT $4"
+                    "SELECT {TURN_COLUMNS}, 0::float8 FROM turns
+                     WHERE scope_id = {SCOPE_ID} AND search @@ {q} ORDER BY id DESC LIMIT $4"
                 ),
                 newest_memories(&q, kind_filter),
             ),
