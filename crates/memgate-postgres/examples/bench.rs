@@ -4,6 +4,7 @@
 //! cargo run --release -p memgate-postgres --example bench -- [--sizes 10000,100000]
 //!     [--recalls 2000] [--replicas 1,2,4] [--load 4000] [--clients 8]
 //!     [--backends local,postgres] [--turns-per-capture 100] [--keep-schema]
+//!     [--reuse-schema NAME]  (recall only, on a schema --keep-schema left)
 //! ```
 //!
 //! Needs `MEMGATE_TEST_POSTGRES_DSN` (`testkit/postgres-up`). For each size,
@@ -40,6 +41,8 @@ struct Options {
     turns_per_capture: usize,
     /// Leave the last size's schema in place (to EXPLAIN against it; drop it after).
     keep_schema: bool,
+    /// Recall against this kept schema (same size and seed) instead of filling one.
+    reuse_schema: Option<String>,
 }
 
 fn options() -> Options {
@@ -52,6 +55,7 @@ fn options() -> Options {
         backends: vec!["local".to_owned(), "postgres".to_owned()],
         turns_per_capture: 100,
         keep_schema: false,
+        reuse_schema: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<usize> { v.split(',').map(|n| n.parse().unwrap()).collect() };
@@ -70,6 +74,7 @@ fn options() -> Options {
             "--clients" => o.clients = value.parse().unwrap(),
             "--backends" => o.backends = value.split(',').map(str::to_owned).collect(),
             "--turns-per-capture" => o.turns_per_capture = value.parse().unwrap(),
+            "--reuse-schema" => o.reuse_schema = Some(value.to_owned()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -240,18 +245,19 @@ async fn measure(
     backend: &dyn MemoryBackend,
     w: &Workload,
     server: Option<&ServerStats>,
+    filled: bool,
 ) -> Figures {
     let fill = Instant::now();
     let mut capture_time = Duration::ZERO;
     let mut turns = 0;
-    for request in &w.captures {
+    for request in w.captures.iter().filter(|_| !filled) {
         let started = Instant::now();
         let report = backend.capture(request).await.unwrap();
         capture_time += started.elapsed();
         assert_eq!(report.stored, request.messages.len());
         turns += report.stored;
     }
-    for m in &w.memories {
+    for m in w.memories.iter().filter(|_| !filled) {
         backend.remember(&w.user, m).await.unwrap();
     }
     let fill_secs = fill.elapsed().as_secs_f64();
@@ -351,7 +357,7 @@ async fn main() {
             let local =
                 LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default())
                     .unwrap();
-            let f = measure(&local, &w, None).await;
+            let f = measure(&local, &w, None, false).await;
             print("local", items, &f);
             local.shutdown(Duration::from_secs(30)).await;
         }
@@ -373,6 +379,7 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
             .unwrap()
             .as_millis()
     );
+    let schema = o.reuse_schema.clone().unwrap_or(schema);
     let config = || {
         PostgresConfig::for_dsn(dsn)
             .unwrap()
@@ -381,7 +388,7 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
     };
     let pg = Arc::new(PostgresBackend::new(config()).unwrap());
     let server = ServerStats::connect(dsn).await;
-    let f = measure(&*pg, w, server.as_ref()).await;
+    let f = measure(&*pg, w, server.as_ref(), o.reuse_schema.is_some()).await;
     print("postgres", items, &f);
     let info = pg.doctor().await.unwrap();
     let mut replicas = vec![pg];

@@ -180,22 +180,24 @@ impl PostgresBackend {
             _ => "",
         };
         let (turns_sql, memories_sql) = match order {
-            // The query is parsed and stemmed once (`q`), not once per row:
-            // in a generic plan `to_tsquery($3)` inside `ts_rank` is
-            // evaluated for every match ranked.
+            // `ts_rank` gets the query parsed and stemmed once (the `q`
+            // item joined after the cut), not once per ranked row as
+            // `to_tsquery($3)` inside it would be in a generic plan. The
+            // match itself keeps the inline query: with `q` inside, the
+            // generic plan walked turns_by_scope instead of the GIN index
+            // (1.15 s mean at 1M items, measured).
             Order::Scored => (
                 format!(
                     "SELECT {TURN_COLUMNS}, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
-                     FROM (SELECT turns.*, q FROM {q} AS q, turns
-                           WHERE scope_id = {SCOPE_ID} AND search @@ q
-                           ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m
+                     FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID} AND search @@ {q}
+                           ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m, {q} AS q
                      ORDER BY score DESC, id DESC LIMIT $4"
                 ),
                 format!(
                     "SELECT id, kind, text, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
-                     FROM (SELECT memories.*, q FROM {q} AS q, memories
-                           WHERE scope_id = {SCOPE_ID} AND state = 'active'
-                           AND search @@ q {kind_filter} ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m
+                     FROM (SELECT * FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
+                           AND search @@ {q} {kind_filter} ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m,
+                          {q} AS q
                      ORDER BY score DESC, id DESC LIMIT $4"
                 ),
             ),
@@ -230,8 +232,7 @@ impl PostgresBackend {
                 let p: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
                     [&scope.user, &scope.peer, &tsquery, &pool];
                 match order {
-                    Order::Scored => self.rows(c, &turns_sql, &p).await,
-                    Order::Newest => self.rows(c, &turns_sql, &p).await,
+                    Order::Scored | Order::Newest => self.rows(c, &turns_sql, &p).await,
                     Order::NewestWithin(rows) => {
                         self.rows(c, &turns_sql, &[p[0], p[1], p[2], p[3], &rows])
                             .await
