@@ -3,7 +3,8 @@
 //! ```text
 //! cargo run --release -p memgate-postgres --example bench -- [--sizes 10000,100000]
 //!     [--recalls 2000] [--replicas 1,2,4] [--load 4000] [--clients 8]
-//!     [--backends local,postgres] [--turns-per-capture 100]
+//!     [--backends local,postgres] [--turns-per-capture 100] [--keep-schema]
+//!     [--reuse-schema NAME]  (recall only, on a schema --keep-schema left)
 //! ```
 //!
 //! Needs `MEMGATE_TEST_POSTGRES_DSN` (`testkit/postgres-up`). For each size,
@@ -38,6 +39,10 @@ struct Options {
     clients: usize,
     backends: Vec<String>,
     turns_per_capture: usize,
+    /// Leave the last size's schema in place (to EXPLAIN against it; drop it after).
+    keep_schema: bool,
+    /// Recall against this kept schema (same size and seed) instead of filling one.
+    reuse_schema: Option<String>,
 }
 
 fn options() -> Options {
@@ -49,9 +54,16 @@ fn options() -> Options {
         clients: 8,
         backends: vec!["local".to_owned(), "postgres".to_owned()],
         turns_per_capture: 100,
+        keep_schema: false,
+        reuse_schema: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<usize> { v.split(',').map(|n| n.parse().unwrap()).collect() };
+    let mut args = args;
+    if let Some(i) = args.iter().position(|a| a == "--keep-schema") {
+        args.remove(i);
+        o.keep_schema = true;
+    }
     for pair in args.chunks(2) {
         let value = pair.get(1).map(String::as_str).unwrap_or("");
         match pair[0].as_str() {
@@ -62,6 +74,7 @@ fn options() -> Options {
             "--clients" => o.clients = value.parse().unwrap(),
             "--backends" => o.backends = value.split(',').map(str::to_owned).collect(),
             "--turns-per-capture" => o.turns_per_capture = value.parse().unwrap(),
+            "--reuse-schema" => o.reuse_schema = Some(value.to_owned()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -160,18 +173,91 @@ struct Figures {
     mean_items: f64,
 }
 
-async fn measure(backend: &dyn MemoryBackend, w: &Workload) -> Figures {
+/// PostgreSQL's own view of the timed recalls, from `pg_stat_statements`
+/// when the server preloads it: execution time inside the server, which a
+/// wall-clock figure on a machine short of cores hides among the waits.
+struct ServerStats {
+    client: tokio_postgres::Client,
+}
+
+impl ServerStats {
+    async fn connect(dsn: &str) -> Option<Self> {
+        let (client, connection) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+            .await
+            .ok()?;
+        tokio::spawn(connection);
+        let usable = client
+            .batch_execute(
+                "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; \
+                 SELECT count(*) FROM pg_stat_statements",
+            )
+            .await;
+        match usable {
+            Ok(()) => Some(Self { client }),
+            Err(e) => {
+                println!("pg_stat_statements not available ({e}): no server-side figures");
+                None
+            }
+        }
+    }
+
+    async fn reset(&self) {
+        self.client
+            .batch_execute("SELECT pg_stat_statements_reset()")
+            .await
+            .unwrap();
+    }
+
+    /// Prints the server's execution time per recall and the costliest statements.
+    async fn print(&self, recalls: usize) {
+        let rows = self
+            .client
+            .query(
+                "SELECT calls, total_exec_time, mean_exec_time, max_exec_time,
+                        regexp_replace(left(query, 70), '\\s+', ' ', 'g')
+                 FROM pg_stat_statements
+                 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND query NOT LIKE '%pg_stat_statements%'
+                 ORDER BY total_exec_time DESC",
+                &[],
+            )
+            .await
+            .unwrap();
+        let total: f64 = rows.iter().map(|r| r.get::<_, f64>(1)).sum();
+        println!(
+            "postgres server execution: {:.2} ms per recall (pg_stat_statements, {} statements)",
+            total / recalls as f64,
+            rows.iter().map(|r| r.get::<_, i64>(0)).sum::<i64>()
+        );
+        for r in rows.iter().take(6) {
+            println!(
+                "  calls={:<6} mean={:>7.3} ms  max={:>8.3} ms  {}",
+                r.get::<_, i64>(0),
+                r.get::<_, f64>(2),
+                r.get::<_, f64>(3),
+                r.get::<_, String>(4)
+            );
+        }
+    }
+}
+
+async fn measure(
+    backend: &dyn MemoryBackend,
+    w: &Workload,
+    server: Option<&ServerStats>,
+    filled: bool,
+) -> Figures {
     let fill = Instant::now();
     let mut capture_time = Duration::ZERO;
     let mut turns = 0;
-    for request in &w.captures {
+    for request in w.captures.iter().filter(|_| !filled) {
         let started = Instant::now();
         let report = backend.capture(request).await.unwrap();
         capture_time += started.elapsed();
         assert_eq!(report.stored, request.messages.len());
         turns += report.stored;
     }
-    for m in &w.memories {
+    for m in w.memories.iter().filter(|_| !filled) {
         backend.remember(&w.user, m).await.unwrap();
     }
     let fill_secs = fill.elapsed().as_secs_f64();
@@ -182,6 +268,9 @@ async fn measure(backend: &dyn MemoryBackend, w: &Workload) -> Figures {
     for q in &w.queries[..200] {
         backend.recall(&request(q)).await.unwrap();
     }
+    if let Some(s) = server {
+        s.reset().await;
+    }
     let mut latencies = Vec::new();
     let mut items = 0;
     for q in &w.queries[200..] {
@@ -189,6 +278,9 @@ async fn measure(backend: &dyn MemoryBackend, w: &Workload) -> Figures {
         let recall = backend.recall(&request(q)).await.unwrap();
         latencies.push(started.elapsed());
         items += recall.items.len();
+    }
+    if let Some(s) = server {
+        s.print(latencies.len()).await;
     }
     latencies.sort_unstable();
     Figures {
@@ -265,7 +357,7 @@ async fn main() {
             let local =
                 LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default())
                     .unwrap();
-            let f = measure(&local, &w).await;
+            let f = measure(&local, &w, None, false).await;
             print("local", items, &f);
             local.shutdown(Duration::from_secs(30)).await;
         }
@@ -287,6 +379,7 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
             .unwrap()
             .as_millis()
     );
+    let schema = o.reuse_schema.clone().unwrap_or(schema);
     let config = || {
         PostgresConfig::for_dsn(dsn)
             .unwrap()
@@ -294,7 +387,8 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
             .unwrap()
     };
     let pg = Arc::new(PostgresBackend::new(config()).unwrap());
-    let f = measure(&*pg, w).await;
+    let server = ServerStats::connect(dsn).await;
+    let f = measure(&*pg, w, server.as_ref(), o.reuse_schema.is_some()).await;
     print("postgres", items, &f);
     let info = pg.doctor().await.unwrap();
     let mut replicas = vec![pg];
@@ -314,6 +408,18 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
     );
     for r in &replicas {
         r.shutdown(Duration::from_secs(30)).await;
+    }
+    if o.keep_schema && Some(&items) == o.sizes.last() {
+        println!(
+            "postgres schema {schema} kept (--keep-schema): DROP SCHEMA {schema} CASCADE when done"
+        );
+        return;
+    }
+    if o.keep_schema && Some(&items) == o.sizes.last() {
+        println!(
+            "postgres schema {schema} kept (--keep-schema): DROP SCHEMA {schema} CASCADE when done"
+        );
+        return;
     }
     let (client, connection) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
         .await

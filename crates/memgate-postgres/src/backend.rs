@@ -39,8 +39,6 @@ pub struct PostgresBackend {
     pool: Pool,
     /// Set once the schema is known to be current.
     migrated: OnceCell<()>,
-    /// Query terms this replica found common in a scope ([`crate::plan`]).
-    pub(crate) common: crate::plan::CommonTerms,
     closing: AtomicBool,
 }
 
@@ -117,7 +115,6 @@ impl PostgresBackend {
             redactor: memgate_core::Redactor::shared_default(),
             pool,
             migrated: OnceCell::new(),
-            common: Default::default(),
             closing: AtomicBool::new(false),
         })
     }

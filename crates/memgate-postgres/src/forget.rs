@@ -84,8 +84,6 @@ impl PostgresBackend {
             }
         }
         tx.commit().await.map_err(|e| self.err(e))?;
-        // Erased documents made terms rarer than this replica remembers.
-        self.common.clear();
         tracing::info!(
             target_kind = target.as_str(),
             facts = report.facts,

@@ -1,28 +1,24 @@
 //! Query planning: `local`'s step 0 ([`memgate_store::ranking`]) on
 //! PostgreSQL, so a recall never walks a common term's whole posting list.
 //!
-//! Each query term's document count in the scope (active memories plus
-//! turns) is measured in one statement, each count stopping at
-//! [`POSTINGS_BUDGET`] + 1 per table. Terms absent from the scope are
-//! dropped; the rarest terms are kept while their counts together stay
-//! within the budget, and the most common are left out (they carry the
-//! least weight). When even the rarest term is over the budget the query has
-//! no discriminating word: the newest documents holding the two rarest terms
-//! together are taken, else those holding the rarest alone, without scores.
-//! Terms seen over the budget are remembered per scope ([`CommonTerms`]) and
-//! not counted again, as `local` does: a term only becomes rarer through
-//! retire or forget, and forget clears what this replica remembered.
+//! Each query term's document count in the scope (turns plus active
+//! memories) is read from `term_docs` (schema migration 2, kept exact by
+//! triggers in every writing transaction), one index lookup per term in one
+//! statement. Terms absent from the scope are dropped; the rarest terms are
+//! kept while their counts together stay within the budget, and the most
+//! common are left out (they carry the least weight). When even the rarest
+//! term is over the budget the query has no discriminating word: the newest
+//! documents holding the two rarest terms together are taken, else those
+//! holding the rarest alone, without scores; when the rarest term is so
+//! common that a window of the scope's newest turns holds enough of it, only
+//! that window is read ([`Walk`]). The counts are exact, so a
+//! term that retire or forget made rare again is planned as rare at once.
 
 use crate::backend::{PostgresBackend, Scope};
 use crate::terms::{all_of, any_of, quoted, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::Result;
 pub use memgate_store::ranking::POSTINGS_BUDGET;
-use std::collections::HashSet;
-use std::sync::Mutex;
-
-/// Most (scope, term) verdicts [`CommonTerms`] keeps before it starts over.
-const MAX_COMMON_TERMS: usize = 100_000;
 
 /// What the ranking asks PostgreSQL for (a `to_tsquery` input each).
 #[derive(Debug, PartialEq)]
@@ -34,60 +30,67 @@ pub enum Plan {
     Newest {
         first: String,
         fallback: Option<String>,
+        /// How many documents hold the rarest term.
+        rarest_docs: usize,
+        /// The id span of the scope's turns (≥ their number).
+        span: usize,
     },
 }
 
-/// (user, peer, term) triples known to match more than [`POSTINGS_BUDGET`]
-/// documents of their scope.
-#[derive(Debug, Default)]
-pub struct CommonTerms(Mutex<HashSet<(String, String, String)>>);
+/// How a newest-first plan reaches its turns: whichever reads fewer rows.
+#[derive(Debug, PartialEq)]
+pub enum Walk {
+    /// The index: every posting of the plan's terms, the newest matches kept.
+    Postings,
+    /// Only the scope's newest `rows` turns, where the rarest term is
+    /// expected [`NEWEST_COVER`] times as often as the pool needs.
+    Recent { rows: i64 },
+}
 
-impl CommonTerms {
-    fn key(scope: &Scope, term: &str) -> (String, String, String) {
-        (scope.user.clone(), scope.peer.clone(), term.to_owned())
-    }
+/// How many times the pool a [`Walk::Recent`] window is expected to hold.
+pub const NEWEST_COVER: usize = 4;
 
-    fn contains(&self, scope: &Scope, term: &str) -> bool {
-        self.lock().contains(&Self::key(scope, term))
-    }
-
-    fn insert(&self, scope: &Scope, term: &str) {
-        let mut set = self.lock();
-        if set.len() >= MAX_COMMON_TERMS {
-            set.clear();
+impl Walk {
+    /// The cheaper walk to `pool` newest matches of a term held by `docs`
+    /// of `span` turns: its postings cost `docs` rows, a window of the
+    /// newest turns `NEWEST_COVER × pool × span / docs`. Either is at most
+    /// about `sqrt(NEWEST_COVER × pool × span)` rows, so the cost grows with
+    /// the square root of the scope, not with it. The window is an
+    /// approximation: matches older than it are not seen.
+    pub fn for_newest(docs: usize, span: usize, pool: usize) -> Self {
+        let window = (NEWEST_COVER * pool * span).div_ceil(docs.max(1)).max(pool);
+        if window < docs {
+            Walk::Recent {
+                rows: window as i64,
+            }
+        } else {
+            Walk::Postings
         }
-        set.insert(Self::key(scope, term));
-    }
-
-    /// Forgets every verdict (after an erasure made terms rarer).
-    pub fn clear(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String, String)>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// Counts each of `$3` (quoted terms) in the scope of (`$1`, `$2`), each
-/// table stopping at the budget + 1; no row at all when the scope is absent.
+/// The document count of each of `$3` (folded terms) in the scope of
+/// (`$1`, `$2`), in order: the count of the term's lexeme (the `english`
+/// stemming documents get) in `term_docs`; no row at all when the scope is
+/// absent. The second column is the id span of the scope's turns (two
+/// probes of `turns_by_scope`), which [`Walk::for_newest`] weighs.
 fn count_sql() -> String {
-    let over = POSTINGS_BUDGET + 1;
-    let q = format!("to_tsquery('{TEXT_SEARCH_CONFIG}', q.term)");
     format!(
-        "SELECT (SELECT count(*) FROM (SELECT 1 FROM turns
-                    WHERE scope_id = s.id AND search @@ {q} LIMIT {over}) t)
-              + (SELECT count(*) FROM (SELECT 1 FROM memories
-                    WHERE scope_id = s.id AND state = 'active' AND search @@ {q} LIMIT {over}) m)
+        "SELECT coalesce((SELECT max(d.docs) FROM term_docs d
+                          WHERE d.scope_id = s.id
+                            AND d.lexeme = ANY(tsvector_to_array(
+                                to_tsvector('{TEXT_SEARCH_CONFIG}', q.term)))), 0),
+                coalesce((SELECT max(id) FROM turns WHERE scope_id = s.id)
+                         - (SELECT min(id) FROM turns WHERE scope_id = s.id) + 1, 0)
          FROM (SELECT id FROM scopes WHERE user_id = $1 AND peer = $2) s,
               unnest($3::text[]) WITH ORDINALITY AS q(term, ord)
          ORDER BY q.ord"
     )
 }
 
-/// The plan for counted terms, in query order (see the module doc); `None`
-/// when no term occurs in the scope.
-pub fn choose(counted: &[(usize, &str)]) -> Option<Plan> {
+/// The plan for counted terms, in query order (see the module doc), in a
+/// scope whose turns span `span` ids; `None` when no term occurs in the scope.
+pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
     let mut present: Vec<(usize, &str)> = counted.iter().copied().filter(|(n, _)| *n > 0).collect();
     if present.is_empty() {
         return None;
@@ -106,58 +109,41 @@ pub fn choose(counted: &[(usize, &str)]) -> Option<Plan> {
     if !kept.is_empty() {
         return Some(Plan::Scored(any_of(&kept)));
     }
-    let rarest = quoted(present[0].1);
-    Some(match present.get(1) {
-        Some((_, second)) => Plan::Newest {
-            first: all_of(&[present[0].1, second]),
-            fallback: Some(rarest),
-        },
-        None => Plan::Newest {
-            first: rarest,
-            fallback: None,
-        },
+    let (rarest_docs, rarest_term) = present[0];
+    let (first, fallback) = match present.get(1) {
+        Some((_, second)) => (all_of(&[rarest_term, second]), Some(quoted(rarest_term))),
+        None => (quoted(rarest_term), None),
+    };
+    Some(Plan::Newest {
+        first,
+        fallback,
+        rarest_docs,
+        span,
     })
 }
 
 impl PostgresBackend {
-    /// Plans `terms` in `scope`: counts the terms not already known to be
-    /// common (one statement), remembers the common ones, then [`choose`]s.
+    /// Plans `terms` in `scope`: reads their counts (one statement), then
+    /// [`choose`]s.
     pub(crate) async fn plan(
         &self,
         c: &impl GenericClient,
         scope: &Scope,
         terms: &[String],
     ) -> Result<Option<Plan>> {
-        let over = POSTINGS_BUDGET + 1;
-        let unknown: Vec<String> = terms
-            .iter()
-            .filter(|t| !self.common.contains(scope, t))
-            .map(|t| quoted(t))
-            .collect();
-        let mut counts = std::collections::HashMap::new();
-        if !unknown.is_empty() {
-            let rows = self
-                .rows(c, &count_sql(), &[&scope.user, &scope.peer, &unknown])
-                .await?;
-            if rows.is_empty() {
-                return Ok(None); // no such scope: nothing stored yet
-            }
-            for (row, term) in rows.iter().zip(&unknown) {
-                let n = (row.get::<_, i64>(0) as usize).min(over);
-                counts.insert(&term[1..term.len() - 1], n);
-            }
+        let rows = self
+            .rows(c, &count_sql(), &[&scope.user, &scope.peer, &terms])
+            .await?;
+        if rows.is_empty() {
+            return Ok(None); // no such scope: nothing stored yet
         }
-        let counted: Vec<(usize, &str)> = terms
+        let counted: Vec<(usize, &str)> = rows
             .iter()
-            .map(|t| {
-                let n = counts.get(t.as_str()).copied().unwrap_or(over);
-                if n > POSTINGS_BUDGET {
-                    self.common.insert(scope, t);
-                }
-                (n, t.as_str())
-            })
+            .zip(terms)
+            .map(|(row, term)| (row.get::<_, i64>(0).max(0) as usize, term.as_str()))
             .collect();
-        Ok(choose(&counted))
+        let span = rows[0].get::<_, i64>(1).max(0) as usize;
+        Ok(choose(&counted, span))
     }
 }
 
@@ -167,14 +153,17 @@ mod tests {
 
     #[test]
     fn absent_terms_are_dropped_and_rare_ones_kept_within_the_budget() {
-        assert_eq!(choose(&[(0, "a"), (0, "b")]), None);
+        assert_eq!(choose(&[(0, "a"), (0, "b")], 10), None);
         assert_eq!(
-            choose(&[(500, "common"), (0, "absent"), (3, "rare"), (90, "mid")]),
+            choose(
+                &[(500, "common"), (0, "absent"), (3, "rare"), (90, "mid")],
+                1000
+            ),
             Some(Plan::Scored("'rare' | 'mid' | 'common'".to_owned()))
         );
         // 3 + 90 + 550 is over the budget: the most common term is left out.
         assert_eq!(
-            choose(&[(550, "common"), (3, "rare"), (90, "mid")]),
+            choose(&[(550, "common"), (3, "rare"), (90, "mid")], 1000),
             Some(Plan::Scored("'rare' | 'mid'".to_owned()))
         );
     }
@@ -182,18 +171,40 @@ mod tests {
     #[test]
     fn only_common_terms_take_the_newest_with_the_two_rarest() {
         assert_eq!(
-            choose(&[(601, "x"), (601, "y"), (601, "z")]),
+            choose(&[(605, "x"), (601, "y"), (700, "z")], 5000),
             Some(Plan::Newest {
-                first: "'x' & 'y'".to_owned(),
-                fallback: Some("'x'".to_owned())
+                first: "'y' & 'x'".to_owned(),
+                fallback: Some("'y'".to_owned()),
+                rarest_docs: 601,
+                span: 5000,
             })
         );
         assert_eq!(
-            choose(&[(601, "x")]),
+            choose(&[(601, "x")], 700),
             Some(Plan::Newest {
                 first: "'x'".to_owned(),
-                fallback: None
+                fallback: None,
+                rarest_docs: 601,
+                span: 700,
             })
         );
+    }
+
+    #[test]
+    fn newest_walks_read_the_fewer_rows() {
+        // 700 of 1 000 000 turns: the postings (700 rows) beat a window of
+        // 4 × 30 × 1e6 / 700 ≈ 171 429 rows.
+        assert_eq!(Walk::for_newest(700, 1_000_000, 30), Walk::Postings);
+        // 200 000 of 1 000 000: a window of 600 newest rows.
+        assert_eq!(
+            Walk::for_newest(200_000, 1_000_000, 30),
+            Walk::Recent { rows: 600 }
+        );
+        // Never a window smaller than the pool.
+        assert_eq!(
+            Walk::for_newest(1_000_000, 1_000, 30),
+            Walk::Recent { rows: 30 }
+        );
+        assert_eq!(Walk::for_newest(5, 10, 30), Walk::Postings);
     }
 }

@@ -33,9 +33,10 @@ struct Migration {
 }
 
 /// Ordered schema steps; `schema_version` = how many have been applied.
-const MIGRATIONS: &[Migration] = &[Migration {
-    name: "scopes, explicit memories with history, captured turns, full-text indexes",
-    sql: "CREATE EXTENSION IF NOT EXISTS btree_gin;
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "scopes, explicit memories with history, captured turns, full-text indexes",
+        sql: "CREATE EXTENSION IF NOT EXISTS btree_gin;
           CREATE TABLE scopes (
               id      bigserial PRIMARY KEY,
               user_id text NOT NULL,
@@ -88,7 +89,99 @@ const MIGRATIONS: &[Migration] = &[Migration {
           );
           CREATE INDEX turns_by_scope ON turns (scope_id, id);
           CREATE INDEX turns_search ON turns USING gin (scope_id, search);",
-}];
+    },
+    Migration {
+        name: "per-scope document frequency of each lexeme, kept by triggers",
+        sql: TERM_DOCS,
+    },
+];
+
+/// Migration 2: `term_docs` holds, per scope, how many turns and active
+/// memories contain each lexeme, so recall planning reads a term's count in
+/// one index lookup instead of walking its postings. Statement triggers on
+/// both tables keep it exact in the writing transaction, whatever writes
+/// (capture, remember, revise, retire, import, forget); an existing schema is
+/// counted in place.
+const TERM_DOCS: &str = r#"
+CREATE TABLE term_docs (
+    scope_id bigint NOT NULL REFERENCES scopes(id) ON DELETE CASCADE,
+    lexeme   text NOT NULL,
+    docs     bigint NOT NULL,
+    PRIMARY KEY (scope_id, lexeme)
+);
+-- Adds `deltas[i]` (negative: removes) to the count of (`scope_ids[i]`, `terms[i]`),
+-- in key order so concurrent writers lock shared rows in one order; a count
+-- reaching zero is deleted, so no word of erased text stays behind.
+CREATE FUNCTION term_docs_add(scope_ids bigint[], terms text[], deltas bigint[])
+RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $f$
+    INSERT INTO term_docs AS t (scope_id, lexeme, docs)
+    SELECT s, l, d FROM unnest(scope_ids, terms, deltas) AS x(s, l, d)
+    ORDER BY s, l
+    ON CONFLICT (scope_id, lexeme) DO UPDATE SET docs = t.docs + excluded.docs;
+    DELETE FROM term_docs t USING unnest(scope_ids, terms, deltas) AS x(s, l, d)
+    WHERE d < 0 AND t.scope_id = s AND t.lexeme = l AND t.docs <= 0;
+$f$;
+-- The statement-level trigger of turns and memories: counts each distinct
+-- lexeme of the rows a statement added (+1) or removed (-1); for memories,
+-- only active rows count, so a retire or revise moves the counts too.
+CREATE FUNCTION count_terms() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
+DECLARE
+    s bigint[]; l text[]; d bigint[];
+BEGIN
+    IF TG_TABLE_NAME = 'turns' AND TG_OP = 'INSERT' THEN
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, count(*) AS n
+              FROM new_rows, unnest(tsvector_to_array(search)) AS lexeme GROUP BY 1, 2) c;
+    ELSIF TG_TABLE_NAME = 'turns' THEN
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(-n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, count(*) AS n
+              FROM old_rows, unnest(tsvector_to_array(search)) AS lexeme GROUP BY 1, 2) c;
+    ELSIF TG_OP = 'INSERT' THEN
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, count(*) AS n
+              FROM new_rows, unnest(tsvector_to_array(search)) AS lexeme
+              WHERE state = 'active' GROUP BY 1, 2) c;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(-n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, count(*) AS n
+              FROM old_rows, unnest(tsvector_to_array(search)) AS lexeme
+              WHERE state = 'active' GROUP BY 1, 2) c;
+    ELSE
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, sum(n)::bigint AS n
+              FROM (SELECT scope_id, search, 1 AS n FROM new_rows WHERE state = 'active'
+                    UNION ALL
+                    SELECT scope_id, search, -1 FROM old_rows WHERE state = 'active') r,
+                   unnest(tsvector_to_array(search)) AS lexeme
+              GROUP BY 1, 2 HAVING sum(n) <> 0) c;
+    END IF;
+    IF s IS NOT NULL THEN
+        PERFORM term_docs_add(s, l, d);
+    END IF;
+    RETURN NULL;
+END
+$f$;
+CREATE TRIGGER turns_added AFTER INSERT ON turns
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION count_terms();
+CREATE TRIGGER turns_removed AFTER DELETE ON turns
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION count_terms();
+CREATE TRIGGER memories_added AFTER INSERT ON memories
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION count_terms();
+CREATE TRIGGER memories_removed AFTER DELETE ON memories
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION count_terms();
+CREATE TRIGGER memories_changed AFTER UPDATE ON memories
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION count_terms();
+-- The counts of what is already stored (the triggers above hold off writers
+-- until this transaction commits, so none is missed).
+INSERT INTO term_docs (scope_id, lexeme, docs)
+SELECT scope_id, lexeme, count(*)
+FROM (SELECT scope_id, search FROM turns
+      UNION ALL
+      SELECT scope_id, search FROM memories WHERE state = 'active') r,
+     unnest(tsvector_to_array(search)) AS lexeme
+GROUP BY 1, 2;
+"#;
 
 /// The schema version this code writes and understands.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
