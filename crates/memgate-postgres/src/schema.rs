@@ -36,7 +36,11 @@ struct Migration {
 const MIGRATIONS: &[Migration] = &[
     Migration {
         name: "scopes, explicit memories with history, captured turns, full-text indexes",
-        sql: "CREATE EXTENSION IF NOT EXISTS btree_gin;
+        // The extension lives in `public`, not in memgate's schema (the
+        // first on the search_path): there, dropping one memgate schema
+        // dropped the extension and, by cascade, the GIN indexes of every
+        // other schema of the database.
+        sql: "CREATE EXTENSION IF NOT EXISTS btree_gin SCHEMA public;
           CREATE TABLE scopes (
               id      bigserial PRIMARY KEY,
               user_id text NOT NULL,

@@ -161,3 +161,46 @@ async fn the_password_reaches_no_error_and_no_debug_output() {
     let e = b.warm().await.unwrap_err();
     assert!(!format!("{e} {e:?}").contains(&password), "{e}");
 }
+
+/// Two memgate schemas in one database share `btree_gin`; dropping one
+/// schema must leave the extension, and the other schema's GIN indexes, in
+/// place (it used to be created in the first schema's namespace).
+#[tokio::test]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn dropping_one_memgate_schema_leaves_the_others_indexes() {
+    let dsn = common::dsn();
+    let (first, second) = (
+        common::unique_schema("drop_first"),
+        common::unique_schema("drop_second"),
+    );
+    for schema in [&first, &second] {
+        common::backend(&dsn, schema).migrate().await.unwrap();
+    }
+    let gin_indexes = |schema: &str| {
+        format!(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema}' \
+             AND indexdef LIKE '%USING gin%'"
+        )
+    };
+    let before = count(&dsn, &gin_indexes(&second)).await;
+    assert!(before > 0, "the schema has GIN indexes");
+    sql(&dsn, &format!("DROP SCHEMA {first} CASCADE")).await;
+    assert_eq!(count(&dsn, &gin_indexes(&second)).await, before);
+    assert_eq!(
+        count(
+            &dsn,
+            "SELECT count(*) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace \
+             WHERE e.extname = 'btree_gin' AND n.nspname = 'public'"
+        )
+        .await,
+        1
+    );
+    let b = common::backend(&dsn, &second);
+    b.remember(
+        &Caller::new("alice"),
+        &RememberRequest::new("fact", "the hive is on the roof").unwrap(),
+    )
+    .await
+    .unwrap();
+    sql(&dsn, &format!("DROP SCHEMA {second} CASCADE")).await;
+}
