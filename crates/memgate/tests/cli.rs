@@ -6,20 +6,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_memgate");
+mod common;
 
-fn memgate(home: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(home)
-        .env("MEMGATE_HOME", home.join("state"))
-        .env_remove("MEMGATE_CONFIG")
-        .env_remove("MEMGATE_URL")
-        .env_remove("MEMGATE_USER")
-        .env_remove("MEMGATE_AGENT")
-        .output()
-        .expect("run memgate")
-}
+use common::{memgate, BIN};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -4,24 +4,13 @@
 //! change, the testkit's real model provider as the previous embedder.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memgate");
+mod common;
+
+use common::memgate;
+
 const LOCAL_MODEL: &str = "all-minilm-l6-v2/384";
-
-/// Runs `memgate` in `home`, whose `config.yaml` (if any) is the config.
-fn memgate(home: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(home)
-        .env("MEMGATE_HOME", home.join("state"))
-        .env_remove("MEMGATE_CONFIG")
-        .env_remove("MEMGATE_URL")
-        .env_remove("MEMGATE_USER")
-        .env_remove("MEMGATE_AGENT")
-        .output()
-        .expect("run memgate")
-}
 
 fn text(o: &Output) -> String {
     format!(
