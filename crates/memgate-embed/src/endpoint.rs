@@ -12,37 +12,25 @@
 //! runtime on a scoped thread, so it can be called from anywhere.
 
 use crate::{normalize, EmbedError, Embedder, Result};
+use memgate_core::Secret;
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 
 /// Settings of an endpoint embedder.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct EndpointConfig {
     /// Base URL including the API version, without a trailing `/embeddings`.
     pub url: String,
     /// The model name sent with every request.
     pub model: String,
     /// Bearer token, if the endpoint needs one (never logged or shown).
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// `dimensions` to ask for (models that support shortening).
     pub dimensions: Option<usize>,
     /// Total deadline of one `embed` call.
     pub deadline: Duration,
     /// Most texts per request.
     pub batch: usize,
-}
-
-impl std::fmt::Debug for EndpointConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EndpointConfig")
-            .field("url", &self.url)
-            .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("dimensions", &self.dimensions)
-            .field("deadline", &self.deadline)
-            .field("batch", &self.batch)
-            .finish()
-    }
 }
 
 /// See the module doc.
@@ -132,7 +120,7 @@ impl EndpointEmbedder {
         }
         let mut request = self.client.post(self.endpoint()).json(&body);
         if let Some(key) = &self.config.api_key {
-            request = request.bearer_auth(key);
+            request = request.bearer_auth(key.expose());
         }
         let call = async {
             let response = request
@@ -277,7 +265,7 @@ mod tests {
         let config = EndpointConfig {
             url: "http://127.0.0.1:9".into(),
             model: "m".into(),
-            api_key: Some("sk-secret-value".into()),
+            api_key: Some(Secret::new("sk-secret-value")),
             dimensions: None,
             deadline: Duration::from_millis(100),
             batch: 8,

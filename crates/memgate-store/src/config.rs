@@ -100,7 +100,7 @@ pub struct LocalConfig {
 }
 
 /// Which embedder hybrid recall uses (`backend_config.embedder`).
-#[derive(Clone, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EmbedderSettings {
     /// all-MiniLM-L6-v2 in-process, from a model directory.
@@ -110,38 +110,11 @@ pub enum EmbedderSettings {
         url: String,
         model: String,
         #[serde(skip)]
-        api_key: Option<String>,
+        api_key: Option<memgate_core::Secret>,
         dimensions: Option<usize>,
         deadline: Duration,
         batch: usize,
     },
-}
-
-impl std::fmt::Debug for EmbedderSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Local { model_path } => f
-                .debug_struct("Local")
-                .field("model_path", model_path)
-                .finish(),
-            Self::Endpoint {
-                url,
-                model,
-                api_key,
-                dimensions,
-                deadline,
-                batch,
-            } => f
-                .debug_struct("Endpoint")
-                .field("url", url)
-                .field("model", model)
-                .field("api_key", &api_key.as_ref().map(|_| "<redacted>"))
-                .field("dimensions", dimensions)
-                .field("deadline", deadline)
-                .field("batch", batch)
-                .finish(),
-        }
-    }
 }
 
 impl EmbedderSettings {
@@ -226,7 +199,7 @@ impl EmbedderSettings {
                 Ok(Self::Endpoint {
                     url,
                     model: text("model", true)?.unwrap_or_default(),
-                    api_key: text("api_key", false)?,
+                    api_key: memgate_core::Secret::from_setting(text("api_key", false)?),
                     dimensions,
                     deadline: Duration::from_millis(number(
                         "deadline_ms",

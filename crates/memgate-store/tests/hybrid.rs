@@ -241,7 +241,7 @@ fn an_unreachable_endpoint_is_lexical_within_its_deadline() {
     let endpoint = EndpointEmbedder::new(EndpointConfig {
         url: format!("http://127.0.0.1:{port}/v1"),
         model: "fake-embed".into(),
-        api_key: Some("sk-never-shown".into()),
+        api_key: Some(memgate_core::Secret::new("sk-never-shown")),
         dimensions: None,
         deadline: Duration::from_millis(300),
         batch: 8,
