@@ -85,6 +85,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each [$(#[$attr])*] $subject; redaction;
             captured_secrets_are_stored_and_recalled_as_placeholders,
             remembering_a_secret_is_refused_and_a_mention_is_redacted,
+            revising_with_a_secret_is_refused_and_a_mention_is_redacted,
             redaction_keeps_signatures_over_the_original_message,
         );
     };

@@ -9,8 +9,8 @@
 
 use crate::Subject;
 use memgate_core::{
-    Caller, CaptureKind, CaptureRequest, Message, RecallRequest, RememberOutcome, RememberRequest,
-    SearchQuery,
+    Caller, CaptureKind, CaptureRequest, FactPatch, Message, RecallRequest, RememberOutcome,
+    RememberRequest, SearchQuery,
 };
 
 /// Shaped like an OpenAI project key (fake, never issued).
@@ -132,6 +132,51 @@ pub async fn remembering_a_secret_is_refused_and_a_mention_is_redacted(s: &impl 
     for hit in &hits {
         assert_no_secret("a search hit", &hit.content);
     }
+}
+
+/// A revision is an explicit save too: its text is redacted the same way,
+/// a revision that *is* a secret is refused, and the entry keeps its last
+/// good version.
+pub async fn revising_with_a_secret_is_refused_and_a_mention_is_redacted(s: &impl Subject) {
+    let b = s.fresh().await.backend;
+    let citation = match b
+        .remember(
+            &alice(),
+            &RememberRequest::new("fact", "billing reads its key from the vault").unwrap(),
+        )
+        .await
+        .unwrap()
+    {
+        RememberOutcome::Stored { citation } => citation.0,
+        other => panic!("a plain save is stored, got {other:?}"),
+    };
+    let bare = FactPatch {
+        text: Some(API_KEY.to_owned()),
+        ..FactPatch::default()
+    };
+    let refusal = b.revise_fact(&alice(), &citation, &bare).await.unwrap_err();
+    assert!(refusal.to_string().contains("secret"), "{refusal}");
+    assert_no_secret("the refusal", &refusal.to_string());
+    let kept = b.get_fact(&alice(), &citation).await.unwrap();
+    assert_eq!(
+        (kept.version, kept.text.as_str()),
+        (1, "billing reads its key from the vault")
+    );
+
+    let mention = FactPatch {
+        text: Some(format!("billing reads {API_KEY} from the vault")),
+        ..FactPatch::default()
+    };
+    let revised = b.revise_fact(&alice(), &citation, &mention).await.unwrap();
+    assert_eq!(
+        (revised.version, revised.text),
+        (
+            2,
+            format!("billing reads {API_KEY_PLACEHOLDER} from the vault")
+        )
+    );
+    let stored = b.get_fact(&alice(), &citation).await.unwrap();
+    assert_no_secret("the revised entry", &stored.text);
 }
 
 pub async fn redaction_keeps_signatures_over_the_original_message(s: &impl Subject) {

@@ -126,3 +126,76 @@ pub struct ImportReport {
     pub turns_imported: usize,
     pub turns_already_present: usize,
 }
+
+/// The history rules every backend that keeps explicit memories applies in
+/// the same way, so `local` and `postgres` cannot drift: what a revision
+/// may change, how a version advances, and the conflicts it names.
+pub mod history {
+    use super::{Fact, FactPatch, FactState};
+    use crate::redaction::redact_remember;
+    use crate::time::now_rfc3339;
+    use crate::{MemoryError, RememberRequest, Result};
+    use memgate_redact::Redactor;
+
+    /// A patch must change something.
+    pub fn check_patch(patch: &FactPatch) -> Result<()> {
+        if patch.kind.is_none() && patch.text.is_none() {
+            return Err(MemoryError::invalid("patch", "must set `kind` or `text`"));
+        }
+        Ok(())
+    }
+
+    /// The entry `patch` turns `current` into, or `None` when the result
+    /// equals it. The new text is redacted like an explicit save; a text
+    /// that *is* a secret is refused, retired memories cannot be revised.
+    pub fn revision(
+        current: &Fact,
+        patch: &FactPatch,
+        redactor: &Redactor,
+    ) -> Result<Option<RememberRequest>> {
+        if current.state == FactState::Retired {
+            return Err(MemoryError::Conflict(format!(
+                "{} is retired; retired memories cannot be revised",
+                current.id
+            )));
+        }
+        let revised = RememberRequest::new(
+            patch.kind.as_deref().unwrap_or(&current.kind),
+            patch.text.as_deref().unwrap_or(&current.text),
+        )?;
+        let revised = redact_remember(redactor, &revised).map_err(|_| {
+            MemoryError::invalid("text", "is a secret; memory does not keep secrets")
+        })?;
+        let unchanged = revised.kind == current.kind && revised.text == current.text;
+        Ok((!unchanged).then_some(revised))
+    }
+
+    /// The conflict of a revision that would equal another active entry.
+    pub fn duplicate_of(current: &Fact, other: &str) -> MemoryError {
+        MemoryError::Conflict(format!(
+            "the revision of {} would duplicate active memory {other}",
+            current.id
+        ))
+    }
+
+    /// The next version of `current` with `revised`'s kind and text.
+    pub fn revised(current: Fact, revised: RememberRequest) -> Fact {
+        Fact {
+            kind: revised.kind,
+            text: revised.text,
+            version: current.version + 1,
+            updated_at: now_rfc3339(),
+            ..current
+        }
+    }
+
+    /// The next version of `current`, retired; `None` when it already is.
+    pub fn retired(current: &Fact) -> Option<Fact> {
+        (current.state != FactState::Retired).then(|| Fact {
+            state: FactState::Retired,
+            version: current.version + 1,
+            updated_at: now_rfc3339(),
+            ..current.clone()
+        })
+    }
+}

@@ -11,6 +11,7 @@
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
 use crate::terms::search_vector;
 use deadpool_postgres::GenericClient;
+use memgate_core::facts::history;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
@@ -332,9 +333,7 @@ impl PostgresBackend {
         id: &str,
         patch: &FactPatch,
     ) -> Result<Fact> {
-        if patch.kind.is_none() && patch.text.is_none() {
-            return Err(MemoryError::invalid("patch", "must set `kind` or `text`"));
-        }
+        history::check_patch(patch)?;
         let row = parse_citation(id).ok_or_else(|| not_found(id))?;
         let scope = Scope::of(caller);
         let mut client = self.client().await?;
@@ -343,19 +342,9 @@ impl PostgresBackend {
             .load_fact(&tx, &scope, row, true)
             .await?
             .ok_or_else(|| not_found(id))?;
-        if current.state == FactState::Retired {
-            return Err(MemoryError::Conflict(format!(
-                "{} is retired; retired memories cannot be revised",
-                current.id
-            )));
-        }
-        let revised = RememberRequest::new(
-            patch.kind.as_deref().unwrap_or(&current.kind),
-            patch.text.as_deref().unwrap_or(&current.text),
-        )?;
-        if revised.kind == current.kind && revised.text == current.text {
+        let Some(revised) = history::revision(&current, patch, &self.redactor)? else {
             return Ok(current);
-        }
+        };
         let scope_id: i64 = self
             .row(&tx, "SELECT scope_id FROM memories WHERE id = $1", &[&row])
             .await?
@@ -364,19 +353,9 @@ impl PostgresBackend {
             .find_active(&tx, scope_id, &revised.kind, &revised.text)
             .await?
         {
-            return Err(MemoryError::Conflict(format!(
-                "the revision of {} would duplicate active memory {}",
-                current.id,
-                citation(other)
-            )));
+            return Err(history::duplicate_of(&current, &citation(other)));
         }
-        let next = Fact {
-            kind: revised.kind,
-            text: revised.text,
-            version: current.version + 1,
-            updated_at: now_rfc3339(),
-            ..current
-        };
+        let next = history::revised(current, revised);
         self.update_fact(&tx, row, &next).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
         Ok(next)
@@ -392,14 +371,8 @@ impl PostgresBackend {
             .load_fact(&tx, &scope, row, true)
             .await?
             .ok_or_else(|| not_found(id))?;
-        if current.state == FactState::Retired {
+        let Some(next) = history::retired(&current) else {
             return Ok(current);
-        }
-        let next = Fact {
-            state: FactState::Retired,
-            version: current.version + 1,
-            updated_at: now_rfc3339(),
-            ..current
         };
         self.update_fact(&tx, row, &next).await?;
         tx.commit().await.map_err(|e| self.err(e))?;

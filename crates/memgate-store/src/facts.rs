@@ -12,6 +12,7 @@ use crate::index::IndexWrites;
 use crate::schema::db_error;
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
+use memgate_core::facts::history;
 use memgate_core::redaction::redact_remember;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
@@ -256,44 +257,19 @@ impl MemoryStore {
     /// Retired memories cannot be revised; a revision that would duplicate
     /// another active memory is a conflict.
     pub fn revise_fact(&self, caller: &Caller, id: &str, patch: &FactPatch) -> Result<Fact> {
-        if patch.kind.is_none() && patch.text.is_none() {
-            return Err(MemoryError::invalid("patch", "must set `kind` or `text`"));
-        }
+        history::check_patch(patch)?;
         let key = ScopeKey::of(caller);
         let row = parse_citation(id).ok_or_else(|| not_found(id))?;
         self.write(|tx, index| {
             let scope = key.find(tx)?.ok_or_else(|| not_found(id))?;
             let current = load(tx, scope, row)?.ok_or_else(|| not_found(id))?;
-            if current.state == FactState::Retired {
-                return Err(MemoryError::Conflict(format!(
-                    "{} is retired; retired memories cannot be revised",
-                    current.id
-                )));
-            }
-            let revised = RememberRequest::new(
-                patch.kind.as_deref().unwrap_or(&current.kind),
-                patch.text.as_deref().unwrap_or(&current.text),
-            )?;
-            let revised = redact_remember(&self.redactor, &revised).map_err(|_| {
-                MemoryError::invalid("text", "is a secret; memory does not keep secrets")
-            })?;
-            if revised.kind == current.kind && revised.text == current.text {
+            let Some(revised) = history::revision(&current, patch, &self.redactor)? else {
                 return Ok(current);
-            }
-            if let Some(other) = find_active(tx, scope, &revised.kind, &revised.text)? {
-                return Err(MemoryError::Conflict(format!(
-                    "the revision of {} would duplicate active memory {}",
-                    current.id,
-                    citation(other)
-                )));
-            }
-            let next = Fact {
-                kind: revised.kind,
-                text: revised.text,
-                version: current.version + 1,
-                updated_at: now_rfc3339(),
-                ..current
             };
+            if let Some(other) = find_active(tx, scope, &revised.kind, &revised.text)? {
+                return Err(history::duplicate_of(&current, &citation(other)));
+            }
+            let next = history::revised(current, revised);
             update(tx, row, &next)?;
             index.remove_memory(row);
             index.add_memory(scope, row, &next.kind, &next.text);
@@ -309,14 +285,8 @@ impl MemoryStore {
         self.write(|tx, index| {
             let scope = key.find(tx)?.ok_or_else(|| not_found(id))?;
             let current = load(tx, scope, row)?.ok_or_else(|| not_found(id))?;
-            if current.state == FactState::Retired {
+            let Some(next) = history::retired(&current) else {
                 return Ok(current);
-            }
-            let next = Fact {
-                state: FactState::Retired,
-                version: current.version + 1,
-                updated_at: now_rfc3339(),
-                ..current
             };
             update(tx, row, &next)?;
             index.remove_memory(row);
