@@ -410,7 +410,8 @@ impl TranscriptCursor {
     ///    offset first; a match ends at the returned count.
     /// 3. No cursor yet: 0. Anything else: `None`.
     pub fn matching_prefix_count<S: AsRef<str>>(&self, signatures: &[S]) -> Option<usize> {
-        self.matching_prefix(signatures).map(|prefix| prefix.absorbed())
+        self.matching_prefix(signatures)
+            .map(|prefix| prefix.absorbed())
     }
 
     /// [`matching_prefix_count`](Self::matching_prefix_count) as the running
@@ -550,9 +551,9 @@ fn push_digest(out: &mut String, d: Option<&str>) {
 /// A JSON string; signatures (hex) are copied as they are. The check has
 /// no early exit, so it runs vectorized (cursors hold thousands of them).
 fn push_json_string(out: &mut String, s: &str) {
-    let plain = s
-        .bytes()
-        .fold(true, |plain, b| plain & (b >= 0x20) & (b != b'"') & (b != b'\\'));
+    let plain = s.bytes().fold(true, |plain, b| {
+        plain & (b >= 0x20) & (b != b'"') & (b != b'\\')
+    });
     if plain {
         out.push('"');
         out.push_str(s);

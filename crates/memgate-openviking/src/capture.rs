@@ -573,8 +573,14 @@ pub async fn capture_session(
         // shutdown waits for the save.
         let _lock = guard;
         let sid = target.session_id.as_str();
-        let recorded =
-            recorder::record(operation.client(), &target.peer, sid, &prepared, pending_len).await;
+        let recorded = recorder::record(
+            operation.client(),
+            &target.peer,
+            sid,
+            &prepared,
+            pending_len,
+        )
+        .await;
         let settled = |mut next: TranscriptCursor, batches: usize| {
             let done = batches
                 .checked_sub(1)

@@ -284,7 +284,9 @@ mod tests {
 
     #[test]
     fn conversion_follows_the_official_adapter() {
-        let human = to_payload(&Message::human("I prefer tea."), "research").unwrap().to_value();
+        let human = to_payload(&Message::human("I prefer tea."), "research")
+            .unwrap()
+            .to_value();
         assert_eq!(
             human,
             json!({"role": "user", "parts": [{"type": "text", "text": "I prefer tea."}], "peer_id": "research"})
@@ -314,7 +316,9 @@ mod tests {
             json!([{"type": "tool", "tool_id": "c1", "tool_name": "search", "tool_output": "boom", "tool_status": "error"}])
         );
         assert_eq!(
-            to_payload(&Message::tool("ok", "c2"), "p").unwrap().to_value()["parts"][0]["tool_status"],
+            to_payload(&Message::tool("ok", "c2"), "p")
+                .unwrap()
+                .to_value()["parts"][0]["tool_status"],
             "completed"
         );
     }
@@ -327,7 +331,9 @@ mod tests {
         assert!(to_payload(&summary, "p").is_none());
         let other_empty = Message::new(Role::new("chat"), "");
         assert!(to_payload(&other_empty, "p").is_none());
-        let other = to_payload(&Message::new(Role::new("chat"), "hi"), "p").unwrap().to_value();
+        let other = to_payload(&Message::new(Role::new("chat"), "hi"), "p")
+            .unwrap()
+            .to_value();
         assert_eq!(other["role"], "assistant");
         // A legacy tool call in additional_kwargs makes an empty AI message recordable.
         let legacy = Message::ai("").with_flag("tool_calls", json!([{"id": "c"}]));
@@ -348,7 +354,10 @@ mod tests {
         ]);
         assert_eq!(adapter_text(&content), "a\nb\nc");
         let m = Message::human(content);
-        assert_eq!(to_payload(&m, "p").unwrap().to_value()["parts"][0]["text"], "a\nb\nc");
+        assert_eq!(
+            to_payload(&m, "p").unwrap().to_value()["parts"][0]["text"],
+            "a\nb\nc"
+        );
     }
 
     #[test]
