@@ -41,7 +41,7 @@
 //! fails closed ([`CursorError`]): replaying an unknown prefix would copy a
 //! private conversation again.
 
-use crate::signature::sequence_digest;
+use crate::signature::{sequence_digest, SequenceHasher};
 use serde_json::{Map, Value};
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -410,17 +410,30 @@ impl TranscriptCursor {
     ///    offset first; a match ends at the returned count.
     /// 3. No cursor yet: 0. Anything else: `None`.
     pub fn matching_prefix_count<S: AsRef<str>>(&self, signatures: &[S]) -> Option<usize> {
+        self.matching_prefix(signatures)
+            .map(|prefix| prefix.absorbed())
+    }
+
+    /// [`matching_prefix_count`](Self::matching_prefix_count) as the running
+    /// digest of the matched prefix (its length is
+    /// [`absorbed`](SequenceHasher::absorbed)), to extend over what follows.
+    pub fn matching_prefix<S: AsRef<str>>(&self, signatures: &[S]) -> Option<SequenceHasher> {
+        let mut running = SequenceHasher::default();
         if let (Some(count), Some(digest)) =
             (self.submitted_prefix_count, &self.submitted_prefix_digest)
         {
             if let Ok(count) = usize::try_from(count) {
                 if count <= signatures.len() {
-                    return (sequence_digest(&signatures[..count]) == *digest).then_some(count);
+                    running.absorb(&signatures[..count]);
+                    return (running.digest() == *digest).then_some(running);
                 }
             }
         }
-        self.window_match(signatures)
-            .or(if self.recorded { None } else { Some(0) })
+        let count = self
+            .window_match(signatures)
+            .or(if self.recorded { None } else { Some(0) })?;
+        running.absorb(&signatures[..count]);
+        Some(running)
     }
 
     /// Where the window, as one contiguous run, ends in `signatures`
@@ -535,9 +548,13 @@ fn push_digest(out: &mut String, d: Option<&str>) {
     }
 }
 
-/// A JSON string; signatures (hex) are copied as they are.
+/// A JSON string; signatures (hex) are copied as they are. The check has
+/// no early exit, so it runs vectorized (cursors hold thousands of them).
 fn push_json_string(out: &mut String, s: &str) {
-    if s.bytes().all(|b| b.is_ascii_alphanumeric()) {
+    let plain = s.bytes().fold(true, |plain, b| {
+        plain & (b >= 0x20) & (b != b'"') & (b != b'\\')
+    });
+    if plain {
         out.push('"');
         out.push_str(s);
         out.push('"');

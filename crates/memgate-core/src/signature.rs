@@ -15,12 +15,11 @@ use std::cell::RefCell;
 /// Lowercase hex of a byte string.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0xf) as usize] as char);
-    }
-    out
+    let digits: Vec<u8> = bytes
+        .iter()
+        .flat_map(|b| [DIGITS[(b >> 4) as usize], DIGITS[(b & 0xf) as usize]])
+        .collect();
+    String::from_utf8(digits).expect("hex digits are ASCII")
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
@@ -119,13 +118,41 @@ fn write_optional(out: &mut String, v: Option<&str>) {
 /// SHA-256 over each signature's UTF-8 length (8-byte big-endian) followed
 /// by its bytes, in order; lowercase hex.
 pub fn sequence_digest<S: AsRef<str>>(signatures: &[S]) -> String {
-    let mut hasher = Sha256::new();
-    for sig in signatures {
-        let bytes = sig.as_ref().as_bytes();
-        hasher.update((bytes.len() as u64).to_be_bytes());
-        hasher.update(bytes);
+    let mut hasher = SequenceHasher::default();
+    hasher.absorb(signatures);
+    hasher.digest()
+}
+
+/// A running [`sequence_digest`]: signatures are absorbed in order and the
+/// digest of what was absorbed so far can be read at any point. A capture
+/// keeps the state at its matched prefix, so the digests of the batch
+/// boundaries and of the whole transcript cost only the signatures after it.
+#[derive(Clone, Debug, Default)]
+pub struct SequenceHasher {
+    hasher: Sha256,
+    absorbed: usize,
+}
+
+impl SequenceHasher {
+    /// Absorbs the next signatures of the list.
+    pub fn absorb<S: AsRef<str>>(&mut self, signatures: &[S]) {
+        for sig in signatures {
+            let bytes = sig.as_ref().as_bytes();
+            self.hasher.update((bytes.len() as u64).to_be_bytes());
+            self.hasher.update(bytes);
+        }
+        self.absorbed += signatures.len();
     }
-    hex(&hasher.finalize())
+
+    /// How many signatures were absorbed (the prefix length).
+    pub fn absorbed(&self) -> usize {
+        self.absorbed
+    }
+
+    /// The [`sequence_digest`] of the absorbed prefix.
+    pub fn digest(&self) -> String {
+        hex(&self.hasher.clone().finalize())
+    }
 }
 
 #[cfg(test)]
@@ -192,6 +219,18 @@ mod tests {
             sequence_digest(&[s1, s2]),
             "17ebe6291916c89416d50310d03ea3cf673e1dee68e9e78bed53cbe834d04b4b"
         );
+    }
+
+    #[test]
+    fn a_running_digest_is_the_digest_of_each_prefix() {
+        let sigs: Vec<String> = (0..7).map(|i| format!("{i:064x}")).collect();
+        let mut running = SequenceHasher::default();
+        assert_eq!(running.digest(), sequence_digest::<&str>(&[]));
+        for (from, to) in [(0, 1), (1, 1), (1, 4), (4, 7)] {
+            running.absorb(&sigs[from..to]);
+            assert_eq!(running.absorbed(), to);
+            assert_eq!(running.digest(), sequence_digest(&sigs[..to]));
+        }
     }
 
     #[test]

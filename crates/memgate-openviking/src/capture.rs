@@ -38,13 +38,13 @@ use crate::recorder::{self, Prepared, RecordError, MAX_BATCH_MESSAGES};
 use memgate_core::cursor::{
     load_cursor, save_cursor_with, BatchMark, CursorError, InFlight, SaveMode, TranscriptCursor,
 };
-use memgate_core::signature::{message_signature, sequence_digest};
+use memgate_core::signature::{message_signature, SequenceHasher};
 use memgate_core::{MemoryError, Message, Redactor, Result};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::fmt::Display;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const PENDING_COMMIT_FAILED: &str =
@@ -62,7 +62,7 @@ const COUNT_FAILED: &str =
     "OpenViking could not be asked how many messages the session holds; nothing was sent";
 
 /// What is new in a transcript, given the cursor.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct CapturePlan {
     /// Signatures of every captured message, in order.
     pub signatures: Vec<String>,
@@ -71,11 +71,18 @@ pub struct CapturePlan {
     pub start: Option<usize>,
     /// Indices of the messages to send, in transcript order.
     pub pending: Vec<usize>,
+    /// The running digest at the matched prefix (`start`): batch
+    /// boundaries and the whole transcript are digested from there.
+    prefix: Option<SequenceHasher>,
+    /// The digest of the whole transcript, once computed (the intent's last
+    /// batch and the completed cursor name the same prefix).
+    whole_digest: OnceLock<String>,
 }
 
 impl CapturePlan {
     pub fn new(cursor: &TranscriptCursor, signatures: Vec<String>) -> Self {
-        let start = cursor.matching_prefix_count(&signatures);
+        let prefix = cursor.matching_prefix(&signatures);
+        let start = prefix.as_ref().map(SequenceHasher::absorbed);
         let pending = match start {
             Some(start) => (start..signatures.len()).collect(),
             None => {
@@ -93,7 +100,22 @@ impl CapturePlan {
             signatures,
             start,
             pending,
+            prefix,
+            whole_digest: OnceLock::new(),
         }
+    }
+
+    /// The running digest of the first `end` signatures (`end` ≥ `start`).
+    fn running_to(&self, end: usize) -> SequenceHasher {
+        let mut running = self.prefix.clone().unwrap_or_default();
+        running.absorb(&self.signatures[running.absorbed()..end]);
+        running
+    }
+
+    fn whole_digest(&self) -> String {
+        self.whole_digest
+            .get_or_init(|| self.running_to(self.signatures.len()).digest())
+            .clone()
     }
 
     fn pending_signatures(&self, count: usize) -> Vec<&str> {
@@ -106,9 +128,9 @@ impl CapturePlan {
     /// The cursor once every pending message is confirmed (or there was
     /// none): the prefix is the whole transcript.
     pub fn completed(&self, cursor: &TranscriptCursor, max_seen: usize) -> TranscriptCursor {
-        let all: Vec<&str> = self.signatures.iter().map(String::as_str).collect();
-        cursor.advanced(
-            Some(&all),
+        let whole = (self.signatures.len() as u64, self.whole_digest());
+        cursor.advanced_to(
+            Some(whole),
             &self.pending_signatures(self.pending.len()),
             max_seen,
             false,
@@ -142,19 +164,37 @@ impl CapturePlan {
     /// messages) when the session held `base_total` messages: one mark per
     /// batch of at most [`MAX_BATCH_MESSAGES`], as the recorder sends them.
     pub fn intent(&self, base_total: u64, prepared: &[Prepared]) -> InFlight {
-        let batches = prepared
+        let ends: Vec<(usize, usize)> = prepared
             .chunks(MAX_BATCH_MESSAGES)
             .scan(0, |payloads, batch| {
                 *payloads += batch.len();
-                let inputs = batch.last().map_or(0, |p| p.input_end);
-                let prefix_digest = self
-                    .start
-                    .map(|start| sequence_digest(&self.signatures[..start + inputs]));
-                Some(BatchMark {
-                    inputs: inputs as u64,
-                    payloads: *payloads as u64,
-                    prefix_digest,
-                })
+                Some((batch.last().map_or(0, |p| p.input_end), *payloads))
+            })
+            .collect();
+        // Every boundary's prefix digest, extending one running digest.
+        let digests: Vec<Option<String>> = match self.start {
+            Some(start) => {
+                let mut running = self.running_to(start);
+                ends.iter()
+                    .map(|&(inputs, _)| {
+                        running.absorb(&self.signatures[running.absorbed()..start + inputs]);
+                        let digest = running.digest();
+                        if running.absorbed() == self.signatures.len() {
+                            let _ = self.whole_digest.set(digest.clone());
+                        }
+                        Some(digest)
+                    })
+                    .collect()
+            }
+            None => vec![None; ends.len()],
+        };
+        let batches = ends
+            .into_iter()
+            .zip(digests)
+            .map(|((inputs, payloads), prefix_digest)| BatchMark {
+                inputs: inputs as u64,
+                payloads: payloads as u64,
+                prefix_digest,
             })
             .collect();
         InFlight {
@@ -508,7 +548,7 @@ pub async fn capture_session(
             // capture whole (its first attempt reads the count).
             Err(cause) => match &target.outbox {
                 Some(outbox) => {
-                    let payloads = prepared.into_iter().map(|p| p.payload).collect();
+                    let payloads = queued_form(&prepared);
                     return queue_plan(&target, outbox, path, &loaded, &cursor, &plan, payloads)
                         .await;
                 }
@@ -522,11 +562,6 @@ pub async fn capture_session(
         },
     };
     let intent = plan.intent(base_total, &prepared);
-    // What the outbox queues if the write fails: exactly what is sent.
-    let spare: Option<Vec<Value>> = target
-        .outbox
-        .as_ref()
-        .map(|_| prepared.iter().map(|p| p.payload.clone()).collect());
     cursor.server_total = Some(base_total);
     let mut with_intent = cursor.clone();
     with_intent.in_flight = Some(intent.clone());
@@ -538,8 +573,14 @@ pub async fn capture_session(
         // shutdown waits for the save.
         let _lock = guard;
         let sid = target.session_id.as_str();
-        let recorded =
-            recorder::record(operation.client(), &target.peer, sid, prepared, pending_len).await;
+        let recorded = recorder::record(
+            operation.client(),
+            &target.peer,
+            sid,
+            &prepared,
+            pending_len,
+        )
+        .await;
         let settled = |mut next: TranscriptCursor, batches: usize| {
             let done = batches
                 .checked_sub(1)
@@ -562,11 +603,11 @@ pub async fn capture_session(
             // stays, and the next capture asks the server.
             Err(RecordError::NothingConfirmed(cause)) => {
                 let failure = write_failure(RECORDING_FAILED, sid, cause);
-                match (&target.outbox, spare) {
-                    (Some(outbox), Some(payloads)) => {
+                match &target.outbox {
+                    Some(outbox) => {
                         let queued = TakeOver {
                             outbox,
-                            payloads,
+                            payloads: queued_form(&prepared),
                             base_total,
                             intent_ms: intent.written_ms,
                         };
@@ -595,15 +636,13 @@ pub async fn capture_session(
                         .map_or(0, |i| i + 1)
                 };
                 let failure = write_failure(PARTIALLY_RECORDED, sid, cause);
-                if let (Some(outbox), Some(payloads), false) =
-                    (&target.outbox, &spare, commit_pending)
-                {
+                if let (Some(outbox), false) = (&target.outbox, commit_pending) {
                     let done = batches
                         .checked_sub(1)
                         .map_or(0, |i| intent.batches[i].payloads as usize);
                     let queued = TakeOver {
                         outbox,
-                        payloads: payloads[done..].to_vec(),
+                        payloads: queued_form(&prepared[done..]),
                         base_total: base_total + done as u64,
                         intent_ms: intent.written_ms,
                     };
@@ -645,6 +684,11 @@ fn prepare(plan: &CapturePlan, captured: &[&Message], target: &CaptureTarget) ->
             })
         })
         .collect()
+}
+
+/// What the outbox queues: exactly what is (or would have been) sent.
+fn queued_form(prepared: &[Prepared]) -> Vec<Value> {
+    prepared.iter().map(|p| p.payload.to_value()).collect()
 }
 
 /// A failed write handed to the outbox: queued (fsynced) first, then the
@@ -725,10 +769,7 @@ async fn queue_behind(
             .with_commit_pending(false);
     }
     let plan = CapturePlan::new(&cursor, signatures);
-    let payloads: Vec<Value> = prepare(&plan, captured, target)
-        .into_iter()
-        .map(|p| p.payload)
-        .collect();
+    let payloads = queued_form(&prepare(&plan, captured, target));
     queue_plan(target, outbox, path, loaded, &cursor, &plan, payloads).await
 }
 
@@ -776,6 +817,7 @@ async fn queue_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memgate_core::signature::sequence_digest;
 
     fn sigs(names: &[&str]) -> Vec<String> {
         names.iter().map(|s| format!("{s:0>64}")).collect()
@@ -814,5 +856,39 @@ mod tests {
         assert_eq!(after.submitted_prefix_count, old.submitted_prefix_count);
         assert_eq!(after.submitted_prefix_digest, old.submitted_prefix_digest);
         assert_eq!(after.submitted_signatures.last().unwrap(), &edited[0]);
+    }
+
+    #[test]
+    fn intent_and_outcome_digest_the_same_prefixes_as_the_cursor() {
+        let names: Vec<String> = (0..260).map(|i| format!("m{i}")).collect();
+        let all = sigs(&names.iter().map(String::as_str).collect::<Vec<_>>());
+        let cursor = TranscriptCursor::default().advanced(Some(&all[..30]), &all[..30], 512, false);
+        let plan = CapturePlan::new(&cursor, all.clone());
+        assert_eq!(plan.start, Some(30));
+        // Every pending message but one (index 40) is recorded.
+        let prepared: Vec<Prepared> = (0..plan.pending.len())
+            .filter(|&k| k != 10)
+            .map(|k| Prepared {
+                payload: to_payload(&Message::human("x"), "p").unwrap(),
+                input_end: k + 1,
+            })
+            .collect();
+        let intent = plan.intent(7, &prepared);
+        let marks: Vec<(u64, u64, Option<String>)> = intent
+            .batches
+            .iter()
+            .map(|b| (b.inputs, b.payloads, b.prefix_digest.clone()))
+            .collect();
+        let expected: Vec<(u64, u64, Option<String>)> = [(101, 100), (201, 200), (230, 229)]
+            .into_iter()
+            .map(|(inputs, payloads)| {
+                let digest = sequence_digest(&all[..30 + inputs as usize]);
+                (inputs, payloads, Some(digest))
+            })
+            .collect();
+        assert_eq!(marks, expected);
+        let done = plan.completed(&cursor, 512);
+        assert_eq!(done.submitted_prefix_count, Some(260));
+        assert_eq!(done.submitted_prefix_digest, Some(sequence_digest(&all)));
     }
 }

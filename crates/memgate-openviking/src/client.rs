@@ -260,16 +260,17 @@ impl OpenVikingClient {
         .await
     }
 
-    /// `POST /api/v1/sessions/{id}/messages/batch` (at most 100 messages).
-    pub async fn add_messages(
+    /// `POST /api/v1/sessions/{id}/messages/batch` (at most 100 messages):
+    /// typed payloads from a capture, queued `Value`s from the outbox.
+    pub async fn add_messages<M: serde::Serialize + Sync>(
         &self,
         peer: &str,
         session_id: &str,
-        messages: &[Value],
+        messages: &[M],
     ) -> Result<Value, WireError> {
         #[derive(serde::Serialize)]
-        struct Batch<'a> {
-            messages: &'a [Value],
+        struct Batch<'a, M> {
+            messages: &'a [M],
         }
         let body = serde_json::to_string(&Batch { messages }).unwrap_or_default();
         self.send(Call {

@@ -14,11 +14,13 @@
 //!
 //! Every payload carries the peer id, so extraction writes peer memory.
 //! Before a payload goes on the wire, [`redact_payload`] replaces secrets in
-//! its parts (text, tool inputs and outputs) with typed placeholders.
+//! its parts (text, tool ids, names, inputs and outputs) with typed
+//! placeholders.
 
 use memgate_core::message::truthy;
 use memgate_core::redaction::redact_json_strings;
 use memgate_core::{Content, Message, Redactor, RoleKind};
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 use serde_json::{json, Map, Value};
 
 /// The adapter's text of a message: a string as is; for blocks, the
@@ -49,12 +51,104 @@ pub fn adapter_text(content: &Content) -> String {
     }
 }
 
-fn text_part(text: String) -> Value {
-    json!({"type": "text", "text": text})
+/// One OpenViking session message as it goes on the wire. Typed instead of
+/// a `serde_json::Value` tree (no map per message and part to build, walk
+/// and drop); fields serialize in sorted key order, so the body is byte for
+/// byte what the same message as a `Value` serializes to (the outbox's
+/// queued form, [`SessionMessage::to_value`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionMessage {
+    pub parts: Vec<Part>,
+    /// The peer whose memory extraction writes (`None` when blank).
+    pub peer_id: Option<String>,
+    /// `user` or `assistant`.
+    pub role: &'static str,
+}
+
+/// One part of a session message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Part {
+    /// `{"text", "type": "text"}`.
+    Text { text: String },
+    /// An AI message's tool call: `tool_status` `pending`.
+    ToolCall {
+        tool_id: String,
+        tool_name: String,
+        tool_input: Value,
+    },
+    /// A tool result: `tool_status` `error` or `completed`.
+    ToolResult {
+        tool_id: String,
+        tool_name: String,
+        tool_output: String,
+        failed: bool,
+    },
+}
+
+impl Serialize for SessionMessage {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let len = 2 + usize::from(self.peer_id.is_some());
+        let mut map = serializer.serialize_struct("SessionMessage", len)?;
+        map.serialize_field("parts", &self.parts)?;
+        match &self.peer_id {
+            Some(peer) => map.serialize_field("peer_id", peer)?,
+            None => map.skip_field("peer_id")?,
+        }
+        map.serialize_field("role", self.role)?;
+        map.end()
+    }
+}
+
+impl Serialize for Part {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Part::Text { text } => {
+                let mut part = serializer.serialize_struct("Part", 2)?;
+                part.serialize_field("text", text)?;
+                part.serialize_field("type", "text")?;
+                part.end()
+            }
+            Part::ToolCall {
+                tool_id,
+                tool_name,
+                tool_input,
+            } => {
+                let mut part = serializer.serialize_struct("Part", 5)?;
+                part.serialize_field("tool_id", tool_id)?;
+                part.serialize_field("tool_input", tool_input)?;
+                part.serialize_field("tool_name", tool_name)?;
+                part.serialize_field("tool_status", "pending")?;
+                part.serialize_field("type", "tool")?;
+                part.end()
+            }
+            Part::ToolResult {
+                tool_id,
+                tool_name,
+                tool_output,
+                failed,
+            } => {
+                let mut part = serializer.serialize_struct("Part", 5)?;
+                part.serialize_field("tool_id", tool_id)?;
+                part.serialize_field("tool_name", tool_name)?;
+                part.serialize_field("tool_output", tool_output)?;
+                let status = if *failed { "error" } else { "completed" };
+                part.serialize_field("tool_status", status)?;
+                part.serialize_field("type", "tool")?;
+                part.end()
+            }
+        }
+    }
+}
+
+impl SessionMessage {
+    /// The message as a JSON value (what the outbox queues).
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
 }
 
 /// The OpenViking payload of one message, or `None` when it is not recorded.
-pub fn to_payload(message: &Message, peer_id: &str) -> Option<Value> {
+pub fn to_payload(message: &Message, peer_id: &str) -> Option<SessionMessage> {
     if message
         .additional_kwargs
         .get("lc_source")
@@ -66,7 +160,7 @@ pub fn to_payload(message: &Message, peer_id: &str) -> Option<Value> {
     let text = adapter_text(&message.content);
     let (role, parts) = match message.role.kind() {
         RoleKind::System => return None,
-        RoleKind::Human => ("user", vec![text_part(text)]),
+        RoleKind::Human => ("user", vec![Part::Text { text }]),
         RoleKind::Ai => {
             let legacy_calls = message
                 .additional_kwargs
@@ -77,40 +171,34 @@ pub fn to_payload(message: &Message, peer_id: &str) -> Option<Value> {
             }
             let mut parts = Vec::with_capacity(1 + message.tool_calls.len());
             if !text.is_empty() {
-                parts.push(text_part(text));
+                parts.push(Part::Text { text });
             }
             for call in &message.tool_calls {
-                let input = match &call.args {
+                let tool_input = match &call.args {
                     Value::Object(o) => Value::Object(o.clone()),
                     Value::Null => Value::Object(Map::new()),
                     other => json!({ "value": other }),
                 };
-                parts.push(json!({
-                    "type": "tool",
-                    "tool_id": call.id.clone().unwrap_or_default(),
-                    "tool_name": call.name,
-                    "tool_input": input,
-                    "tool_status": "pending",
-                }));
+                parts.push(Part::ToolCall {
+                    tool_id: call.id.clone().unwrap_or_default(),
+                    tool_name: call.name.clone(),
+                    tool_input,
+                });
             }
             if parts.is_empty() {
-                parts.push(text_part(String::new()));
+                parts.push(Part::Text {
+                    text: String::new(),
+                });
             }
             ("assistant", parts)
         }
         RoleKind::Tool if message.role.as_str() != "function" => {
-            let status = if message.status.as_deref() == Some("error") {
-                "error"
-            } else {
-                "completed"
+            let part = Part::ToolResult {
+                tool_id: message.tool_call_id.clone().unwrap_or_default(),
+                tool_name: message.name.clone().unwrap_or_default(),
+                tool_output: text,
+                failed: message.status.as_deref() == Some("error"),
             };
-            let part = json!({
-                "type": "tool",
-                "tool_id": message.tool_call_id.clone().unwrap_or_default(),
-                "tool_name": message.name.clone().unwrap_or_default(),
-                "tool_output": text,
-                "tool_status": status,
-            });
             ("assistant", vec![part])
         }
         RoleKind::Tool | RoleKind::Other => {
@@ -122,21 +210,53 @@ pub fn to_payload(message: &Message, peer_id: &str) -> Option<Value> {
             } else {
                 "assistant"
             };
-            (role, vec![text_part(text)])
+            (role, vec![Part::Text { text }])
         }
     };
-    let mut payload = json!({ "role": role, "parts": parts });
-    if !peer_id.trim().is_empty() {
-        payload["peer_id"] = Value::String(peer_id.trim().to_owned());
-    }
-    Some(payload)
+    let peer = peer_id.trim();
+    Some(SessionMessage {
+        parts,
+        peer_id: (!peer.is_empty()).then(|| peer.to_owned()),
+        role,
+    })
 }
 
-/// Replaces secrets in every string of the payload's parts; the message
-/// signature (computed earlier, over the host's message) is unaffected.
-pub fn redact_payload(payload: &mut Value, redactor: &Redactor) {
-    if let Some(parts) = payload.get_mut("parts") {
-        redact_json_strings(redactor, parts);
+/// Replaces secrets in every string a part carries from the host (text,
+/// tool ids and names, tool inputs and outputs); the fixed `type`,
+/// `tool_status` and `role` words are memgate's own and are not scanned.
+/// The message signature (computed earlier, over the host's message) is
+/// unaffected.
+pub fn redact_payload(payload: &mut SessionMessage, redactor: &Redactor) {
+    for part in &mut payload.parts {
+        match part {
+            Part::Text { text } => redact_string(redactor, text),
+            Part::ToolCall {
+                tool_id,
+                tool_name,
+                tool_input,
+            } => {
+                redact_string(redactor, tool_id);
+                redact_string(redactor, tool_name);
+                redact_json_strings(redactor, tool_input);
+            }
+            Part::ToolResult {
+                tool_id,
+                tool_name,
+                tool_output,
+                ..
+            } => {
+                redact_string(redactor, tool_id);
+                redact_string(redactor, tool_name);
+                redact_string(redactor, tool_output);
+            }
+        }
+    }
+}
+
+fn redact_string(redactor: &Redactor, text: &mut String) {
+    let redaction = redactor.redact(text);
+    if !redaction.is_clean() {
+        *text = redaction.text.into_owned();
     }
 }
 
@@ -155,6 +275,7 @@ mod tests {
         )]);
         let mut p = to_payload(&call, "p").unwrap();
         redact_payload(&mut p, &Redactor::default());
+        let p = p.to_value();
         assert!(!p.to_string().contains(key), "{p}");
         assert_eq!(p["parts"][0]["text"], "pushing with [redacted:token]");
         assert_eq!(p["parts"][1]["tool_input"]["token"], "[redacted:token]");
@@ -163,12 +284,14 @@ mod tests {
 
     #[test]
     fn conversion_follows_the_official_adapter() {
-        let human = to_payload(&Message::human("I prefer tea."), "research").unwrap();
+        let human = to_payload(&Message::human("I prefer tea."), "research")
+            .unwrap()
+            .to_value();
         assert_eq!(
             human,
             json!({"role": "user", "parts": [{"type": "text", "text": "I prefer tea."}], "peer_id": "research"})
         );
-        let empty_human = to_payload(&Message::human(""), "p").unwrap();
+        let empty_human = to_payload(&Message::human(""), "p").unwrap().to_value();
         assert_eq!(empty_human["parts"], json!([{"type": "text", "text": ""}]));
 
         let call = Message::ai("").with_tool_calls(vec![
@@ -176,7 +299,7 @@ mod tests {
             ToolCall::new("calc", json!(3), None),
             ToolCall::new("noop", Value::Null, Some("c3".into())),
         ]);
-        let p = to_payload(&call, "p").unwrap();
+        let p = to_payload(&call, "p").unwrap().to_value();
         assert_eq!(p["role"], "assistant");
         assert_eq!(
             p["parts"],
@@ -189,11 +312,13 @@ mod tests {
         let mut failed = Message::tool("boom", "c1").with_name("search");
         failed.status = Some("error".into());
         assert_eq!(
-            to_payload(&failed, "p").unwrap()["parts"],
+            to_payload(&failed, "p").unwrap().to_value()["parts"],
             json!([{"type": "tool", "tool_id": "c1", "tool_name": "search", "tool_output": "boom", "tool_status": "error"}])
         );
         assert_eq!(
-            to_payload(&Message::tool("ok", "c2"), "p").unwrap()["parts"][0]["tool_status"],
+            to_payload(&Message::tool("ok", "c2"), "p")
+                .unwrap()
+                .to_value()["parts"][0]["tool_status"],
             "completed"
         );
     }
@@ -206,12 +331,14 @@ mod tests {
         assert!(to_payload(&summary, "p").is_none());
         let other_empty = Message::new(Role::new("chat"), "");
         assert!(to_payload(&other_empty, "p").is_none());
-        let other = to_payload(&Message::new(Role::new("chat"), "hi"), "p").unwrap();
+        let other = to_payload(&Message::new(Role::new("chat"), "hi"), "p")
+            .unwrap()
+            .to_value();
         assert_eq!(other["role"], "assistant");
         // A legacy tool call in additional_kwargs makes an empty AI message recordable.
         let legacy = Message::ai("").with_flag("tool_calls", json!([{"id": "c"}]));
         assert_eq!(
-            to_payload(&legacy, "p").unwrap()["parts"],
+            to_payload(&legacy, "p").unwrap().to_value()["parts"],
             json!([{"type": "text", "text": ""}])
         );
     }
@@ -227,6 +354,72 @@ mod tests {
         ]);
         assert_eq!(adapter_text(&content), "a\nb\nc");
         let m = Message::human(content);
-        assert_eq!(to_payload(&m, "p").unwrap()["parts"][0]["text"], "a\nb\nc");
+        assert_eq!(
+            to_payload(&m, "p").unwrap().to_value()["parts"][0]["text"],
+            "a\nb\nc"
+        );
+    }
+
+    #[test]
+    fn the_wire_form_is_the_value_forms_bytes() {
+        // Sorted keys, as a `Value` (and so the outbox's queued copy) writes them.
+        let mut failed = Message::tool("boom", "c9").with_name("search");
+        failed.status = Some("error".into());
+        let messages = [
+            Message::human("I prefer tea."),
+            Message::ai("looking").with_tool_calls(vec![ToolCall::new(
+                "search",
+                json!({"q": "x", "a": [1, "two"]}),
+                Some("c1".into()),
+            )]),
+            Message::tool("found", "c1").with_name("search"),
+            failed,
+        ];
+        for m in &messages {
+            let typed = to_payload(m, " research ").unwrap();
+            let value = typed.to_value();
+            assert_eq!(serde_json::to_string(&typed).unwrap(), value.to_string());
+            assert_eq!(value["peer_id"], "research");
+        }
+        let no_peer = to_payload(&Message::human("x"), "  ").unwrap();
+        assert_eq!(
+            serde_json::to_string(&no_peer).unwrap(),
+            r#"{"parts":[{"text":"x","type":"text"}],"role":"user"}"#
+        );
+    }
+
+    #[test]
+    fn host_strings_are_redacted_and_fixed_words_are_not() {
+        // A custom rule that would match memgate's own words if they were scanned.
+        let settings = memgate_core::redaction::RedactionSettings {
+            custom_rules: vec![memgate_core::redaction::CustomRule {
+                name: "word".into(),
+                pattern: "(?:text|tool|pending|completed|assistant|secretword)".into(),
+            }],
+            ..Default::default()
+        };
+        let redactor = Redactor::new(&settings).unwrap();
+        let call = Message::ai("a secretword").with_tool_calls(vec![ToolCall::new(
+            "secretword",
+            json!({"k": ["secretword"]}),
+            Some("secretword-id".into()),
+        )]);
+        let mut p = to_payload(&call, "p").unwrap();
+        redact_payload(&mut p, &redactor);
+        let p = p.to_value();
+        assert!(!p.to_string().contains("secretword"), "{p}");
+        assert_eq!(p["role"], "assistant");
+        assert_eq!(p["parts"][0]["type"], "text");
+        assert_eq!(p["parts"][1]["type"], "tool");
+        assert_eq!(p["parts"][1]["tool_status"], "pending");
+        let mut result = to_payload(
+            &Message::tool("secretword", "secretword-id").with_name("secretword"),
+            "p",
+        )
+        .unwrap();
+        redact_payload(&mut result, &redactor);
+        let result = result.to_value();
+        assert!(!result.to_string().contains("secretword"), "{result}");
+        assert_eq!(result["parts"][0]["tool_status"], "completed");
     }
 }

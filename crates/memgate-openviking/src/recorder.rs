@@ -9,6 +9,7 @@
 //! a confirmed batch.
 
 use crate::client::{OpenVikingClient, WireError};
+use crate::payload::SessionMessage;
 use serde_json::Value;
 
 /// The server's per-batch message limit.
@@ -16,9 +17,17 @@ pub const MAX_BATCH_MESSAGES: usize = 100;
 
 /// One converted message and the input position just past it.
 pub struct Prepared {
-    pub payload: Value,
+    pub payload: SessionMessage,
     /// Index of the input message it came from, plus one.
     pub input_end: usize,
+}
+
+/// On the wire a prepared message is its payload, so batches are sent
+/// straight from the prepared list (no copy of the payloads).
+impl serde::Serialize for Prepared {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.payload.serialize(serializer)
+    }
 }
 
 /// Which step failed after progress was confirmed.
@@ -50,21 +59,16 @@ pub async fn record(
     client: &OpenVikingClient,
     peer: &str,
     session_id: &str,
-    prepared: Vec<Prepared>,
+    prepared: &[Prepared],
     input_len: usize,
 ) -> Result<usize, RecordError> {
     if prepared.is_empty() {
         return Ok(0);
     }
-    let written = prepared.len();
-    let (payloads, ends): (Vec<Value>, Vec<usize>) = prepared
-        .into_iter()
-        .map(|p| (p.payload, p.input_end))
-        .unzip();
     let mut confirmed = 0;
-    for (i, batch) in payloads.chunks(MAX_BATCH_MESSAGES).enumerate() {
+    for (i, batch) in prepared.chunks(MAX_BATCH_MESSAGES).enumerate() {
         match client.add_messages(peer, session_id, batch).await {
-            Ok(_) => confirmed = ends[i * MAX_BATCH_MESSAGES + batch.len() - 1],
+            Ok(_) => confirmed = batch[batch.len() - 1].input_end,
             Err(cause) if i == 0 => return Err(RecordError::NothingConfirmed(cause)),
             Err(cause) => {
                 return Err(RecordError::Partial {
@@ -77,7 +81,7 @@ pub async fn record(
         }
     }
     match client.commit(peer, session_id).await {
-        Ok(_) => Ok(written),
+        Ok(_) => Ok(prepared.len()),
         Err(cause) => Err(RecordError::Partial {
             stage: Stage::Commit,
             input_messages_consumed: input_len,
