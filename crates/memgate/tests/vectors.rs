@@ -93,7 +93,7 @@ fn reembed_refuses_a_backend_without_vectors() {
     let o = memgate(home.path(), &["reembed"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        text(&o).contains("only the local store keeps vectors, and manager_class is noop"),
+        text(&o).contains("only the local and postgres stores keep vectors, and manager_class is noop"),
         "{}",
         text(&o)
     );
