@@ -77,6 +77,20 @@ enum Category<'a> {
     Memories(&'a str),
 }
 
+/// The `turns_terms` keys (`scope lexeme`, schema migration 3) of the terms
+/// in the `to_tsquery` input `$3`, in the scope of (`$1`, `$2`): evaluated
+/// once per statement (a sub-select). The plan's queries are all-OR
+/// (scored: `&&`, any key) or all-AND (newest: `@>`, every key), so the keys
+/// match exactly the turns the query matches.
+fn scoped_keys() -> String {
+    format!(
+        "(SELECT coalesce(array_agg(s.id::text || ' ' || l), '{{}}')
+          FROM scopes s,
+               unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', $3))) AS l
+          WHERE s.user_id = $1 AND s.peer = $2)"
+    )
+}
+
 /// A newest-first plan's memories, through every posting of `q`: explicit
 /// memories are few next to captured turns. The query is parsed once (a
 /// `FROM` item), so a plan that filters rows instead of using the index
@@ -306,9 +320,11 @@ impl PostgresBackend {
             Order::Scored => (
                 format!(
                     "SELECT {TURN_COLUMNS}, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
-                     FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID} AND search @@ {q}
+                     FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID}
+                             AND scoped_terms(scope_id, search) && {}
                            ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m, {q} AS q
-                     ORDER BY score DESC, id DESC LIMIT $4"
+                     ORDER BY score DESC, id DESC LIMIT $4",
+                    scoped_keys()
                 ),
                 format!(
                     "SELECT id, kind, text, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
@@ -324,7 +340,9 @@ impl PostgresBackend {
             Order::Newest => (
                 format!(
                     "SELECT {TURN_COLUMNS}, 0::float8 FROM turns
-                     WHERE scope_id = {SCOPE_ID} AND search @@ {q} ORDER BY id DESC LIMIT $4"
+                     WHERE scope_id = {SCOPE_ID} AND scoped_terms(scope_id, search) @> {}
+                     ORDER BY id DESC LIMIT $4",
+                    scoped_keys()
                 ),
                 newest_memories(&q, kind_filter),
             ),
