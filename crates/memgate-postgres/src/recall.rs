@@ -97,14 +97,16 @@ fn scoped_keys() -> String {
 }
 
 /// A newest-first plan's memories, through every posting of `q`: explicit
-/// memories are few next to captured turns. The query is parsed once (a
-/// `FROM` item), so a plan that filters rows instead of using the index
-/// does not parse it per row (at 1M items this statement averaged 38 ms).
+/// memories are few next to captured turns. Ordered by `id + 0`, so the plan
+/// reads the postings through the GIN index (the query parsed once, as an
+/// index condition) rather than walking the scope's memories newest first
+/// and testing each (with the query parsed per row: 38 ms mean at 1M items;
+/// parsed once as a `FROM` item: 8 ms, both measured).
 fn newest_memories(q: &str, kind_filter: &str) -> String {
     format!(
-        "SELECT id, kind, text, 0::float8 FROM {q} AS q, memories
-         WHERE scope_id = {SCOPE_ID} AND state = 'active' AND search @@ q {kind_filter}
-         ORDER BY id DESC LIMIT $4"
+        "SELECT id, kind, text, 0::float8 FROM memories
+         WHERE scope_id = {SCOPE_ID} AND state = 'active' AND search @@ {q} {kind_filter}
+         ORDER BY id + 0 DESC LIMIT $4"
     )
 }
 
