@@ -5,13 +5,17 @@
 //!    left out so the kept ones match at most [`POSTINGS_BUDGET`] documents;
 //!    a query of common terms only takes the newest matches, unscored.
 //! 1. Full text: the scope's active memories and turns matching any kept
-//!    term (`@@`, through the GIN index on (scope, vector)), scored by
+//!    term (through the GIN indexes: memories by (scope, lexeme), turns by
+//!    `scope lexeme` keys), scored by
 //!    `ts_rank` with body weight 1.0 and context weight 0.5; the best
 //!    [`candidate_pool`] are kept.
 //! 2. Neighbour smoothing: the turns just before and after the best
 //!    [`NEIGHBOURS_OF`] turns join, and each turn earns a share of its
 //!    neighbours' scores ([`smooth_neighbours`], shared with `local`).
 //! 3. Explicit memories count [`MEMORY_WEIGHT`] times.
+//!
+//! With an embedder ([`crate::vectors`]), the nearest items of the scope
+//! join and both lists are fused by `local`'s own [`fuse`].
 //!
 //! Scores are `ts_rank`'s, not BM25's, so they differ from `local`'s in
 //! value; what ranks first for a clearly better match does not. Every

@@ -12,8 +12,10 @@
 //!
 //! Full-text search is PostgreSQL's own: a weighted `tsvector` per memory and
 //! turn (body `A`, context `B`; the `english` configuration stems, after
-//! memgate's own folding), indexed by GIN together with the scope id
-//! (`btree_gin`), so a lookup only ever visits its own scope's postings.
+//! memgate's own folding), indexed by GIN so a lookup only ever visits its
+//! own scope's postings: memories by (scope id, lexeme) (`btree_gin`), turns
+//! by `scope lexeme` keys (migration 3, [`SCOPED_TERMS`]). Hybrid recall's
+//! vectors are an opt-in step of their own ([`migrate_with`]).
 
 use crate::config::PostgresConfig;
 use crate::pool::db_error;
