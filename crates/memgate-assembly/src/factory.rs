@@ -188,7 +188,7 @@ pub fn backend_notes(class: ManagerClass) -> Vec<String> {
         ManagerClass::Noop => vec!["noop: stores nothing and recalls nothing".to_owned()],
         ManagerClass::Postgres => vec![
             "postgres: the local store's contract on PostgreSQL; replicas share one database; \
-             recall is full text only (no dense vectors)"
+             recall is full text, hybrid with pgvector when backend_config.embedder is set"
                 .to_owned(),
         ],
     }

@@ -19,12 +19,14 @@
 //! process: concurrency behaviours race two handles, not two tasks on one.
 
 use memgate_core::MemoryBackend;
+use memgate_embed::Embedder;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 pub mod behaviour;
 pub mod forget;
+pub mod hybrid;
 pub mod redaction;
 
 /// A boxed, sendable future (the suite stays free of extra crates).
@@ -34,6 +36,45 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Subject: Send + Sync + 'static {
     /// Opens a backend over new, empty storage of its own.
     fn fresh(&self) -> BoxFuture<'_, Storage>;
+
+    /// Opens a backend with hybrid recall (`embedder`) over new, empty
+    /// storage of its own (the [`hybrid`] behaviours).
+    fn hybrid(&self, embedder: Arc<dyn Embedder>) -> BoxFuture<'_, HybridHandle>;
+}
+
+/// How far a backend's vector indexer got (its `doctor` line's figures).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VectorProgress {
+    /// Turns and active memories with a vector of the configured model.
+    pub embedded: u64,
+    /// Turns and active memories stored.
+    pub total: u64,
+    /// The stored vectors are of another model than the configured one.
+    pub model_mismatch: bool,
+}
+
+/// The explicit vector steps of a backend with hybrid recall (its
+/// background indexer runs too; these make a test deterministic).
+pub trait VectorIndex: Send + Sync {
+    /// Runs the indexer until nothing is left; the rows written.
+    fn index_all(&self) -> BoxFuture<'_, memgate_core::Result<usize>>;
+    /// Drops every vector so the configured model embeds everything again.
+    fn reembed(&self) -> BoxFuture<'_, memgate_core::Result<usize>>;
+    fn progress(&self) -> BoxFuture<'_, memgate_core::Result<VectorProgress>>;
+}
+
+/// A handle with hybrid recall on some storage, and a way to open another
+/// handle on the same storage with another embedder (a model change).
+pub struct HybridHandle {
+    pub backend: Arc<dyn MemoryBackend>,
+    pub vectors: Arc<dyn VectorIndex>,
+    pub reopen: Arc<dyn Fn(Arc<dyn Embedder>) -> BoxFuture<'static, HybridHandle> + Send + Sync>,
+}
+
+impl HybridHandle {
+    pub async fn reopen(&self, embedder: Arc<dyn Embedder>) -> HybridHandle {
+        (self.reopen)(embedder).await
+    }
 }
 
 /// Storage one behaviour works on: its first handle, and a way to open more
@@ -81,6 +122,13 @@ macro_rules! conformance_tests {
             forget_scope_erases_one_agent_and_leaves_the_rest,
             forget_user_erases_every_agent_of_that_user_only,
             forget_is_seen_by_another_handle,
+        );
+        $crate::conformance_tests!(@each [$(#[$attr])*] $subject; hybrid;
+            hybrid_recall_finds_what_shares_no_word_and_stays_in_its_scope,
+            hybrid_vectors_follow_revise_and_retire,
+            hybrid_forget_erases_the_vectors_of_what_is_forgotten,
+            hybrid_model_change_keeps_recall_lexical_until_reembed,
+            hybrid_embedder_failure_falls_back_to_full_text,
         );
         $crate::conformance_tests!(@each [$(#[$attr])*] $subject; redaction;
             captured_secrets_are_stored_and_recalled_as_placeholders,

@@ -4,7 +4,7 @@
 //! cargo run --release -p memgate-postgres --example bench -- [--sizes 10000,100000]
 //!     [--recalls 2000] [--replicas 1,2,4] [--load 4000] [--clients 8]
 //!     [--backends local,postgres] [--turns-per-capture 100] [--keep-schema]
-//!     [--reuse-schema NAME]  (recall only, on a schema --keep-schema left)
+//!     [--reuse-schema NAME]  (recall only, on a schema --keep-schema left; kept again)
 //! ```
 //!
 //! Needs `MEMGATE_TEST_POSTGRES_DSN` (`testkit/postgres-up`). For each size,
@@ -409,15 +409,11 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
     for r in &replicas {
         r.shutdown(Duration::from_secs(30)).await;
     }
-    if o.keep_schema && Some(&items) == o.sizes.last() {
+    // A reused schema stays too: it was kept to be measured again.
+    if o.reuse_schema.is_some() || (o.keep_schema && Some(&items) == o.sizes.last()) {
         println!(
-            "postgres schema {schema} kept (--keep-schema): DROP SCHEMA {schema} CASCADE when done"
-        );
-        return;
-    }
-    if o.keep_schema && Some(&items) == o.sizes.last() {
-        println!(
-            "postgres schema {schema} kept (--keep-schema): DROP SCHEMA {schema} CASCADE when done"
+            "postgres schema {schema} kept (--keep-schema / --reuse-schema): \
+             DROP SCHEMA {schema} CASCADE when done"
         );
         return;
     }

@@ -12,6 +12,7 @@
 use crate::config::PostgresConfig;
 use crate::pool::{self, db_error, pool_error};
 use crate::schema;
+use crate::vectors::Vectors;
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object, Pool};
 use memgate_core::{
@@ -20,10 +21,12 @@ use memgate_core::{
     MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result,
     SearchHit, SearchQuery, WarmStatus,
 };
+use memgate_embed::Embedder;
 use memgate_store::scope::ScopeKey;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 use tokio_postgres::types::ToSql;
@@ -36,7 +39,11 @@ pub struct PostgresBackend {
     /// Secrets in captured turns and explicit memories are replaced before
     /// they are stored (signatures stay over the original message).
     pub(crate) redactor: std::sync::Arc<memgate_core::Redactor>,
-    pool: Pool,
+    pub(crate) pool: Pool,
+    /// The embedder of hybrid recall, if configured ([`crate::vectors`]).
+    pub(crate) vectors: Option<Arc<Vectors>>,
+    /// Set once the background vector indexer runs.
+    indexer_started: AtomicBool,
     /// Set once the schema is known to be current.
     migrated: OnceCell<()>,
     closing: AtomicBool,
@@ -62,7 +69,7 @@ pub struct DoctorInfo {
     pub pool: PoolState,
     /// Round trip of one query, in milliseconds.
     pub ping_ms: f64,
-    /// Always false: this backend stores no dense vectors (full-text recall).
+    /// True when this backend has an embedder (hybrid recall with pgvector).
     pub hybrid_vectors: bool,
 }
 
@@ -101,8 +108,17 @@ impl PostgresBackend {
     /// Builds the backend from `memory.backend_config` and the host context.
     pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
         let settings = PostgresConfig::from_backend_config(config, ctx)?;
+        let embedder = settings
+            .recall
+            .embedder
+            .as_ref()
+            .map(|e| e.build())
+            .transpose()?;
         let mut backend = Self::new(settings)?.with_keep_hidden(ctx.keep_hidden.clone());
         backend.redactor = ctx.redactor.clone();
+        if let Some(embedder) = embedder {
+            backend = backend.with_embedder(embedder);
+        }
         Ok(backend)
     }
 
@@ -114,9 +130,19 @@ impl PostgresBackend {
             keep_hidden: None,
             redactor: memgate_core::Redactor::shared_default(),
             pool,
+            vectors: None,
+            indexer_started: AtomicBool::new(false),
             migrated: OnceCell::new(),
             closing: AtomicBool::new(false),
         })
+    }
+
+    /// Turns on hybrid recall with `embedder` (see [`crate::vectors`]): the
+    /// first use applies the vector migration (pgvector required) and
+    /// starts the background indexer.
+    pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.vectors = Some(Arc::new(Vectors::new(embedder)));
+        self
     }
 
     /// Sets the host's keep-hook for hidden messages.
@@ -199,12 +225,31 @@ impl PostgresBackend {
             .map_err(|e| pool_error(&self.config, e))?;
         self.migrated
             .get_or_try_init(|| async {
-                schema::migrate(&mut client, &self.config, schema::SCHEMA_VERSION)
-                    .await
-                    .map(|_| ())
+                schema::migrate_with(
+                    &mut client,
+                    &self.config,
+                    schema::SCHEMA_VERSION,
+                    self.vectors.is_some(),
+                )
+                .await
+                .map(|_| ())
             })
             .await?;
+        self.start_indexer();
         Ok(client)
+    }
+
+    /// Starts the background vector indexer once, after the migration.
+    fn start_indexer(&self) {
+        if let Some(v) = &self.vectors {
+            if !self.indexer_started.swap(true, Ordering::AcqRel) {
+                crate::vectors::spawn_indexer(
+                    self.pool.clone(),
+                    self.config.clone(),
+                    Arc::downgrade(v),
+                );
+            }
+        }
     }
 
     /// Applies pending migrations now (under the advisory lock); returns the
@@ -215,8 +260,15 @@ impl PostgresBackend {
             .get()
             .await
             .map_err(|e| pool_error(&self.config, e))?;
-        let before = schema::migrate(&mut client, &self.config, schema::SCHEMA_VERSION).await?;
+        let before = schema::migrate_with(
+            &mut client,
+            &self.config,
+            schema::SCHEMA_VERSION,
+            self.vectors.is_some(),
+        )
+        .await?;
         let _ = self.migrated.set(());
+        self.start_indexer();
         Ok(before)
     }
 
@@ -237,7 +289,7 @@ impl PostgresBackend {
             schema: self.config.schema.clone(),
             pool: self.pool_state(),
             ping_ms,
-            hybrid_vectors: false,
+            hybrid_vectors: self.vectors.is_some(),
         })
     }
 
@@ -255,7 +307,15 @@ impl PostgresBackend {
             format!("this memgate writes {}", info.schema_version_supported)
         };
         let pool = &info.pool;
-        vec![
+        let vectors = match self.vector_progress().await {
+            Ok(p) if p.model.is_some() || p.stored_model.is_some() => Some(p.diagnostic()),
+            Ok(_) => None,
+            Err(e) => Some(Diagnostic::problem(
+                "vectors",
+                format!("cannot read the progress: {e}"),
+            )),
+        };
+        let mut lines = vec![
             Diagnostic::ok(
                 "postgres",
                 format!(
@@ -277,7 +337,9 @@ impl PostgresBackend {
                     pool.size, pool.max_size, pool.available, pool.waiting
                 ),
             ),
-        ]
+        ];
+        lines.extend(vectors);
+        lines
     }
 
     pub fn pool_state(&self) -> PoolState {

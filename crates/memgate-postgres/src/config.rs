@@ -10,6 +10,7 @@
 //! | `connect_timeout_ms` | 5000 | integer 100–60000: connecting, and waiting for a free pooled connection |
 //! | `tls_ca_file` | — | PEM file of extra roots to trust (else the public web roots) |
 //! | `max_injection_chars`, `injection_query`, `recall_top_k`, `standing_memories` | as `local` | the same rules as `local` (one validator) |
+//! | `embedder` | none | as `local`: turns on hybrid recall, with vectors in pgvector (the server must have the `vector` extension) |
 //!
 //! TLS: a host that is not loopback (`localhost`, `127.0.0.0/8`, `::1`, a
 //! Unix socket) must be reached with `sslmode=require`; anything else is a
@@ -36,6 +37,8 @@ const RECALL_KEYS: &[&str] = &[
     "injection_query",
     "recall_top_k",
     "standing_memories",
+    // Hybrid recall's embedder: `local`'s keys and rules (crate::vectors).
+    "embedder",
 ];
 const OWN_KEYS: &[&str] = &[
     "dsn",

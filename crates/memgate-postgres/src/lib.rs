@@ -12,14 +12,14 @@
 //! text search (`tsvector`, GIN with `btree_gin`, `ts_rank`); migrations run
 //! under an advisory lock; the server enforces the statement timeout.
 //!
-//! Dense vectors (hybrid recall) are not stored: there is no pgvector column
-//! yet, recall is full text only, and [`DoctorInfo::hybrid_vectors`] says so.
-//! The seam is a pgvector migration step plus a vector candidate query in
-//! [`recall`] merged into the same candidate pool.
+//! Dense vectors (hybrid recall) are opt-in: with an embedder configured,
+//! [`vectors`] keeps them in pgvector and recall fuses them with the full
+//! text exactly as `local` does (`memgate_store::fusion`).
 //!
 //! Modules, one job each: [`config`], [`pool`] (connections and error
 //! mapping), [`schema`] (recognition and migrations), [`terms`], [`facts`],
 //! [`capture`], [`plan`] (which query terms are worth scoring), [`recall`],
+//! [`vectors`] (pgvector: storage, indexer, nearest items),
 //! [`transfer`], [`forget`] (erasure), [`backend`].
 
 pub mod backend;
@@ -33,6 +33,7 @@ pub mod recall;
 pub mod schema;
 pub mod terms;
 pub mod transfer;
+pub mod vectors;
 
 pub use backend::{DoctorInfo, PoolState, PostgresBackend};
 pub use config::PostgresConfig;

@@ -5,13 +5,17 @@
 //!    left out so the kept ones match at most [`POSTINGS_BUDGET`] documents;
 //!    a query of common terms only takes the newest matches, unscored.
 //! 1. Full text: the scope's active memories and turns matching any kept
-//!    term (`@@`, through the GIN index on (scope, vector)), scored by
+//!    term (through the GIN indexes: memories by (scope, lexeme), turns by
+//!    `scope lexeme` keys), scored by
 //!    `ts_rank` with body weight 1.0 and context weight 0.5; the best
 //!    [`candidate_pool`] are kept.
 //! 2. Neighbour smoothing: the turns just before and after the best
 //!    [`NEIGHBOURS_OF`] turns join, and each turn earns a share of its
 //!    neighbours' scores ([`smooth_neighbours`], shared with `local`).
 //! 3. Explicit memories count [`MEMORY_WEIGHT`] times.
+//!
+//! With an embedder ([`crate::vectors`]), the nearest items of the scope
+//! join and both lists are fused by `local`'s own [`fuse`].
 //!
 //! Scores are `ts_rank`'s, not BM25's, so they differ from `local`'s in
 //! value; what ranks first for a clearly better match does not. Every
@@ -24,12 +28,14 @@ use crate::terms::{query_terms, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
 use memgate_store::facts::citation;
+use memgate_store::fusion::{fuse, DEFAULT_FUSION};
 use memgate_store::ranking::{
     candidate_pool, smooth_neighbours, turn_citation, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
     TURN_KIND,
 };
 use memgate_store::recall::{assemble, MAX_SEARCH_TOP_K};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use tokio_postgres::Row;
 
 /// `ts_rank` weights, in its order {D, C, B, A}: body (A) 1.0, context (B) 0.5.
@@ -75,21 +81,157 @@ enum Category<'a> {
     Memories(&'a str),
 }
 
+/// The `turns_terms` keys (`scope lexeme`, schema migration 3) of the terms
+/// in the `to_tsquery` input `$3`, in the scope of (`$1`, `$2`): evaluated
+/// once per statement (a sub-select). The plan's queries are all-OR
+/// (scored: `&&`, any key) or all-AND (newest: `@>`, every key), so the keys
+/// match exactly the turns the query matches.
+///
+/// Both statements order by `id + 0`, which no index provides: otherwise the
+/// generic plan may walk `turns_by_scope` newest first and compute the keys
+/// of every turn it passes (12 s at a million turns, measured) instead of
+/// reading the few postings and sorting them.
+fn scoped_keys() -> String {
+    format!(
+        "(SELECT coalesce(array_agg(s.id::text || ' ' || l), '{{}}')
+          FROM scopes s,
+               unnest(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', $3))) AS l
+          WHERE s.user_id = $1 AND s.peer = $2)"
+    )
+}
+
 /// A newest-first plan's memories, through every posting of `q`: explicit
-/// memories are few next to captured turns. The query is parsed once (a
-/// `FROM` item), so a plan that filters rows instead of using the index
-/// does not parse it per row (at 1M items this statement averaged 38 ms).
+/// memories are few next to captured turns. Ordered by `id + 0`, so the plan
+/// reads the postings through the GIN index (the query parsed once, as an
+/// index condition) rather than walking the scope's memories newest first
+/// and testing each (with the query parsed per row: 38 ms mean at 1M items;
+/// parsed once as a `FROM` item: 8 ms, both measured).
 fn newest_memories(q: &str, kind_filter: &str) -> String {
     format!(
-        "SELECT id, kind, text, 0::float8 FROM {q} AS q, memories
-         WHERE scope_id = {SCOPE_ID} AND state = 'active' AND search @@ q {kind_filter}
-         ORDER BY id DESC LIMIT $4"
+        "SELECT id, kind, text, 0::float8 FROM memories
+         WHERE scope_id = {SCOPE_ID} AND state = 'active' AND search @@ {q} {kind_filter}
+         ORDER BY id + 0 DESC LIMIT $4"
     )
 }
 
 impl PostgresBackend {
-    /// Ranks `query` in the caller's scope, best first, at most `top_k`.
+    /// Ranks `query` in the caller's scope, best first, at most `top_k`:
+    /// hybrid ([`DEFAULT_FUSION`], `local`'s own fusion) when `vector` is
+    /// given and the schema's vectors are of this backend's model, else
+    /// full text only.
     async fn rank(
+        &self,
+        c: &impl GenericClient,
+        scope: &Scope,
+        query: &str,
+        vector: Option<&[f32]>,
+        top_k: usize,
+        category: Category<'_>,
+    ) -> Result<Vec<Ranked>> {
+        let Some(q) = vector else {
+            return self.lexical_rank(c, scope, query, top_k, category).await;
+        };
+        if !self.vectors_usable(c).await? {
+            return self.lexical_rank(c, scope, query, top_k, category).await;
+        }
+        let pool = candidate_pool(top_k);
+        let lexical = self.lexical_rank(c, scope, query, pool, category).await?;
+        let lexical_items: Vec<i64> = lexical.iter().filter_map(Ranked::item).collect();
+        let (dense, similarity) = self
+            .nearest_items(c, scope, q, pool, &lexical_items)
+            .await?;
+        if let Some(v) = &self.vectors {
+            v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut fused = fuse(lexical, &dense, &similarity, DEFAULT_FUSION);
+        let missing = std::mem::take(&mut fused.missing);
+        for (score, entry) in self.load_items(c, scope, &missing, category).await? {
+            fused.add(score, entry);
+        }
+        Ok(fused.ranked(top_k))
+    }
+
+    /// Dense hits the full text missed, with their fused score: loaded with
+    /// the same scope, state and category checks as full-text matches (one
+    /// statement per table, pipelined); an item that fails them is left out.
+    async fn load_items(
+        &self,
+        c: &impl GenericClient,
+        scope: &Scope,
+        missing: &[(i64, f64)],
+        category: Category<'_>,
+    ) -> Result<Vec<(f64, Ranked)>> {
+        if missing.is_empty() {
+            return Ok(Vec::new());
+        }
+        let score: HashMap<i64, f64> = missing.iter().copied().collect();
+        let turn_ids: Vec<i64> = match category {
+            Category::Memories(_) => Vec::new(),
+            _ => missing.iter().map(|m| m.0).filter(|i| *i > 0).collect(),
+        };
+        let memory_ids: Vec<i64> = match category {
+            Category::Turns => Vec::new(),
+            _ => missing
+                .iter()
+                .map(|m| m.0)
+                .filter(|i| *i < 0)
+                .map(|i| -i)
+                .collect(),
+        };
+        let kind = match category {
+            Category::Memories(kind) => Some(kind),
+            _ => None,
+        };
+        let turns_sql = format!(
+            "SELECT {TURN_COLUMNS} FROM turns WHERE scope_id = {SCOPE_ID} AND id = ANY($3)"
+        );
+        let memories_sql = format!(
+            "SELECT id, kind, text FROM memories WHERE scope_id = {SCOPE_ID}
+             AND state = 'active' AND id = ANY($3) AND ($4::text IS NULL OR kind = $4)"
+        );
+        let turn_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&scope.user, &scope.peer, &turn_ids];
+        let memory_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&scope.user, &scope.peer, &memory_ids, &kind];
+        let (turns, memories) = tokio::try_join!(
+            async {
+                if turn_ids.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    self.rows(c, &turns_sql, &turn_params).await
+                }
+            },
+            async {
+                if memory_ids.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    self.rows(c, &memories_sql, &memory_params).await
+                }
+            },
+        )?;
+        let mut out: Vec<(f64, Ranked)> = turns
+            .iter()
+            .map(|r| (score[&r.get::<_, i64>(0)], turn_from_row(r, 0.0)))
+            .collect();
+        out.extend(memories.iter().map(|r| {
+            let id: i64 = r.get(0);
+            (
+                score[&-id],
+                Ranked {
+                    citation: citation(id),
+                    kind: r.get(1),
+                    text: r.get(2),
+                    score: 0.0,
+                    origin: Origin::Memory,
+                },
+            )
+        }));
+        Ok(out)
+    }
+
+    /// Full-text ranking of `query` in the caller's scope, best first, at
+    /// most `top_k`.
+    async fn lexical_rank(
         &self,
         c: &impl GenericClient,
         scope: &Scope,
@@ -189,9 +331,11 @@ impl PostgresBackend {
             Order::Scored => (
                 format!(
                     "SELECT {TURN_COLUMNS}, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
-                     FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID} AND search @@ {q}
-                           ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m, {q} AS q
-                     ORDER BY score DESC, id DESC LIMIT $4"
+                     FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID}
+                             AND scoped_terms(scope_id, search) && {}
+                           ORDER BY id + 0 DESC LIMIT {POSTINGS_BUDGET}) m, {q} AS q
+                     ORDER BY score DESC, id DESC LIMIT $4",
+                    scoped_keys()
                 ),
                 format!(
                     "SELECT id, kind, text, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
@@ -207,7 +351,9 @@ impl PostgresBackend {
             Order::Newest => (
                 format!(
                     "SELECT {TURN_COLUMNS}, 0::float8 FROM turns
-                     WHERE scope_id = {SCOPE_ID} AND search @@ {q} ORDER BY id DESC LIMIT $4"
+                     WHERE scope_id = {SCOPE_ID} AND scoped_terms(scope_id, search) @> {}
+                     ORDER BY id + 0 DESC LIMIT $4",
+                    scoped_keys()
                 ),
                 newest_memories(&q, kind_filter),
             ),
@@ -344,6 +490,8 @@ impl PostgresBackend {
                 .unwrap_or(memgate_store::config::DEFAULT_INJECTION_QUERY),
         };
         let scope = Scope::of(&request.caller);
+        // Embedded before a connection is taken (an embedder may be slow).
+        let vector = self.query_vector(query).await;
         let client = self.client().await?;
         let standing_sql = format!(
             "SELECT {} FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
@@ -354,7 +502,14 @@ impl PostgresBackend {
         let standing_params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
             [&scope.user, &scope.peer, &standing_limit];
         let (mut ranked, standing) = tokio::try_join!(
-            self.rank(&client, &scope, query, settings.recall_top_k, Category::All),
+            self.rank(
+                &client,
+                &scope,
+                query,
+                vector.as_deref(),
+                settings.recall_top_k,
+                Category::All
+            ),
             self.rows(&client, &standing_sql, &standing_params),
         )?;
         drop(client);
@@ -395,9 +550,17 @@ impl PostgresBackend {
             None => Category::All,
         };
         let scope = Scope::of(caller);
+        let vector = self.query_vector(&query.query).await;
         let client = self.client().await?;
         let ranked = self
-            .rank(&client, &scope, &query.query, query.top_k, category)
+            .rank(
+                &client,
+                &scope,
+                &query.query,
+                vector.as_deref(),
+                query.top_k,
+                category,
+            )
             .await?;
         Ok(ranked.into_iter().map(SearchHit::from).collect())
     }

@@ -4,19 +4,21 @@
 
 mod common;
 
-use memgate_conformance::{BoxFuture, Storage, Subject};
+use memgate_conformance::{BoxFuture, HybridHandle, Storage, Subject, VectorIndex, VectorProgress};
 use memgate_core::MemoryBackend;
+use memgate_embed::Embedder;
+use memgate_postgres::PostgresBackend;
 use std::sync::Arc;
 
-struct Postgres {
-    dsn: String,
-}
+/// The testkit clusters: Debian's PostgreSQL, and the pgvector one for the
+/// hybrid behaviours (each DSN read when a behaviour needs it).
+struct Postgres;
 
 impl Subject for Postgres {
     fn fresh(&self) -> BoxFuture<'_, Storage> {
         Box::pin(async {
             let schema = common::unique_schema("conf");
-            let dsn = self.dsn.clone();
+            let dsn = common::dsn();
             let backend: Arc<dyn MemoryBackend> = Arc::new(common::backend(&dsn, &schema));
             Storage {
                 backend,
@@ -27,9 +29,55 @@ impl Subject for Postgres {
             }
         })
     }
+
+    fn hybrid(&self, embedder: Arc<dyn Embedder>) -> BoxFuture<'_, HybridHandle> {
+        Box::pin(async move {
+            hybrid_on(
+                common::pgvector_dsn(),
+                common::unique_schema("hyb"),
+                embedder,
+            )
+        })
+    }
+}
+
+/// A backend with hybrid recall on `schema` (another replica per call).
+fn hybrid_on(dsn: String, schema: String, embedder: Arc<dyn Embedder>) -> HybridHandle {
+    let backend = Arc::new(common::backend(&dsn, &schema).with_embedder(embedder));
+    HybridHandle {
+        backend: backend.clone(),
+        vectors: Arc::new(PgVectors(backend)),
+        reopen: Arc::new(move |embedder| {
+            let (dsn, schema) = (dsn.clone(), schema.clone());
+            Box::pin(async move { hybrid_on(dsn, schema, embedder) }) as BoxFuture<'static, _>
+        }),
+    }
+}
+
+struct PgVectors(Arc<PostgresBackend>);
+
+impl VectorIndex for PgVectors {
+    fn index_all(&self) -> BoxFuture<'_, memgate_core::Result<usize>> {
+        Box::pin(self.0.index_all_vectors(32))
+    }
+
+    fn reembed(&self) -> BoxFuture<'_, memgate_core::Result<usize>> {
+        Box::pin(self.0.reembed())
+    }
+
+    fn progress(&self) -> BoxFuture<'_, memgate_core::Result<VectorProgress>> {
+        Box::pin(async {
+            let p = self.0.vector_progress().await?;
+            Ok(VectorProgress {
+                embedded: p.embedded,
+                total: p.total,
+                model_mismatch: p.model_mismatch,
+            })
+        })
+    }
 }
 
 memgate_conformance::conformance_tests!(
-    Postgres { dsn: common::dsn() },
-    #[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+    Postgres,
+    #[ignore = "real server: PostgreSQL (testkit/postgres-up; hybrid: testkit/postgres-up --pgvector)"]
 );

@@ -16,53 +16,16 @@
 //! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
 
-use crate::ranking::{candidate_pool, item_citation, load_item, rank, Ranked};
+use crate::fusion::fuse;
+use crate::ranking::{candidate_pool, load_item, rank, Ranked};
 use crate::store::MemoryStore;
 use crate::vectors::stored_model;
 use memgate_core::Result;
 use rusqlite::Connection;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-/// How the lexical and the dense list are combined.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-#[serde(tag = "fusion", rename_all = "snake_case")]
-pub enum Fusion {
-    /// `lexical / best lexical + lambda × scaled cosine` (module doc).
-    Score { lambda: f64 },
-    /// `1 / (RRF_K + lexical rank) + dense_weight / (RRF_K + dense rank)`.
-    Rank { dense_weight: f64 },
-}
-
-impl std::fmt::Display for Fusion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Score { lambda } => write!(f, "score fusion, lambda {lambda}"),
-            Self::Rank { dense_weight } => write!(f, "rank fusion, dense weight {dense_weight}"),
-        }
-    }
-}
-
-/// Reciprocal-rank constant (the usual 60: ranks beyond the first few
-/// differ little).
-pub const RRF_K: f64 = 60.0;
-
-/// What hybrid recall uses. Chosen on the LoCoMo development split with
-/// all-MiniLM-L6-v2 (turns embedded with their previous turn and speaker)
-/// among the fusions `memgate eval locomo` compares ([`EVALUATED_FUSIONS`]),
-/// by turn recall@10: 0.740 (lexical 0.674; rank fusion 0.717; lambda 0.25
-/// 0.729, 1.0 0.738), session 0.899 (lexical 0.886); notes/recall.md.
-pub const DEFAULT_FUSION: Fusion = Fusion::Score { lambda: 0.5 };
-
-/// The fusions the LoCoMo evaluation measures side by side (one query
-/// embedding each question, so the comparison costs one encoder pass).
-pub const EVALUATED_FUSIONS: &[Fusion] = &[
-    Fusion::Rank { dense_weight: 0.35 },
-    Fusion::Score { lambda: 0.25 },
-    Fusion::Score { lambda: 0.5 },
-    Fusion::Score { lambda: 1.0 },
-];
+pub use crate::fusion::{Fusion, DEFAULT_FUSION, EVALUATED_FUSIONS, RRF_K};
 
 /// A query's vector, or `None` when recall stays lexical.
 pub struct QueryVector(Option<Vec<f32>>);
@@ -134,93 +97,13 @@ impl MemoryStore {
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
         let (dense, similarity) = self.nearest_items(conn, scope, q, pool, &lexical_items)?;
         v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
-        let mut fused: HashMap<String, (f64, Ranked)> = HashMap::new();
-        match fusion {
-            Fusion::Rank { dense_weight } => {
-                for (i, r) in lexical.into_iter().enumerate() {
-                    let score = 1.0 / (RRF_K + (i + 1) as f64);
-                    fused.insert(r.citation.clone(), (score, r));
-                }
-                for (i, (item, _)) in dense.iter().enumerate() {
-                    let score = dense_weight / (RRF_K + (i + 1) as f64);
-                    self.add_dense(conn, scope, category, &mut fused, *item, score, true)?;
-                }
-            }
-            Fusion::Score { lambda } => {
-                let best = lexical.first().map_or(0.0, |r| r.score);
-                let n = lexical.len().max(1) as f64;
-                // The dense scale: nearest 1, last of the pool 0.
-                let top = dense.first().map_or(0.0, |d| f64::from(d.1));
-                let floor = dense.last().map_or(0.0, |d| f64::from(d.1));
-                let scaled = |cos: f32| {
-                    if top > floor {
-                        ((f64::from(cos) - floor) / (top - floor)).clamp(0.0, 1.0)
-                    } else {
-                        0.0
-                    }
-                };
-                for (i, r) in lexical.into_iter().enumerate() {
-                    // A newest-first list (all terms common) has no usable
-                    // scores: its order counts instead.
-                    let lex = if best > 0.0 {
-                        (r.score / best).max(0.0)
-                    } else {
-                        1.0 - i as f64 / n
-                    };
-                    let cos = r.item().and_then(|item| similarity.get(&item).copied());
-                    let score = lex + lambda * cos.map_or(0.0, scaled);
-                    fused.insert(r.citation.clone(), (score, r));
-                }
-                for (item, cos) in &dense {
-                    let score = lambda * scaled(*cos);
-                    self.add_dense(conn, scope, category, &mut fused, *item, score, false)?;
-                }
+        let mut fused = fuse(lexical, &dense, &similarity, fusion);
+        for (item, score) in std::mem::take(&mut fused.missing) {
+            // Loaded with the same scope and state checks as lexical hits.
+            if let Some(r) = load_item(conn, scope, item, category)? {
+                fused.add(score, r);
             }
         }
-        let mut out: Vec<Ranked> = fused
-            .into_values()
-            .map(|(score, mut r)| {
-                r.score = score;
-                r
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then_with(|| a.citation.cmp(&b.citation))
-        });
-        out.truncate(top_k);
-        Ok(out)
-    }
-
-    /// Enters a dense hit with `score`, loading it if the lexical list
-    /// missed it; a lexical hit gets `score` added when `add` (rank fusion;
-    /// score fusion counted its cosine already).
-    #[allow(clippy::too_many_arguments)]
-    fn add_dense(
-        &self,
-        conn: &Connection,
-        scope: i64,
-        category: Option<&str>,
-        fused: &mut HashMap<String, (f64, Ranked)>,
-        item: i64,
-        score: f64,
-        add: bool,
-    ) -> Result<()> {
-        let citation = item_citation(item);
-        match fused.get_mut(&citation) {
-            Some(entry) => {
-                if add {
-                    entry.0 += score;
-                }
-            }
-            None => {
-                // Loaded with the same scope and state checks as lexical hits.
-                if let Some(r) = load_item(conn, scope, item, category)? {
-                    fused.insert(citation, (score, r));
-                }
-            }
-        }
-        Ok(())
+        Ok(fused.ranked(top_k))
     }
 }

@@ -25,7 +25,7 @@
 //! retention), [`capture`], [`ranking`],
 //! [`salience`] (what a turn says that should last), [`first_turn`] (the
 //! block without a query), [`vectors`] and [`hybrid`] (dense retrieval fused
-//! with the lexical ranking), [`recall`] (the injected block and search), [`transfer`]
+//! with the lexical ranking; the arithmetic in [`fusion`], shared with `postgres`), [`recall`] (the injected block and search), [`transfer`]
 //! (export/import), [`backend`].
 
 pub mod backend;
@@ -36,6 +36,7 @@ pub mod facts;
 pub mod first_turn;
 pub mod forget;
 pub mod forget_bench;
+pub mod fusion;
 pub mod hybrid;
 pub mod index;
 pub mod locomo;

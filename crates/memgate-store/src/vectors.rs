@@ -212,7 +212,7 @@ pub fn erase_vectors(conn: &Connection, items: &[i64]) -> Result<()> {
 /// question it answers and who said it, it is findable. On the LoCoMo
 /// development split this took hybrid turn R@10 from 0.692 to 0.729 (score
 /// fusion λ 0.25) and 0.740 (λ 0.5); notes/recall.md.
-fn turn_text(text: &str, speaker: Option<&str>, previous: Option<&str>) -> String {
+pub fn turn_text(text: &str, speaker: Option<&str>, previous: Option<&str>) -> String {
     let mut out = String::new();
     if let Some(p) = previous {
         out.push_str(p);

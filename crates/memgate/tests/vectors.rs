@@ -93,7 +93,8 @@ fn reembed_refuses_a_backend_without_vectors() {
     let o = memgate(home.path(), &["reembed"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        text(&o).contains("only the local store keeps vectors, and manager_class is noop"),
+        text(&o)
+            .contains("only the local and postgres stores keep vectors, and manager_class is noop"),
         "{}",
         text(&o)
     );
@@ -192,4 +193,47 @@ fn a_model_change_is_pending_in_doctor_until_reembed_adopts_the_new_model() {
         line.contains("5 / 5 items embedded with all-minilm-l6-v2/384 (all embedded)"),
         "{line}"
     );
+}
+
+#[test]
+#[ignore = "real servers: the MiniLM model (testkit/minilm) and PostgreSQL with pgvector (testkit/postgres-up --pgvector)"]
+fn reembed_on_postgres_embeds_everything_and_doctor_shows_the_progress() {
+    let [_dsn] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_PGVECTOR_DSN"]);
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        % 1_000_000_000_000;
+    let schema = format!("v_reembed_{}_{nanos}", std::process::id());
+    std::fs::write(
+        h.join("config.yaml"),
+        format!(
+            "memory:\n  manager_class: postgres\n  backend_config:\n    \
+             dsn_env: MEMGATE_TEST_PGVECTOR_DSN\n    schema: {schema}\n    embedder: {}\n",
+            local_model()
+        ),
+    )
+    .unwrap();
+    seed(h);
+    let o = memgate(h, &["reembed", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["model"], LOCAL_MODEL);
+    assert_eq!(
+        (report["embedded"].as_u64(), report["total"].as_u64()),
+        (Some(5), Some(5))
+    );
+    let (line, code) = doctor_vectors(h);
+    assert_eq!(code, Some(0), "{line}");
+    assert!(
+        line.contains(&format!(
+            "5 / 5 items embedded with {LOCAL_MODEL} (all embedded)"
+        )),
+        "{line}"
+    );
+    let o = memgate(h, &["search", "cat", "--top-k", "1", "--json"]);
+    let hits: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(hits.to_string().contains("kitten"), "{hits}");
 }

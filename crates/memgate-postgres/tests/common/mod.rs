@@ -10,6 +10,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// `cargo test` shows them as ignored).
 pub use memgate_testsupport::real::postgres_dsn as dsn;
 
+/// The pgvector cluster's DSN (`testkit/postgres-up --pgvector`).
+pub fn pgvector_dsn() -> String {
+    let [dsn] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_PGVECTOR_DSN"]);
+    dsn
+}
+
 /// A schema name no other test (or earlier run) uses.
 pub fn unique_schema(label: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);

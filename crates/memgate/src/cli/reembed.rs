@@ -7,8 +7,9 @@
 
 use super::error::{CliError, Result};
 use super::output::print_json;
-use memgate_assembly::config::Config;
+use memgate_assembly::config::{Config, ManagerClass};
 use memgate_assembly::factory::{open, BackendSetup};
+use memgate_core::MemoryBackend;
 use memgate_store::vectors::ModelState;
 use memgate_store::MemoryStore;
 use serde::Serialize;
@@ -35,10 +36,13 @@ struct Report {
 
 pub async fn run(config_path: Option<&Path>, json: bool) -> Result<ExitCode> {
     let (config, _) = Config::discover(config_path, None)?;
+    if config.memory.manager_class == ManagerClass::Postgres {
+        return reembed_postgres(&config, json).await;
+    }
     let opened = open(&config.memory, &BackendSetup::from_process()?)?;
     let Some(local) = opened.local.clone() else {
         return Err(CliError::Setting(format!(
-            "memgate reembed: only the local store keeps vectors, and manager_class is {}",
+            "memgate reembed: only the local and postgres stores keep vectors, and manager_class is {}",
             config.memory.manager_class
         )));
     };
@@ -107,4 +111,57 @@ fn reembed(store: &MemoryStore, quiet: bool) -> Result<Report> {
         total: progress.total,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// `reembed` on `postgres`: the same steps against the database (any
+/// replica's background indexer helps; the advisory lock keeps one at a time).
+async fn reembed_postgres(config: &Config, json: bool) -> Result<ExitCode> {
+    let store = crate::migrate::Store::open(
+        crate::migrate::StoreKind::Postgres,
+        &config.memory,
+        &BackendSetup::from_process()?,
+        "MEMGATE_POSTGRES_DSN",
+    )?;
+    let crate::migrate::Store::Postgres(pg) = &store else {
+        return Err(CliError::Internal("expected the postgres store".to_owned()));
+    };
+    let before = pg.vector_progress().await?;
+    let Some(model) = before.model.clone() else {
+        return Err(CliError::Setting(
+            "memgate reembed: no embedder is configured; set memory.backend_config.embedder \
+             (e.g. {\"kind\": \"local\", \"model_path\": \"DIR\"}) to the model to embed with"
+                .to_owned(),
+        ));
+    };
+    if let (false, Some(stored)) = (json, before.stored_model.as_deref()) {
+        if stored != model {
+            eprintln!("model change: {stored} -> {model}");
+        }
+    }
+    let started = Instant::now();
+    let dropped = pg.reembed().await?;
+    pg.index_all_vectors(BATCH).await.map_err(|e| {
+        CliError::Internal(format!(
+            "re-embedding stopped: {e}; the background indexer of any memgate on this \
+             database embeds the rest, or run `memgate reembed` again"
+        ))
+    })?;
+    let after = pg.vector_progress().await?;
+    let report = Report {
+        model,
+        dropped,
+        embedded: after.embedded,
+        total: after.total,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    pg.shutdown(Duration::from_secs(5)).await;
+    if json {
+        print_json(&report);
+    } else {
+        println!(
+            "re-embedded {} / {} items with {} in {:.1} s ({} old vectors dropped)",
+            report.embedded, report.total, report.model, report.seconds, report.dropped
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
