@@ -11,7 +11,7 @@
 //! ([`Fusion::Rank`], reciprocal rank) throw away.
 //!
 //! Anything else is the lexical ranking unchanged: no embedder, vectors of
-//! another model (after a model change, until `reembed`), or an embedder
+//! another model or recipe (after a change, until `reembed`), or an embedder
 //! that fails or misses its deadline — the last is counted
 //! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
@@ -126,7 +126,7 @@ impl MemoryStore {
         let (Some(q), Some(v)) = (&vector.0, &self.vectorizer) else {
             return rank(conn, &self.common_terms, scope, query, top_k, category);
         };
-        if stored_model(conn)?.is_some_and(|m| m != v.embedder.model()) {
+        if stored_model(conn)?.is_some_and(|m| m != v.key()) {
             return rank(conn, &self.common_terms, scope, query, top_k, category);
         }
         let pool = candidate_pool(top_k);
