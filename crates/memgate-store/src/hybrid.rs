@@ -55,13 +55,22 @@ pub const RRF_K: f64 = 60.0;
 /// 0.729, 1.0 0.738), session 0.899 (lexical 0.886); notes/recall.md.
 pub const DEFAULT_FUSION: Fusion = Fusion::Score { lambda: 0.5 };
 
-/// The fusions the LoCoMo evaluation measures side by side (one query
-/// embedding each question, so the comparison costs one encoder pass).
-pub const EVALUATED_FUSIONS: &[Fusion] = &[
-    Fusion::Rank { dense_weight: 0.35 },
-    Fusion::Score { lambda: 0.25 },
-    Fusion::Score { lambda: 0.5 },
-    Fusion::Score { lambda: 1.0 },
+/// How many nearest items the dense side brings, as a multiple of the
+/// lexical candidate pool ([`candidate_pool`]). With score fusion it also
+/// sets the dense scale's floor (the last of the dense pool scores 0).
+pub const DEFAULT_DENSE_POOL: usize = 1;
+
+/// The variants the LoCoMo evaluation measures side by side, as (fusion,
+/// dense pool multiple): one query embedding each question, so the
+/// comparison costs one encoder pass.
+pub const EVALUATED_FUSIONS: &[(Fusion, usize)] = &[
+    (Fusion::Rank { dense_weight: 0.35 }, 1),
+    (Fusion::Score { lambda: 0.25 }, 1),
+    (Fusion::Score { lambda: 0.5 }, 1),
+    (Fusion::Score { lambda: 1.0 }, 1),
+    (Fusion::Score { lambda: 0.5 }, 2),
+    (Fusion::Score { lambda: 0.5 }, 4),
+    (Fusion::Score { lambda: 1.0 }, 4),
 ];
 
 /// A query's vector, or `None` when recall stays lexical.
@@ -108,10 +117,20 @@ impl MemoryStore {
         top_k: usize,
         category: Option<&str>,
     ) -> Result<Vec<Ranked>> {
-        self.fused_in(conn, scope, query, vector, top_k, category, DEFAULT_FUSION)
+        self.fused_in(
+            conn,
+            scope,
+            query,
+            vector,
+            top_k,
+            category,
+            DEFAULT_FUSION,
+            DEFAULT_DENSE_POOL,
+        )
     }
 
-    /// [`Self::ranked_in`] with the fusion given (the evaluation compares them).
+    /// [`Self::ranked_in`] with the fusion and dense pool multiple given
+    /// (the evaluation compares them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_in(
         &self,
@@ -122,6 +141,7 @@ impl MemoryStore {
         top_k: usize,
         category: Option<&str>,
         fusion: Fusion,
+        dense_pool: usize,
     ) -> Result<Vec<Ranked>> {
         let (Some(q), Some(v)) = (&vector.0, &self.vectorizer) else {
             return rank(conn, &self.common_terms, scope, query, top_k, category);
@@ -132,7 +152,8 @@ impl MemoryStore {
         let pool = candidate_pool(top_k);
         let lexical = rank(conn, &self.common_terms, scope, query, pool, category)?;
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
-        let (dense, similarity) = self.nearest_items(conn, scope, q, pool, &lexical_items)?;
+        let (dense, similarity) =
+            self.nearest_items(conn, scope, q, pool * dense_pool.max(1), &lexical_items)?;
         v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
         let mut fused: HashMap<String, (f64, Ranked)> = HashMap::new();
         match fusion {

@@ -76,6 +76,11 @@ pub struct RetrievalStats {
     pub vectors_written: AtomicU64,
     /// Time spent embedding queries (the encoder's share of recall).
     pub query_embed_nanos: AtomicU64,
+    /// Time spent in the int8 scan (with its top-up from `seq`), and in
+    /// re-scoring its candidates exactly from SQLite: the dense side's
+    /// share of recall, apart from the encoder.
+    pub dense_scan_nanos: AtomicU64,
+    pub dense_rescore_nanos: AtomicU64,
 }
 
 /// A snapshot of [`RetrievalStats`].
@@ -85,6 +90,8 @@ pub struct RetrievalCounts {
     pub embedder_failures: u64,
     pub vectors_written: u64,
     pub query_embed_nanos: u64,
+    pub dense_scan_nanos: u64,
+    pub dense_rescore_nanos: u64,
 }
 
 /// One scope's vectors in memory, as int8 codes ([`Quantized`]).
@@ -547,6 +554,8 @@ impl MemoryStore {
                 embedder_failures: v.stats.embedder_failures.load(Ordering::Relaxed),
                 vectors_written: v.stats.vectors_written.load(Ordering::Relaxed),
                 query_embed_nanos: v.stats.query_embed_nanos.load(Ordering::Relaxed),
+                dense_scan_nanos: v.stats.dense_scan_nanos.load(Ordering::Relaxed),
+                dense_rescore_nanos: v.stats.dense_rescore_nanos.load(Ordering::Relaxed),
             })
     }
 
@@ -574,6 +583,7 @@ impl MemoryStore {
         };
         let model = v.key();
         let model = model.as_str();
+        let started = std::time::Instant::now();
         let shared = v.cache.scope(scope);
         let mut vectors = shared.lock().unwrap_or_else(|p| p.into_inner());
         let mut stmt = conn
@@ -604,6 +614,10 @@ impl MemoryStore {
             .chain(also.iter().copied().filter(|i| vectors.codes.contains(*i)))
             .collect();
         drop(vectors);
+        let scanned = std::time::Instant::now();
+        v.stats
+            .dense_scan_nanos
+            .fetch_add((scanned - started).as_nanos() as u64, Ordering::Relaxed);
         // Exact cosines from the stored float32 vectors.
         let mut exact = conn
             .prepare_cached("SELECT vector FROM vectors WHERE item = ?1 AND model = ?2")
@@ -634,6 +648,9 @@ impl MemoryStore {
             .iter()
             .filter_map(|item| Some((*item, *cosine.get(item)?)))
             .collect();
+        v.stats
+            .dense_rescore_nanos
+            .fetch_add(scanned.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok((nearest, similarity))
     }
 }
