@@ -318,10 +318,12 @@ fn softmax(row: &mut [f32]) {
 
 /// BERT's exact GELU, `x · Φ(x)`, with erf from Abramowitz & Stegun 7.1.26
 /// (absolute error below 1.5e-7).
+#[cfg(test)]
 fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))
 }
 
+#[cfg(test)]
 fn erf(x: f32) -> f32 {
     erf_with(x, f32::exp)
 }
@@ -353,7 +355,7 @@ fn exp_nonpositive(x: f32) -> f32 {
     let whole = (t + 12_582_912.0) - 12_582_912.0;
     let f = t - whole;
     let p = 1.0
-        + f * (0.693_147_2
+        + f * (std::f32::consts::LN_2
             + f * (0.240_226_5
                 + f * (0.055_504_11
                     + f * (0.009_618_129
@@ -372,6 +374,7 @@ fn gelu_all(values: &mut [f32]) {
     }
     #[cfg(target_arch = "x86_64")]
     {
+        #[cfg(memgate_avx512)]
         #[target_feature(enable = "avx512f")]
         unsafe fn avx512(values: &mut [f32]) {
             each(values)
@@ -380,6 +383,7 @@ fn gelu_all(values: &mut [f32]) {
         unsafe fn avx2(values: &mut [f32]) {
             each(values)
         }
+        #[cfg(memgate_avx512)]
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the feature was just detected.
             return unsafe { avx512(values) };

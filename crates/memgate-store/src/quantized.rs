@@ -102,7 +102,7 @@ impl Quantized {
 impl Quantized {
     /// Every item's approximate similarity to the codes `q`, with its slot.
     fn scan(&self, q: &[i8]) -> Vec<(f32, u32)> {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(all(target_arch = "x86_64", memgate_avx512))]
         if self.dims % 64 == 0
             && std::arch::is_x86_feature_detected!("avx512vnni")
             && std::arch::is_x86_feature_detected!("avx512bw")
@@ -127,8 +127,9 @@ impl Quantized {
     /// the scan's whole cost at 100k items: it reads each code byte once,
     /// where the auto-vectorised loop widened every byte to 16 bits first
     /// (`perf`: 30% of a hybrid recall).
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", memgate_avx512))]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[allow(clippy::incompatible_msrv)] // built only by rustc ≥ 1.89 (build.rs)
     unsafe fn scan_vnni(&self, q: &[i8]) -> Vec<(f32, u32)> {
         use std::arch::x86_64::*;
         let dims = self.dims;
