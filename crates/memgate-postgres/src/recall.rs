@@ -28,7 +28,7 @@ use crate::terms::{query_terms, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
 use memgate_store::facts::citation;
-use memgate_store::fusion::{fuse, DEFAULT_FUSION};
+use memgate_store::fusion::{fuse, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
 use memgate_store::ranking::{
     candidate_pool, smooth_neighbours, turn_citation, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
     TURN_KIND,
@@ -138,7 +138,7 @@ impl PostgresBackend {
         let lexical = self.lexical_rank(c, scope, query, pool, category).await?;
         let lexical_items: Vec<i64> = lexical.iter().filter_map(Ranked::item).collect();
         let (dense, similarity) = self
-            .nearest_items(c, scope, q, pool, &lexical_items)
+            .nearest_items(c, scope, q, pool * DEFAULT_DENSE_POOL, &lexical_items)
             .await?;
         if let Some(v) = &self.vectors {
             v.stats.hybrid.fetch_add(1, Ordering::Relaxed);

@@ -496,6 +496,8 @@ impl PostgresBackend {
                 embedder_failures: v.stats.embedder_failures.load(Ordering::Relaxed),
                 vectors_written: v.stats.vectors_written.load(Ordering::Relaxed),
                 query_embed_nanos: v.stats.query_embed_nanos.load(Ordering::Relaxed),
+                // The scan runs inside PostgreSQL (pgvector): no split here.
+                ..RetrievalCounts::default()
             })
     }
 }

@@ -121,6 +121,12 @@ pub struct EmbedderFigures {
     pub query_embed_p99_ms: f64,
     pub search_p50_ms: f64,
     pub search_p99_ms: f64,
+    /// Of the rest: the int8 scan, and the exact re-score of its
+    /// candidates (wall, per recall).
+    pub dense_scan_p50_ms: f64,
+    pub dense_scan_p99_ms: f64,
+    pub dense_rescore_p50_ms: f64,
+    pub dense_rescore_p99_ms: f64,
 }
 
 /// The benchmark report (`--json` serializes it).
@@ -336,6 +342,10 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
             query_embed_p99_ms: 0.0,
             search_p50_ms: 0.0,
             search_p99_ms: 0.0,
+            dense_scan_p50_ms: 0.0,
+            dense_scan_p99_ms: 0.0,
+            dense_rescore_p50_ms: 0.0,
+            dense_rescore_p99_ms: 0.0,
         });
         store = store.with_embedder(built);
     }
@@ -466,12 +476,13 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     let mut cpu_times = Vec::with_capacity(opts.recall_queries);
     let mut recalled_items = 0usize;
     let (mut no_query, mut embeds, mut searches) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut scans, mut rescores) = (Vec::new(), Vec::new());
     for _ in 0..opts.recall_queries {
         let request = RecallRequest {
             caller: user.clone(),
             query: query(rng),
         };
-        let embed_before = store.retrieval_counts().query_embed_nanos;
+        let before = store.retrieval_counts();
         let cpu_before = thread_cpu_ns();
         let started = Instant::now();
         let recall = store.recall(&request)?;
@@ -480,8 +491,14 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         if request.query.is_none() {
             no_query.push(took);
         } else if embedder.is_some() {
-            let embed = store.retrieval_counts().query_embed_nanos - embed_before;
-            let embed = Duration::from_nanos(embed);
+            let after = store.retrieval_counts();
+            let embed = Duration::from_nanos(after.query_embed_nanos - before.query_embed_nanos);
+            scans.push(Duration::from_nanos(
+                after.dense_scan_nanos - before.dense_scan_nanos,
+            ));
+            rescores.push(Duration::from_nanos(
+                after.dense_rescore_nanos - before.dense_rescore_nanos,
+            ));
             embeds.push(embed);
             searches.push(took.saturating_sub(embed));
         }
@@ -495,11 +512,17 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     no_query.sort_unstable();
     embeds.sort_unstable();
     searches.sort_unstable();
+    scans.sort_unstable();
+    rescores.sort_unstable();
     if let Some(figures) = embedder.as_mut() {
         figures.query_embed_p50_ms = percentile_ms(&embeds, 0.50);
         figures.query_embed_p99_ms = percentile_ms(&embeds, 0.99);
         figures.search_p50_ms = percentile_ms(&searches, 0.50);
         figures.search_p99_ms = percentile_ms(&searches, 0.99);
+        figures.dense_scan_p50_ms = percentile_ms(&scans, 0.50);
+        figures.dense_scan_p99_ms = percentile_ms(&scans, 0.99);
+        figures.dense_rescore_p50_ms = percentile_ms(&rescores, 0.50);
+        figures.dense_rescore_p99_ms = percentile_ms(&rescores, 0.99);
     }
     let cpu = |p: f64| (cpu_times.len() == latencies.len()).then(|| percentile_ms(&cpu_times, p));
 
@@ -613,7 +636,9 @@ impl fmt::Display for BenchReport {
                     f,
                     "{:>8} | hybrid, {}: model load {:.0} ms; {} items embedded at {:.0} items/s; \
                      {} random vectors of the same model; recalls with a query: query \
-                     embedding p50 {:.3} / p99 {:.3} ms, the rest p50 {:.3} / p99 {:.3} ms",
+                     embedding p50 {:.3} / p99 {:.3} ms, the rest p50 {:.3} / p99 {:.3} ms \
+                     (of it int8 scan p50 {:.3} / p99 {:.3} ms, exact re-score p50 {:.3} / \
+                     p99 {:.3} ms)",
                     s.items,
                     e.model,
                     e.load_ms,
@@ -623,7 +648,11 @@ impl fmt::Display for BenchReport {
                     e.query_embed_p50_ms,
                     e.query_embed_p99_ms,
                     e.search_p50_ms,
-                    e.search_p99_ms
+                    e.search_p99_ms,
+                    e.dense_scan_p50_ms,
+                    e.dense_scan_p99_ms,
+                    e.dense_rescore_p50_ms,
+                    e.dense_rescore_p99_ms
                 )?;
             }
         }

@@ -45,13 +45,23 @@ pub const RRF_K: f64 = 60.0;
 /// 0.729, 1.0 0.738), session 0.899 (lexical 0.886); notes/recall.md.
 pub const DEFAULT_FUSION: Fusion = Fusion::Score { lambda: 0.5 };
 
-/// The fusions the LoCoMo evaluation measures side by side (one query
-/// embedding each question, so the comparison costs one encoder pass).
-pub const EVALUATED_FUSIONS: &[Fusion] = &[
-    Fusion::Rank { dense_weight: 0.35 },
-    Fusion::Score { lambda: 0.25 },
-    Fusion::Score { lambda: 0.5 },
-    Fusion::Score { lambda: 1.0 },
+/// How many nearest items the dense side brings, as a multiple of the
+/// lexical candidate pool (`ranking::candidate_pool`). With score fusion it
+/// also sets the dense scale's floor (the last of the dense pool scores 0).
+/// Pools of 2 and 4 measured within noise of 1 (notes/recall.md).
+pub const DEFAULT_DENSE_POOL: usize = 1;
+
+/// The variants the LoCoMo evaluation measures side by side, as (fusion,
+/// dense pool multiple): one query embedding each question, so the
+/// comparison costs one encoder pass.
+pub const EVALUATED_FUSIONS: &[(Fusion, usize)] = &[
+    (Fusion::Rank { dense_weight: 0.35 }, 1),
+    (Fusion::Score { lambda: 0.25 }, 1),
+    (Fusion::Score { lambda: 0.5 }, 1),
+    (Fusion::Score { lambda: 1.0 }, 1),
+    (Fusion::Score { lambda: 0.5 }, 2),
+    (Fusion::Score { lambda: 0.5 }, 4),
+    (Fusion::Score { lambda: 1.0 }, 4),
 ];
 
 /// The fused candidates, and the dense hits still to be loaded.

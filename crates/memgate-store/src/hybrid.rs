@@ -11,7 +11,7 @@
 //! ([`Fusion::Rank`], reciprocal rank) throw away.
 //!
 //! Anything else is the lexical ranking unchanged: no embedder, vectors of
-//! another model (after a model change, until `reembed`), or an embedder
+//! another model or recipe (after a change, until `reembed`), or an embedder
 //! that fails or misses its deadline — the last is counted
 //! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
@@ -25,7 +25,7 @@ use rusqlite::Connection;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-pub use crate::fusion::{Fusion, DEFAULT_FUSION, EVALUATED_FUSIONS, RRF_K};
+pub use crate::fusion::{Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS, RRF_K};
 
 /// A query's vector, or `None` when recall stays lexical.
 pub struct QueryVector(Option<Vec<f32>>);
@@ -71,10 +71,20 @@ impl MemoryStore {
         top_k: usize,
         category: Option<&str>,
     ) -> Result<Vec<Ranked>> {
-        self.fused_in(conn, scope, query, vector, top_k, category, DEFAULT_FUSION)
+        self.fused_in(
+            conn,
+            scope,
+            query,
+            vector,
+            top_k,
+            category,
+            DEFAULT_FUSION,
+            DEFAULT_DENSE_POOL,
+        )
     }
 
-    /// [`Self::ranked_in`] with the fusion given (the evaluation compares them).
+    /// [`Self::ranked_in`] with the fusion and dense pool multiple given
+    /// (the evaluation compares them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_in(
         &self,
@@ -85,17 +95,19 @@ impl MemoryStore {
         top_k: usize,
         category: Option<&str>,
         fusion: Fusion,
+        dense_pool: usize,
     ) -> Result<Vec<Ranked>> {
         let (Some(q), Some(v)) = (&vector.0, &self.vectorizer) else {
             return rank(conn, &self.common_terms, scope, query, top_k, category);
         };
-        if stored_model(conn)?.is_some_and(|m| m != v.embedder.model()) {
+        if stored_model(conn)?.is_some_and(|m| m != v.key()) {
             return rank(conn, &self.common_terms, scope, query, top_k, category);
         }
         let pool = candidate_pool(top_k);
         let lexical = rank(conn, &self.common_terms, scope, query, pool, category)?;
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
-        let (dense, similarity) = self.nearest_items(conn, scope, q, pool, &lexical_items)?;
+        let (dense, similarity) =
+            self.nearest_items(conn, scope, q, pool * dense_pool.max(1), &lexical_items)?;
         v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
         let mut fused = fuse(lexical, &dense, &similarity, fusion);
         for (item, score) in std::mem::take(&mut fused.missing) {

@@ -38,7 +38,7 @@
 //! seen by the block.
 
 use crate::config::{EmbedderSettings, LocalConfig};
-use crate::hybrid::{DEFAULT_FUSION, EVALUATED_FUSIONS};
+use crate::hybrid::{DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS};
 use crate::ranking::Origin;
 use crate::store::MemoryStore;
 use memgate_core::{
@@ -661,12 +661,11 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 figures.embed_seconds += started.elapsed().as_secs_f64();
                 figures.queries += 1;
                 let key = crate::scope::ScopeKey::of(&asker);
-                for (fusion, tally) in EVALUATED_FUSIONS.iter().zip(hybrid.iter_mut()) {
+                for ((fusion, pool), tally) in EVALUATED_FUSIONS.iter().zip(hybrid.iter_mut()) {
                     let started = std::time::Instant::now();
                     let ranked = store.read(|conn| match key.find(conn)? {
-                        Some(scope) => {
-                            store.fused_in(conn, scope, question, &vector, DEPTH, None, *fusion)
-                        }
+                        Some(scope) => store
+                            .fused_in(conn, scope, question, &vector, DEPTH, None, *fusion, *pool),
                         None => Ok(Vec::new()),
                     })?;
                     figures.search_seconds += started.elapsed().as_secs_f64();
@@ -704,14 +703,14 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
     store.close()?;
     report.systems.push(memgate.finish("memgate local ranking"));
     if let Some(figures) = embedding {
-        for (fusion, tally) in EVALUATED_FUSIONS.iter().zip(&hybrid) {
-            let default = if *fusion == DEFAULT_FUSION {
+        for ((fusion, pool), tally) in EVALUATED_FUSIONS.iter().zip(&hybrid) {
+            let default = if (*fusion, *pool) == (DEFAULT_FUSION, DEFAULT_DENSE_POOL) {
                 ", the default"
             } else {
                 ""
             };
             report.systems.push(tally.finish(&format!(
-                "memgate hybrid ({}; {fusion}{default})",
+                "memgate hybrid ({}; {fusion}, dense pool x{pool}{default})",
                 figures.model
             )));
         }

@@ -20,6 +20,8 @@ pub struct Quantized {
     codes: Vec<i8>,
     /// Per item: what one code step is worth.
     scales: Vec<f32>,
+    /// Per item: the sum of its codes (the VNNI scan's correction, below).
+    sums: Vec<i32>,
     slot: HashMap<i64, usize>,
 }
 
@@ -68,11 +70,14 @@ impl Quantized {
                 self.items.push(item);
                 self.codes.resize(self.codes.len() + dims, 0);
                 self.scales.push(0.0);
+                self.sums.push(0);
                 self.slot.insert(item, s);
                 s
             }
         };
-        self.scales[s] = quantize(vector, &mut self.codes[s * dims..(s + 1) * dims]);
+        let codes = &mut self.codes[s * dims..(s + 1) * dims];
+        self.scales[s] = quantize(vector, codes);
+        self.sums[s] = codes.iter().map(|&c| i32::from(c)).sum();
     }
 
     /// The `n` items whose approximate similarity to `query` is highest (in
@@ -84,20 +89,72 @@ impl Quantized {
         let mut q = vec![0i8; self.dims];
         // The query's own scale orders nothing: it is left out.
         quantize(query, &mut q);
-        let dot = dot_kernel();
-        let mut scored: Vec<(f32, u32)> = self
-            .codes
-            .chunks_exact(self.dims)
-            .zip(&self.scales)
-            .enumerate()
-            .map(|(i, (codes, scale))| (dot(codes, &q) as f32 * scale, i as u32))
-            .collect();
+        let mut scored = self.scan(&q);
         let n = n.min(scored.len());
         scored.select_nth_unstable_by(n - 1, |a, b| b.0.total_cmp(&a.0));
         scored[..n]
             .iter()
             .map(|&(_, i)| self.items[i as usize])
             .collect()
+    }
+}
+
+impl Quantized {
+    /// Every item's approximate similarity to the codes `q`, with its slot.
+    fn scan(&self, q: &[i8]) -> Vec<(f32, u32)> {
+        #[cfg(all(target_arch = "x86_64", memgate_avx512))]
+        if self.dims % 64 == 0
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+        {
+            // SAFETY: both features were just detected; `dims` is a
+            // multiple of 64 as the kernel needs.
+            return unsafe { self.scan_vnni(q) };
+        }
+        let dot = dot_kernel();
+        self.codes
+            .chunks_exact(self.dims)
+            .zip(&self.scales)
+            .enumerate()
+            .map(|(i, (codes, scale))| (dot(codes, q) as f32 * scale, i as u32))
+            .collect()
+    }
+
+    /// [`Self::scan`] with one VNNI instruction per 64 codes. `vpdpbusd`
+    /// multiplies *unsigned* by signed bytes, so the query is shifted by
+    /// 128 into `0..=254` and the shift taken off again with the item's
+    /// code sum: `Σ (q + 128)·c − 128·Σ c = Σ q·c` (exact, in i32). This is
+    /// the scan's whole cost at 100k items: it reads each code byte once,
+    /// where the auto-vectorised loop widened every byte to 16 bits first
+    /// (`perf`: 30% of a hybrid recall).
+    #[cfg(all(target_arch = "x86_64", memgate_avx512))]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[allow(clippy::incompatible_msrv)] // built only by rustc ≥ 1.89 (build.rs)
+    unsafe fn scan_vnni(&self, q: &[i8]) -> Vec<(f32, u32)> {
+        use std::arch::x86_64::*;
+        let dims = self.dims;
+        let shifted: Vec<u8> = q.iter().map(|&x| (i16::from(x) + 128) as u8).collect();
+        let chunks = dims / 64;
+        // SAFETY: `shifted` holds `dims` bytes, `chunks` × 64 of them.
+        let query: Vec<__m512i> = (0..chunks)
+            .map(|c| unsafe { _mm512_loadu_si512(shifted.as_ptr().add(c * 64).cast()) })
+            .collect();
+        let mut out = Vec::with_capacity(self.items.len());
+        for (i, codes) in self.codes.chunks_exact(dims).enumerate() {
+            let (mut even, mut odd) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for (c, q) in query.iter().enumerate() {
+                // SAFETY: `codes` holds `dims` = `chunks` × 64 bytes.
+                let v = unsafe { _mm512_loadu_si512(codes.as_ptr().add(c * 64).cast()) };
+                if c % 2 == 0 {
+                    even = _mm512_dpbusd_epi32(even, *q, v);
+                } else {
+                    odd = _mm512_dpbusd_epi32(odd, *q, v);
+                }
+            }
+            let dot = _mm512_reduce_add_epi32(_mm512_add_epi32(even, odd)) - 128 * self.sums[i];
+            out.push((dot as f32 * self.scales[i], i as u32));
+        }
+        out
     }
 }
 
@@ -181,5 +238,23 @@ mod tests {
         assert!(q.candidates(&query, 1).contains(&exact[1999].1));
         assert_eq!(q.items.len(), 2000);
         assert!(q.candidates(&[1.0; 3], 5).is_empty());
+    }
+
+    #[test]
+    fn every_scan_scores_like_the_plain_dot_product() {
+        // 384 dimensions: the VNNI scan where the CPU has it.
+        let mut q = Quantized::default();
+        for i in 0..300 {
+            q.upsert(i, &unit(100 + i as u64, 384));
+        }
+        let (query, mut codes) = (unit(3, 384), vec![0i8; 384]);
+        quantize(&query, &mut codes);
+        let scanned = q.scan(&codes);
+        assert_eq!(scanned.len(), 300);
+        for (score, slot) in scanned {
+            let s = slot as usize;
+            let plain = dot_generic(&q.codes[s * 384..(s + 1) * 384], &codes) as f32 * q.scales[s];
+            assert_eq!(score, plain, "slot {s}");
+        }
     }
 }

@@ -5,14 +5,15 @@
 //! - Table `vectors`: one unit vector per (model, item), `item` being the
 //!   recall-index rowid (turn `n`, memory `-n`), with the item's scope and,
 //!   for memories, the version embedded (a revision is embedded again).
-//!   `vector_model` records the one model the file's vectors belong to.
+//!   `vector_model` records the one key the file's vectors belong to: the
+//!   model and the [`RECIPE`] of the text embedded ([`vector_key`]).
 //! - Writing: [`MemoryStore::index_vectors`] embeds up to `batch` rows that
 //!   have no vector yet (turns in id order after the last one embedded, then
 //!   active memories whose version has none) *outside* the write lock and
 //!   stores them in one transaction. Capture never waits for an embedder;
 //!   [`crate::LocalBackend`] runs this step in the background.
-//! - Model change is explicit: when the configured model differs from the
-//!   file's, nothing is embedded and recall stays lexical (saying why) until
+//! - Model change is explicit: when the configured key (model or recipe)
+//!   differs from the file's, nothing is embedded and recall stays lexical (saying why) until
 //!   [`MemoryStore::reembed`] drops the old vectors and adopts the new model.
 //! - Search: each scope's vectors are loaded once into memory as int8 codes
 //!   ([`crate::quantized`]) and topped up from `seq` on every search; the
@@ -42,16 +43,18 @@ pub enum ModelState {
     Off,
     /// The file's vectors (if any) are of the configured model.
     Current,
-    /// The file holds vectors of another model; `reembed` adopts the new one.
+    /// The file holds vectors of another model or recipe (keys as in
+    /// [`vector_key`]); `reembed` adopts the configured one.
     Mismatch { stored: String, configured: String },
 }
 
 /// What the indexer has done and has left (what `doctor` shows).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct VectorProgress {
-    /// The configured embedder's model (`None`: no embedder).
+    /// The configured embedder's vector key, model and recipe
+    /// ([`vector_key`]; `None`: no embedder).
     pub model: Option<String>,
-    /// The model the file's vectors belong to (none before the first).
+    /// The key the file's vectors belong to (none before the first).
     pub stored_model: Option<String>,
     /// Turns and active memories that have a vector of the configured
     /// model (of the stored one when no embedder is configured).
@@ -73,6 +76,11 @@ pub struct RetrievalStats {
     pub vectors_written: AtomicU64,
     /// Time spent embedding queries (the encoder's share of recall).
     pub query_embed_nanos: AtomicU64,
+    /// Time spent in the int8 scan (with its top-up from `seq`), and in
+    /// re-scoring its candidates exactly from SQLite: the dense side's
+    /// share of recall, apart from the encoder.
+    pub dense_scan_nanos: AtomicU64,
+    pub dense_rescore_nanos: AtomicU64,
 }
 
 /// A snapshot of [`RetrievalStats`].
@@ -82,6 +90,8 @@ pub struct RetrievalCounts {
     pub embedder_failures: u64,
     pub vectors_written: u64,
     pub query_embed_nanos: u64,
+    pub dense_scan_nanos: u64,
+    pub dense_rescore_nanos: u64,
 }
 
 /// One scope's vectors in memory, as int8 codes ([`Quantized`]).
@@ -120,6 +130,39 @@ impl VectorCache {
     }
 }
 
+/// How a turn's text is put together before it is embedded
+/// ([`turn_text`]), named in the vector key so that a file embedded with
+/// an older recipe shows as a pending change in `doctor` and is redone by
+/// `memgate reembed`, like a model change. Bump it with every change to
+/// what is embedded; [`RECIPES`] says what each one was.
+pub const RECIPE: &str = "r2";
+
+/// Every recipe and what it embeds (`r1`: keys without a recipe, written
+/// before recipes were named).
+pub const RECIPES: &[(&str, &str)] = &[
+    ("r1", "each turn alone"),
+    (
+        "r2",
+        "each turn after the previous turn of its thread, with its speaker",
+    ),
+];
+
+/// The key vectors of `model` made with the current [`RECIPE`] are stored
+/// under: `all-minilm-l6-v2/384; r2`.
+pub fn vector_key(model: &str) -> String {
+    format!("{model}; {RECIPE}")
+}
+
+/// A stored key for people: `all-minilm-l6-v2/384 (recipe r1: each turn
+/// alone)`.
+pub fn describe_key(key: &str) -> String {
+    let (model, recipe) = key.rsplit_once("; ").unwrap_or((key, "r1"));
+    match RECIPES.iter().find(|(tag, _)| *tag == recipe) {
+        Some((tag, what)) => format!("{model} (recipe {tag}: {what})"),
+        None => format!("{model} (recipe {recipe}, unknown to this memgate)"),
+    }
+}
+
 /// The embedder of a store and what it knows about the file.
 pub struct Vectorizer {
     pub embedder: Arc<dyn Embedder>,
@@ -128,6 +171,13 @@ pub struct Vectorizer {
     /// Held for one indexer step, so the background indexer and an explicit
     /// `memgate reembed` never embed the same pending rows twice.
     pub indexing: Mutex<()>,
+}
+
+impl Vectorizer {
+    /// The key this store's vectors are written and searched under.
+    pub fn key(&self) -> String {
+        vector_key(self.embedder.model())
+    }
 }
 
 impl VectorProgress {
@@ -151,8 +201,11 @@ impl VectorProgress {
                 "vectors",
                 format!(
                     "model change pending: the file's vectors are of {}, the configured \
-                     embedder is {model}; recall stays lexical until `memgate reembed`",
-                    self.stored_model.as_deref().unwrap_or("another model")
+                     embedder makes {}; recall stays lexical until `memgate reembed`",
+                    self.stored_model
+                        .as_deref()
+                        .map_or_else(|| "another model".to_owned(), describe_key),
+                    describe_key(model)
                 ),
             );
         }
@@ -185,7 +238,7 @@ fn from_blob(b: &[u8], out: &mut Vec<f32>) {
     );
 }
 
-/// The model the file's vectors belong to, if any.
+/// The key (model and recipe) the file's vectors belong to, if any.
 pub fn stored_model(conn: &Connection) -> Result<Option<String>> {
     conn.query_row("SELECT model FROM vector_model WHERE id = 1", [], |r| {
         r.get(0)
@@ -303,7 +356,7 @@ impl MemoryStore {
         let Some(v) = &self.vectorizer else {
             return Ok(ModelState::Off);
         };
-        let configured = v.embedder.model().to_owned();
+        let configured = v.key();
         let stored = self.read(stored_model)?;
         Ok(match stored {
             Some(stored) if stored != configured => ModelState::Mismatch { stored, configured },
@@ -320,7 +373,7 @@ impl MemoryStore {
             return Ok(0);
         };
         let _step = v.indexing.lock().unwrap_or_else(|p| p.into_inner());
-        let model = v.embedder.model().to_owned();
+        let model = v.key();
         let (stored, work) =
             self.read(|conn| Ok((stored_model(conn)?, pending(conn, &model, batch.max(1))?)))?;
         if stored.as_deref().is_some_and(|s| s != model) || work.is_empty() {
@@ -411,7 +464,7 @@ impl MemoryStore {
         let Some(v) = &self.vectorizer else {
             return Ok(0);
         };
-        let model = v.embedder.model().to_owned();
+        let model = v.key();
         self.write(|tx, _| {
             let Some(dims) = tx
                 .query_row("SELECT dims FROM vector_model WHERE id = 1", [], |r| {
@@ -456,10 +509,7 @@ impl MemoryStore {
 
     /// What the indexer has done and has left.
     pub fn vector_progress(&self) -> Result<VectorProgress> {
-        let configured = self
-            .vectorizer
-            .as_ref()
-            .map(|v| v.embedder.model().to_owned());
+        let configured = self.vectorizer.as_ref().map(Vectorizer::key);
         self.read(|conn| {
             let stored = stored_model(conn)?;
             let counted = configured.clone().or(stored.clone());
@@ -504,6 +554,8 @@ impl MemoryStore {
                 embedder_failures: v.stats.embedder_failures.load(Ordering::Relaxed),
                 vectors_written: v.stats.vectors_written.load(Ordering::Relaxed),
                 query_embed_nanos: v.stats.query_embed_nanos.load(Ordering::Relaxed),
+                dense_scan_nanos: v.stats.dense_scan_nanos.load(Ordering::Relaxed),
+                dense_rescore_nanos: v.stats.dense_rescore_nanos.load(Ordering::Relaxed),
             })
     }
 
@@ -529,7 +581,9 @@ impl MemoryStore {
         let Some(v) = &self.vectorizer else {
             return Ok(Default::default());
         };
-        let model = v.embedder.model();
+        let model = v.key();
+        let model = model.as_str();
+        let started = std::time::Instant::now();
         let shared = v.cache.scope(scope);
         let mut vectors = shared.lock().unwrap_or_else(|p| p.into_inner());
         let mut stmt = conn
@@ -560,6 +614,10 @@ impl MemoryStore {
             .chain(also.iter().copied().filter(|i| vectors.codes.contains(*i)))
             .collect();
         drop(vectors);
+        let scanned = std::time::Instant::now();
+        v.stats
+            .dense_scan_nanos
+            .fetch_add((scanned - started).as_nanos() as u64, Ordering::Relaxed);
         // Exact cosines from the stored float32 vectors.
         let mut exact = conn
             .prepare_cached("SELECT vector FROM vectors WHERE item = ?1 AND model = ?2")
@@ -590,6 +648,9 @@ impl MemoryStore {
             .iter()
             .filter_map(|item| Some((*item, *cosine.get(item)?)))
             .collect();
+        v.stats
+            .dense_rescore_nanos
+            .fetch_add(scanned.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok((nearest, similarity))
     }
 }

@@ -271,8 +271,8 @@ fn a_model_change_keeps_recall_lexical_until_reembed() {
     assert_eq!(
         second.model_state().unwrap(),
         ModelState::Mismatch {
-            stored: "concepts/5".into(),
-            configured: "concepts-v2/5".into()
+            stored: "concepts/5; r2".into(),
+            configured: "concepts-v2/5; r2".into()
         }
     );
     assert!(second.vector_progress().unwrap().model_mismatch);
@@ -291,6 +291,67 @@ fn a_model_change_keeps_recall_lexical_until_reembed() {
     assert_eq!(
         texts(&second, &alice(), "cat")[0],
         "I adopted a kitten last spring"
+    );
+}
+
+#[test]
+fn vectors_of_an_older_recipe_are_a_pending_change_that_reembed_redoes() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = store_with(dir.path(), Arc::new(DigestEmbedder::default()));
+    seed(&first, &alice());
+    assert_eq!(first.index_all_vectors(8).unwrap(), 3);
+    first.close().unwrap();
+    // The file as memgate wrote it before recipes were named: the key was
+    // the model alone, and turns were embedded alone.
+    let conn = rusqlite::Connection::open(dir.path().join("memgate.sqlite3")).unwrap();
+    conn.execute_batch(
+        "UPDATE vectors SET model = 'digest/16'; UPDATE vector_model SET model = 'digest/16';",
+    )
+    .unwrap();
+    drop(conn);
+
+    let embedder = Arc::new(DigestEmbedder::default());
+    let second = store_with(dir.path(), embedder.clone());
+    assert_eq!(
+        second.model_state().unwrap(),
+        ModelState::Mismatch {
+            stored: "digest/16".into(),
+            configured: format!("digest/16; {}", memgate_store::vectors::RECIPE),
+        }
+    );
+    let progress = second.vector_progress().unwrap();
+    assert!(progress.model_mismatch);
+    let line = progress.diagnostic();
+    assert!(!line.healthy, "{line:?}");
+    assert!(
+        line.detail
+            .contains("digest/16 (recipe r1: each turn alone)")
+            && line
+                .detail
+                .contains("recipe r2: each turn after the previous turn"),
+        "{}",
+        line.detail
+    );
+    assert_eq!(
+        second.index_vectors(8).unwrap(),
+        0,
+        "nothing redone silently"
+    );
+    assert!(embedder.seen.lock().unwrap().is_empty());
+
+    assert_eq!(second.reembed().unwrap(), 3);
+    assert_eq!(second.index_all_vectors(8).unwrap(), 3);
+    assert_eq!(second.model_state().unwrap(), ModelState::Current);
+    let progress = second.vector_progress().unwrap();
+    assert_eq!((progress.embedded, progress.total), (3, 3));
+    assert!(progress.diagnostic().healthy);
+    // Redone with the current recipe: each turn after the one before it.
+    let seen = embedder.seen.lock().unwrap();
+    assert!(
+        seen.iter()
+            .any(|t| t.starts_with("I adopted a kitten last spring\n")
+                && t.ends_with("The garage fixed my vehicle")),
+        "{seen:?}"
     );
 }
 

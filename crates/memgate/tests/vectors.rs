@@ -10,7 +10,9 @@ mod common;
 
 use common::memgate;
 
-const LOCAL_MODEL: &str = "all-minilm-l6-v2/384";
+/// The local model's vector key: the model and the recipe of the text
+/// embedded (`memgate_store::vectors::vector_key`).
+const LOCAL_MODEL: &str = "all-minilm-l6-v2/384; r2";
 
 fn text(o: &Output) -> String {
     format!(
@@ -166,8 +168,14 @@ fn a_model_change_is_pending_in_doctor_until_reembed_adopts_the_new_model() {
     let (line, code) = doctor_vectors(h);
     assert_eq!(code, Some(1), "{line}");
     assert!(
-        line.contains("FAIL model change pending: the file's vectors are of fake-embed/96, \
-             the configured embedder is all-minilm-l6-v2/384; recall stays lexical until `memgate reembed`"),
+        line.contains(
+            "FAIL model change pending: the file's vectors are of fake-embed/96 (recipe r2: "
+        ),
+        "{line}"
+    );
+    assert!(
+        line.contains("the configured embedder makes all-minilm-l6-v2/384 (recipe r2: ")
+            && line.ends_with("; recall stays lexical until `memgate reembed`"),
         "{line}"
     );
     // Recall still answers (lexically).
@@ -179,7 +187,7 @@ fn a_model_change_is_pending_in_doctor_until_reembed_adopts_the_new_model() {
     assert!(o.status.success(), "{}", text(&o));
     let out = text(&o);
     assert!(
-        out.contains("model change: fake-embed/96 -> all-minilm-l6-v2/384"),
+        out.contains("model change: fake-embed/96; r2 -> all-minilm-l6-v2/384; r2"),
         "{out}"
     );
     assert!(
@@ -190,7 +198,7 @@ fn a_model_change_is_pending_in_doctor_until_reembed_adopts_the_new_model() {
     let (line, code) = doctor_vectors(h);
     assert_eq!(code, Some(0), "{line}");
     assert!(
-        line.contains("5 / 5 items embedded with all-minilm-l6-v2/384 (all embedded)"),
+        line.contains("5 / 5 items embedded with all-minilm-l6-v2/384; r2 (all embedded)"),
         "{line}"
     );
 }
