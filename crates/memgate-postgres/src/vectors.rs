@@ -28,7 +28,9 @@ use bytes::{BufMut, BytesMut};
 use deadpool_postgres::{GenericClient, Pool};
 use memgate_core::{MemoryError, Result};
 use memgate_embed::Embedder;
-use memgate_store::vectors::{turn_text, RetrievalCounts, RetrievalStats, VectorProgress};
+use memgate_store::vectors::{
+    turn_text, vector_key, RetrievalCounts, RetrievalStats, VectorProgress,
+};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -49,6 +51,10 @@ const INDEXER_BACKOFF: Duration = Duration::from_secs(5);
 /// The embedder of a backend and what it counted.
 pub struct Vectors {
     pub(crate) embedder: Arc<dyn Embedder>,
+    /// The key vectors are written and searched under: the model and the
+    /// embedding recipe, as `local` names them ([`vector_key`]; postgres
+    /// embeds the same [`turn_text`]).
+    key: String,
     pub(crate) stats: RetrievalStats,
     /// One indexer step at a time in this process (the background task and
     /// an explicit `reembed` or `index_all_vectors`).
@@ -58,6 +64,7 @@ pub struct Vectors {
 impl Vectors {
     pub(crate) fn new(embedder: Arc<dyn Embedder>) -> Self {
         Self {
+            key: vector_key(embedder.model()),
             embedder,
             stats: RetrievalStats::default(),
             step: tokio::sync::Mutex::new(()),
@@ -156,7 +163,7 @@ async fn locked_step(
     vectors: &Vectors,
     batch: usize,
 ) -> Result<usize> {
-    let model = vectors.embedder.model().to_owned();
+    let model = vectors.key.clone();
     if stored_model(&*c, config).await?.is_some_and(|s| s != model) {
         return Ok(0);
     }
@@ -344,7 +351,7 @@ impl PostgresBackend {
         };
         Ok(stored_model(c, &self.config)
             .await?
-            .is_none_or(|m| m == v.embedder.model()))
+            .is_none_or(|m| m == v.key))
     }
 
     /// The `limit` items of the caller's scope nearest to `query`, best
@@ -360,7 +367,7 @@ impl PostgresBackend {
         let Some(v) = &self.vectors else {
             return Ok(Default::default());
         };
-        let model = v.embedder.model();
+        let model = v.key.as_str();
         let q = VectorParam(query);
         let limit = limit as i64;
         let (turns, memories): (Vec<i64>, Vec<i64>) = also.iter().partition(|i| **i > 0);
@@ -452,7 +459,7 @@ impl PostgresBackend {
     /// What the indexer has done and has left (`local`'s [`VectorProgress`],
     /// so `doctor` prints the same line).
     pub async fn vector_progress(&self) -> Result<VectorProgress> {
-        let configured = self.vectors.as_ref().map(|v| v.embedder.model().to_owned());
+        let configured = self.vectors.as_ref().map(|v| v.key.clone());
         let c = self.client().await?;
         let has_vectors = crate::schema::vectors_version(&**c, &self.config).await? > 0;
         let total: i64 = self
