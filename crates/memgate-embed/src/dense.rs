@@ -59,7 +59,7 @@ type Kernel = fn(&Linear, &[f32], usize, &mut [f32]);
 
 /// The fastest kernel this CPU runs.
 fn kernel() -> Kernel {
-    #[cfg(all(target_arch = "x86_64", memgate_avx512))]
+    #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         return avx512;
     }
@@ -74,10 +74,10 @@ fn kernel() -> Kernel {
 /// two accumulators per row plus the two weight registers fit the 32
 /// vector registers. A query (~13 tokens) is one pass, so every weight is
 /// read once and feeds 13 multiply-adds instead of 4.
-#[cfg(all(target_arch = "x86_64", memgate_avx512))]
+#[cfg(target_arch = "x86_64")]
 const WIDE_ROWS: usize = 14;
 
-#[cfg(all(target_arch = "x86_64", memgate_avx512))]
+#[cfg(target_arch = "x86_64")]
 fn avx512(l: &Linear, x: &[f32], n: usize, out: &mut [f32]) {
     if n == 0 {
         return;
@@ -102,7 +102,7 @@ fn avx512(l: &Linear, x: &[f32], n: usize, out: &mut [f32]) {
 }
 
 /// Calls [`avx512_block`] with `rows` and the tile count as constants.
-#[cfg(all(target_arch = "x86_64", memgate_avx512))]
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn avx512_dispatch(
@@ -131,9 +131,8 @@ unsafe fn avx512_dispatch(
 
 /// Rows `r0..r0 + R`, the outputs of tiles `tile..tile + T`: sixteen
 /// outputs per register, one register per row and tile.
-#[cfg(all(target_arch = "x86_64", memgate_avx512))]
+#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::incompatible_msrv)] // built only by rustc ≥ 1.89 (build.rs)
 unsafe fn avx512_block<const R: usize, const T: usize>(
     l: &Linear,
     x: &[f32],

@@ -137,7 +137,11 @@ impl MiniLm {
         };
         let config: BertConfig = serde_json::from_slice(&read("config.json")?)
             .map_err(|e| EmbedError::Config(format!("config.json: {e}")))?;
-        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
+        if config.num_attention_heads == 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
+        {
             return Err(EmbedError::Config(
                 "config.json: hidden_size must be a multiple of num_attention_heads".into(),
             ));
@@ -374,7 +378,6 @@ fn gelu_all(values: &mut [f32]) {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        #[cfg(memgate_avx512)]
         #[target_feature(enable = "avx512f")]
         unsafe fn avx512(values: &mut [f32]) {
             each(values)
@@ -383,7 +386,6 @@ fn gelu_all(values: &mut [f32]) {
         unsafe fn avx2(values: &mut [f32]) {
             each(values)
         }
-        #[cfg(memgate_avx512)]
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the feature was just detected.
             return unsafe { avx512(values) };

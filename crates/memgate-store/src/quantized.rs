@@ -102,8 +102,8 @@ impl Quantized {
 impl Quantized {
     /// Every item's approximate similarity to the codes `q`, with its slot.
     fn scan(&self, q: &[i8]) -> Vec<(f32, u32)> {
-        #[cfg(all(target_arch = "x86_64", memgate_avx512))]
-        if self.dims % 64 == 0
+        #[cfg(target_arch = "x86_64")]
+        if self.dims.is_multiple_of(64)
             && std::arch::is_x86_feature_detected!("avx512vnni")
             && std::arch::is_x86_feature_detected!("avx512bw")
         {
@@ -127,9 +127,8 @@ impl Quantized {
     /// the scan's whole cost at 100k items: it reads each code byte once,
     /// where the auto-vectorised loop widened every byte to 16 bits first
     /// (`perf`: 30% of a hybrid recall).
-    #[cfg(all(target_arch = "x86_64", memgate_avx512))]
+    #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    #[allow(clippy::incompatible_msrv)] // built only by rustc ≥ 1.89 (build.rs)
     unsafe fn scan_vnni(&self, q: &[i8]) -> Vec<(f32, u32)> {
         use std::arch::x86_64::*;
         let dims = self.dims;
