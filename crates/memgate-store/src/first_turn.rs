@@ -31,16 +31,24 @@
 //!    cited (`[mem_3]`, `[turn_12]`).
 //!
 //! Each item's score in the result is the salience it was chosen with.
+//!
+//! A block depends only on the scope's turns and memories, the date and the
+//! settings, so the store keeps the last block of each scope
+//! ([`BlockCache`]) with the scope's write generation (bumped by every write
+//! to the scope, in its transaction: [`crate::schema`]) and hands it out
+//! again until the scope changes or the day turns.
 
 use crate::facts::newest_active;
 use crate::ranking::turn_citation;
 use crate::recall::RECALL_HEADER;
 use crate::salience::{excerpt, SpeakerNames};
-use crate::schema::db_error;
+use crate::schema::{db_error, write_generation};
 use memgate_core::budget::{char_len, CharBudget};
 use memgate_core::{Citation, Fact, Recall, RecalledItem, Result};
 use rusqlite::{params, Connection};
 use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Most recent turns with an excerpt a block considers (bounds the rows
 /// read and the pick on a large scope: a 12,000-character block holds
@@ -434,4 +442,69 @@ pub fn first_turn_block(
     }
     debug_assert!(char_len(&text) <= max_chars);
     Ok(Recall { text, items })
+}
+
+/// Most scopes whose block [`BlockCache`] keeps (about 25 KB each at the
+/// default budget); when full it starts over.
+const MAX_CACHED_BLOCKS: usize = 256;
+
+/// First-turn blocks already built, per scope, each with the scope's write
+/// generation, the date and the settings it was built for. A block depends
+/// on nothing else, so a scope nobody wrote to since (its generation is read
+/// in the same snapshot) gets the very block it would be built again,
+/// without reading and picking from [`MAX_CANDIDATES`] turns.
+#[derive(Debug, Default)]
+pub struct BlockCache {
+    blocks: Mutex<HashMap<i64, CachedBlock>>,
+    hits: AtomicU64,
+}
+
+#[derive(Debug)]
+struct CachedBlock {
+    generation: i64,
+    built_for: (usize, usize, String),
+    block: Recall,
+}
+
+impl BlockCache {
+    /// [`first_turn_block`] of `scope`, from the cache when it still holds.
+    pub fn block(
+        &self,
+        conn: &Connection,
+        scope: i64,
+        standing: usize,
+        max_chars: usize,
+        today: &str,
+    ) -> Result<Recall> {
+        let generation = write_generation(conn, scope)?;
+        let lock = || self.blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cached) = lock().get(&scope).filter(|c| {
+            c.generation == generation
+                && c.built_for.0 == standing
+                && c.built_for.1 == max_chars
+                && c.built_for.2 == today
+        }) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(cached.block.clone());
+        }
+        let block = first_turn_block(conn, scope, standing, max_chars, today)?;
+        let mut blocks = lock();
+        if blocks.len() >= MAX_CACHED_BLOCKS && !blocks.contains_key(&scope) {
+            blocks.clear();
+        }
+        blocks.insert(
+            scope,
+            CachedBlock {
+                generation,
+                built_for: (standing, max_chars, today.to_owned()),
+                block: block.clone(),
+            },
+        );
+        Ok(block)
+    }
+
+    /// How many blocks came from the cache (tests and diagnostics).
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
 }
