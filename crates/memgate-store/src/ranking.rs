@@ -238,21 +238,18 @@ fn placed(conn: &Connection, scope: i64, hits: Vec<(i64, f64)>) -> Result<Vec<Ca
     let turns: Vec<i64> = hits.iter().map(|h| h.0).filter(|&i| i > 0).collect();
     let mut places: HashMap<i64, (String, i64)> = HashMap::with_capacity(turns.len());
     if !turns.is_empty() {
-        conn.prepare_cached(
-            "SELECT id, thread, seq FROM turns
-             WHERE id IN (SELECT value FROM json_each(?1)) AND scope_id = ?2",
-        )
-        .and_then(|mut s| {
-            let rows = s.query_map(params![json_ids(&turns), scope], |r| {
-                Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
-            })?;
-            for row in rows {
-                let (id, place) = row?;
-                places.insert(id, place);
-            }
-            Ok(())
-        })
-        .map_err(db_error)?;
+        conn.prepare_cached(PLACES_OF_TURNS)
+            .and_then(|mut s| {
+                let rows = s.query_map(params![json_ids(&turns), scope], |r| {
+                    Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
+                })?;
+                for row in rows {
+                    let (id, place) = row?;
+                    places.insert(id, place);
+                }
+                Ok(())
+            })
+            .map_err(db_error)?;
     }
     let mut out = Vec::with_capacity(hits.len());
     for (item, rank) in hits {
@@ -275,6 +272,18 @@ fn placed(conn: &Connection, scope: i64, hits: Vec<(i64, f64)>) -> Result<Vec<Ca
     }
     Ok(out)
 }
+
+/// Thread and position of the turns `?1` (a JSON array of ids) of scope
+/// `?2`. `CROSS JOIN` keeps the list the outer loop: one rowid lookup per
+/// id (planned the other way round, it walked every turn of the scope).
+const PLACES_OF_TURNS: &str = "SELECT t.id, t.thread, t.seq FROM json_each(?1) AS w
+     CROSS JOIN turns AS t ON t.id = w.value WHERE t.scope_id = ?2";
+
+/// The turns of scope `?2` at the places `?1` (a JSON array of
+/// `[thread, seq]`): one index lookup per place, the list outermost.
+const TURNS_AT_PLACES: &str = "SELECT t.id, t.thread, t.seq FROM json_each(?1) AS w
+     CROSS JOIN turns AS t ON t.scope_id = ?2 AND t.thread = w.value ->> 0
+                           AND t.seq = w.value ->> 1";
 
 /// `ids` as a JSON array (what `json_each` reads).
 fn json_ids(ids: &[i64]) -> String {
@@ -511,22 +520,18 @@ fn add_neighbours(conn: &Connection, scope: i64, ranked: &mut Vec<Candidate>) ->
     let places = serde_json::to_string(&wanted)
         .map_err(|e| memgate_core::MemoryError::backend(format!("neighbour list: {e}")))?;
     let mut found: HashMap<(String, i64), i64> = HashMap::with_capacity(wanted.len());
-    conn.prepare_cached(
-        "SELECT t.id, t.thread, t.seq FROM json_each(?1) AS w
-         JOIN turns AS t ON t.scope_id = ?2 AND t.thread = w.value ->> 0
-                        AND t.seq = w.value ->> 1",
-    )
-    .and_then(|mut s| {
-        let rows = s.query_map(params![places, scope], |r| {
-            Ok(((r.get(1)?, r.get(2)?), r.get(0)?))
-        })?;
-        for row in rows {
-            let (place, id) = row?;
-            found.insert(place, id);
-        }
-        Ok(())
-    })
-    .map_err(db_error)?;
+    conn.prepare_cached(TURNS_AT_PLACES)
+        .and_then(|mut s| {
+            let rows = s.query_map(params![places, scope], |r| {
+                Ok(((r.get(1)?, r.get(2)?), r.get(0)?))
+            })?;
+            for row in rows {
+                let (place, id) = row?;
+                found.insert(place, id);
+            }
+            Ok(())
+        })
+        .map_err(db_error)?;
     for place in wanted {
         if let Some(&item) = found.get(&place) {
             ranked.push(Candidate {
@@ -582,6 +587,7 @@ fn smooth_neighbours(ranked: &mut [Candidate]) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::config::LocalConfig;
     use crate::store::MemoryStore;
     use memgate_core::{Caller, CaptureKind, CaptureRequest, Message};
@@ -657,6 +663,32 @@ mod tests {
                     }
                 }
                 assert!(seen >= 5, "only {seen} statements ran on every recall");
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// The batched reads of candidates look each one up by index; a plan
+    /// that walks the scope's turns made a 100k-item recall take seconds.
+    #[test]
+    fn candidate_reads_are_index_lookups_not_scans_of_the_scope() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
+        store
+            .read(|conn| {
+                for sql in [PLACES_OF_TURNS, TURNS_AT_PLACES] {
+                    let plan: Vec<String> = conn
+                        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                        .and_then(|mut s| {
+                            s.query_map(params!["[]", 1], |r| r.get::<_, String>(3))?
+                                .collect()
+                        })
+                        .map_err(db_error)?;
+                    assert!(plan[0].starts_with("SCAN w"), "{sql}: {plan:?}");
+                    assert!(plan[1].starts_with("SEARCH t USING"), "{sql}: {plan:?}");
+                    assert!(!plan[1].contains("(scope_id=?)"), "{sql}: {plan:?}");
+                }
                 Ok(())
             })
             .unwrap();
