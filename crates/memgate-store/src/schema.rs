@@ -153,24 +153,28 @@ fn create_vectors(conn: &Connection) -> Result<()> {
 /// capture, import, remember, revise, retire, forget, the retention sweep,
 /// another process on the same file — bumps it without code of its own.
 ///
-/// Generations are drawn from one file-wide counter, never reused: a scope
-/// that is forgotten and created again (possibly under the same row id)
-/// can never show a generation an earlier one had.
+/// A write adds one to its scope's generation (one row update per written
+/// row: about 7 µs of a turn's capture). A scope created again after it
+/// was forgotten (possibly under the same row id) starts above every
+/// generation a forgotten scope reached (`forgotten_generations`), so it
+/// can never show a generation an earlier scope of that id had.
 fn create_write_generations(conn: &Connection) -> Result<()> {
-    // Scopes already in the file get distinct generations (their row ids),
-    // and the counter starts above them.
     let mut sql = String::from(
         "ALTER TABLE scopes ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
-         UPDATE scopes SET generation = id;
-         CREATE TABLE write_counter (
-             id INTEGER PRIMARY KEY CHECK (id = 1),
-             n  INTEGER NOT NULL
+         UPDATE scopes SET generation = 1;
+         CREATE TABLE forgotten_generations (
+             id      INTEGER PRIMARY KEY CHECK (id = 1),
+             highest INTEGER NOT NULL
          );
-         INSERT INTO write_counter (id, n) VALUES (1, (SELECT coalesce(max(id), 0) FROM scopes));
-         CREATE TRIGGER scopes_INSERT_bumps_generation AFTER INSERT ON scopes
+         INSERT INTO forgotten_generations (id, highest) VALUES (1, 1);
+         CREATE TRIGGER scopes_start_above_forgotten_generations AFTER INSERT ON scopes
          BEGIN
-             UPDATE write_counter SET n = n + 1;
-             UPDATE scopes SET generation = (SELECT n FROM write_counter) WHERE id = NEW.id;
+             UPDATE scopes SET generation = (SELECT highest FROM forgotten_generations) + 1
+                 WHERE id = NEW.id;
+         END;
+         CREATE TRIGGER scopes_remember_their_last_generation AFTER DELETE ON scopes
+         BEGIN
+             UPDATE forgotten_generations SET highest = max(highest, OLD.generation);
          END;",
     );
     for table in ["turns", "memories"] {
@@ -182,9 +186,7 @@ fn create_write_generations(conn: &Connection) -> Result<()> {
             sql.push_str(&format!(
                 "CREATE TRIGGER {table}_{event}_bumps_generation AFTER {event} ON {table}
                  BEGIN
-                     UPDATE write_counter SET n = n + 1;
-                     UPDATE scopes SET generation = (SELECT n FROM write_counter)
-                         WHERE id IN ({scopes});
+                     UPDATE scopes SET generation = generation + 1 WHERE id IN ({scopes});
                  END;"
             ));
         }

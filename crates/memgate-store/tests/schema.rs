@@ -207,7 +207,7 @@ fn generations(path: &std::path::Path) -> Vec<(String, i64)> {
 }
 
 #[test]
-fn scopes_of_a_version_3_file_get_distinct_generations_that_every_write_advances() {
+fn a_version_3_file_is_migrated_and_every_write_advances_only_its_scope_generation() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v3.sqlite3");
     {
@@ -226,25 +226,30 @@ fn scopes_of_a_version_3_file_get_distinct_generations_that_every_write_advances
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     let migrated = generations(&path);
     assert_eq!(migrated.len(), 2);
-    assert!(migrated.iter().all(|(_, g)| *g > 0));
-    assert_ne!(migrated[0].1, migrated[1].1);
-    // A write to alice's scope advances hers past every generation so far
-    // and leaves bob's as it was.
+    assert!(migrated.iter().all(|(_, g)| *g > 0), "{migrated:?}");
+    // A write to alice's scope advances hers and leaves bob's as it was.
     store
         .remember(&alice(), &RememberRequest::new("fact", "x").unwrap())
         .unwrap();
     let after = generations(&path);
-    assert!(after[0].1 > migrated[0].1.max(migrated[1].1));
+    assert!(after[0].1 > migrated[0].1, "{after:?}");
     assert_eq!(after[1], migrated[1]);
-    // A scope forgotten and created again never shows an earlier generation.
-    let highest = after.iter().map(|(_, g)| *g).max().unwrap();
+    // Alice's scope, forgotten and created again under the same row id,
+    // never shows a generation the forgotten one had.
+    let mut last = after[0].1;
+    for text in ["y", "z", "w"] {
+        store
+            .remember(&alice(), &RememberRequest::new("fact", text).unwrap())
+            .unwrap();
+    }
+    last = last.max(generations(&path)[0].1);
     store
         .forget(&alice(), &memgate_core::ForgetTarget::Scope)
         .unwrap();
     store
-        .remember(&alice(), &RememberRequest::new("fact", "y").unwrap())
+        .remember(&alice(), &RememberRequest::new("fact", "v").unwrap())
         .unwrap();
     let again = generations(&path);
     let alice_now = again.iter().find(|(u, _)| u == "alice").unwrap().1;
-    assert!(alice_now > highest, "{again:?}");
+    assert!(alice_now > last, "{again:?} after {last}");
 }
