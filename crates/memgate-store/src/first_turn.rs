@@ -70,7 +70,11 @@ struct Candidate {
     id: i64,
     thread: usize,
     seq: i64,
-    line: String,
+    /// Who said it, as the line names them.
+    who: String,
+    /// Characters of its line (see [`Candidate::line`]), which is only
+    /// written out for the turns picked.
+    chars: usize,
     /// The excerpt as cached at capture.
     text: String,
     score: f64,
@@ -78,6 +82,25 @@ struct Candidate {
     terms: Vec<u64>,
     /// Value before the diversity factors.
     base: f64,
+}
+
+impl Candidate {
+    /// Its line in the block.
+    fn line(&self) -> String {
+        let line = format!(
+            "- [{}] {}: {}",
+            turn_citation(self.id),
+            self.who,
+            self.text.replace('\n', " ")
+        );
+        debug_assert_eq!(char_len(&line), self.chars, "{line}");
+        line
+    }
+}
+
+/// Decimal digits of a turn id (ids are positive).
+fn digits(id: i64) -> usize {
+    id.max(1).ilog10() as usize + 1
 }
 
 /// One conversation the candidates come from.
@@ -213,13 +236,10 @@ fn candidates(conn: &Connection, scope: i64) -> Result<(Vec<Candidate>, Vec<Thre
             };
             let text: String = r.get(7)?;
             let score: f64 = r.get(8)?;
-            let line = format!(
-                "- [{}] {who}: {}",
-                turn_citation(id),
-                text.replace('\n', " ")
-            );
+            // `- [turn_<id>] <who>: <text>`, newlines becoming spaces.
+            let chars = "- [turn_] : ".len() + digits(id) + char_len(who) + char_len(&text);
             let role_factor = if ai { AI_FACTOR } else { 1.0 };
-            let base = score * role_factor / (char_len(&line) as f64).powf(LENGTH_EXPONENT);
+            let base = score * role_factor / (chars as f64).powf(LENGTH_EXPONENT);
             let terms = r
                 .get_ref(9)?
                 .as_str_or_null()?
@@ -232,7 +252,8 @@ fn candidates(conn: &Connection, scope: i64) -> Result<(Vec<Candidate>, Vec<Thre
                 id,
                 thread: t,
                 seq,
-                line,
+                who: who.to_owned(),
+                chars,
                 text,
                 score,
                 terms,
@@ -340,7 +361,7 @@ fn pick(candidates: &[Candidate], threads: &[Thread], budget: &mut CharBudget) -
         } else {
             0
         };
-        let cost = char_len(&c.line) + 1 + heading;
+        let cost = c.chars + 1 + heading;
         if cost > budget.remaining() {
             continue; // the budget only shrinks
         }
@@ -427,7 +448,7 @@ pub fn first_turn_block(
                     text.push_str(&threads[c.thread].heading);
                 }
                 text.push('\n');
-                text.push_str(&c.line);
+                text.push_str(&c.line());
                 items.push(RecalledItem {
                     citation: Some(Citation::new(turn_citation(c.id))),
                     kind: crate::ranking::TURN_KIND.to_owned(),
