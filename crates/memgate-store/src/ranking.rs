@@ -21,6 +21,9 @@
 //! 3. Explicit memories count [`MEMORY_WEIGHT`] times: the user asked for
 //!    them to be kept.
 //!
+//! Until the cut only each candidate's place (thread, position) is read, in
+//! one statement for all; full rows are read for the final `top_k`.
+//!
 //! Scores are comparable within one ranking only (a newest-first list gets
 //! small descending scores by position). Document frequencies are
 //! per scope (terms carry the scope tag); the total row count and average
@@ -240,7 +243,8 @@ fn placed(conn: &Connection, scope: i64, hits: Vec<(i64, f64)>) -> Result<Vec<Ca
     if !turns.is_empty() {
         conn.prepare_cached(PLACES_OF_TURNS)
             .and_then(|mut s| {
-                let rows = s.query_map(params![json_ids(&turns), scope], |r| {
+                let ids = serde_json::Value::from(turns).to_string();
+                let rows = s.query_map(params![ids, scope], |r| {
                     Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
                 })?;
                 for row in rows {
@@ -284,20 +288,6 @@ const PLACES_OF_TURNS: &str = "SELECT t.id, t.thread, t.seq FROM json_each(?1) A
 const TURNS_AT_PLACES: &str = "SELECT t.id, t.thread, t.seq FROM json_each(?1) AS w
      CROSS JOIN turns AS t ON t.scope_id = ?2 AND t.thread = w.value ->> 0
                            AND t.seq = w.value ->> 1";
-
-/// `ids` as a JSON array (what `json_each` reads).
-fn json_ids(ids: &[i64]) -> String {
-    let mut out = String::with_capacity(ids.len() * 8 + 2);
-    out.push('[');
-    for (i, id) in ids.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&id.to_string());
-    }
-    out.push(']');
-    out
-}
 
 fn memory_is_active(conn: &Connection, scope: i64, id: i64) -> Result<bool> {
     conn.prepare_cached(
@@ -517,8 +507,13 @@ fn add_neighbours(conn: &Connection, scope: i64, ranked: &mut Vec<Candidate>) ->
     if wanted.is_empty() {
         return Ok(());
     }
-    let places = serde_json::to_string(&wanted)
-        .map_err(|e| memgate_core::MemoryError::backend(format!("neighbour list: {e}")))?;
+    let places = serde_json::Value::from(
+        wanted
+            .iter()
+            .map(|(t, s)| serde_json::json!([t, s]))
+            .collect::<Vec<_>>(),
+    )
+    .to_string();
     let mut found: HashMap<(String, i64), i64> = HashMap::with_capacity(wanted.len());
     conn.prepare_cached(TURNS_AT_PLACES)
         .and_then(|mut s| {
@@ -563,25 +558,60 @@ fn load_memory(conn: &Connection, scope: i64, id: i64, score: f64) -> Result<Opt
     .map_err(db_error)
 }
 
+/// What neighbour smoothing needs of a ranked entry: its place (thread and
+/// position, turns only) and its score.
+pub trait Placed {
+    fn place(&self) -> Option<(&str, i64)>;
+    fn score(&self) -> f64;
+    fn score_mut(&mut self) -> &mut f64;
+}
+
+impl Placed for Ranked {
+    fn place(&self) -> Option<(&str, i64)> {
+        match &self.origin {
+            Origin::Turn { thread, seq, .. } => Some((thread.as_str(), *seq)),
+            Origin::Memory => None,
+        }
+    }
+    fn score(&self) -> f64 {
+        self.score
+    }
+    fn score_mut(&mut self) -> &mut f64 {
+        &mut self.score
+    }
+}
+
+impl Placed for Candidate {
+    fn place(&self) -> Option<(&str, i64)> {
+        self.place.as_ref().map(|(t, s)| (t.as_str(), *s))
+    }
+    fn score(&self) -> f64 {
+        self.score
+    }
+    fn score_mut(&mut self) -> &mut f64 {
+        &mut self.score
+    }
+}
+
 /// Adds [`NEIGHBOUR_WEIGHT`] × the BM25 scores of each turn's candidate
 /// neighbours (the turn before and after it in the same thread).
-fn smooth_neighbours(ranked: &mut [Candidate]) {
+pub fn smooth_neighbours<T: Placed>(ranked: &mut [T]) {
     let base: HashMap<(&str, i64), f64> = ranked
         .iter()
-        .filter_map(|c| c.place.as_ref().map(|(t, s)| ((t.as_str(), *s), c.score)))
+        .filter_map(|r| r.place().map(|p| (p, r.score())))
         .collect();
     let bonus: Vec<f64> = ranked
         .iter()
-        .map(|c| match &c.place {
+        .map(|r| match r.place() {
             Some((thread, seq)) => {
-                let near = |s: i64| base.get(&(thread.as_str(), s)).copied().unwrap_or(0.0);
+                let near = |s: i64| base.get(&(thread, s)).copied().unwrap_or(0.0);
                 NEIGHBOUR_WEIGHT * (near(seq - 1) + near(seq + 1))
             }
             None => 0.0,
         })
         .collect();
-    for (c, b) in ranked.iter_mut().zip(bonus) {
-        c.score += b;
+    for (r, b) in ranked.iter_mut().zip(bonus) {
+        *r.score_mut() += b;
     }
 }
 
