@@ -11,7 +11,9 @@
 //! After 200 untimed warm-up recalls, each timed recall is one call.
 //! Reported per size: capture throughput (turns/s, durable), remember
 //! throughput, recall latency p50/p99 (the whole [`MemoryStore::recall`]:
-//! ranking and block assembly), the file size and the process's peak RSS
+//! ranking and block assembly), recalls without a query apart (a scope
+//! not written to since gets its cached first-turn block) and right after a
+//! one-turn capture (the block built again), the file size and the process's peak RSS
 //! (`VmHWM`, reset before each size where the kernel allows). Figures are
 //! measured, never asserted.
 //!
@@ -35,6 +37,8 @@ use std::time::{Duration, Instant};
 
 /// Untimed recalls before the timed ones (a running service is warm).
 const WARM_UP_QUERIES: usize = 200;
+/// Recalls without a query timed right after a capture (the block rebuilt).
+const REBUILT_BLOCK_RECALLS: usize = 20;
 /// Items embedded by the real embedder when benchmarking hybrid recall.
 pub const EMBED_SAMPLE: usize = 1_000;
 
@@ -97,6 +101,12 @@ pub struct SizeReport {
     pub no_query_recalls: usize,
     pub no_query_p50_ms: f64,
     pub no_query_p99_ms: f64,
+    /// Recalls without a query right after a capture to the scope: the
+    /// block is built again (the cached one no longer holds), as at the
+    /// start of a host's next conversation.
+    pub rebuilt_block_recalls: usize,
+    pub rebuilt_block_p50_ms: f64,
+    pub rebuilt_block_p99_ms: f64,
     pub database_mb: f64,
     /// Peak resident set size of the process (VmHWM), when readable.
     pub peak_rss_mb: Option<f64>,
@@ -507,6 +517,25 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         }
         recalled_items += recall.items.len();
     }
+    // The first-turn block after a write: one new turn, then a recall
+    // without a query (only the recall is timed).
+    let mut rebuilt = Vec::with_capacity(REBUILT_BLOCK_RECALLS);
+    for i in 0..REBUILT_BLOCK_RECALLS {
+        let message = Message::human(text.sentence(rng, 12)).with_id(format!("after-{i}"));
+        store.capture(&CaptureRequest {
+            caller: user.clone().with_thread("after-the-timed-recalls"),
+            messages: vec![message],
+            kind: CaptureKind::AfterTurn,
+            trace_id: None,
+        })?;
+        let started = Instant::now();
+        store.recall(&RecallRequest {
+            caller: user.clone(),
+            query: None,
+        })?;
+        rebuilt.push(started.elapsed());
+    }
+    rebuilt.sort_unstable();
     latencies.sort_unstable();
     cpu_times.sort_unstable();
     no_query.sort_unstable();
@@ -545,6 +574,9 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         no_query_recalls: no_query.len(),
         no_query_p50_ms: percentile_ms(&no_query, 0.50),
         no_query_p99_ms: percentile_ms(&no_query, 0.99),
+        rebuilt_block_recalls: rebuilt.len(),
+        rebuilt_block_p50_ms: percentile_ms(&rebuilt, 0.50),
+        rebuilt_block_p99_ms: percentile_ms(&rebuilt, 0.99),
         database_mb: file_mb(&path),
         peak_rss_mb: vm_hwm_mb(),
         peak_rss_reset,
@@ -630,6 +662,12 @@ impl fmt::Display for BenchReport {
                 f,
                 "{:>8} | {} recalls without a query (first-turn block): p50 {:.3} ms, p99 {:.3} ms",
                 s.items, s.no_query_recalls, s.no_query_p50_ms, s.no_query_p99_ms
+            )?;
+            writeln!(
+                f,
+                "{:>8} | {} recalls without a query right after a capture (block rebuilt): \
+                 p50 {:.3} ms, p99 {:.3} ms",
+                s.items, s.rebuilt_block_recalls, s.rebuilt_block_p50_ms, s.rebuilt_block_p99_ms
             )?;
             if let Some(e) = &s.embedder {
                 writeln!(

@@ -31,16 +31,24 @@
 //!    cited (`[mem_3]`, `[turn_12]`).
 //!
 //! Each item's score in the result is the salience it was chosen with.
+//!
+//! A block depends only on the scope's turns and memories, the date and the
+//! settings, so the store keeps the last block of each scope
+//! ([`BlockCache`]) with the scope's write generation (bumped by every write
+//! to the scope, in its transaction: [`crate::schema`]) and hands it out
+//! again until the scope changes or the day turns.
 
 use crate::facts::newest_active;
 use crate::ranking::turn_citation;
 use crate::recall::RECALL_HEADER;
 use crate::salience::{excerpt, SpeakerNames};
-use crate::schema::db_error;
+use crate::schema::{db_error, write_generation};
 use memgate_core::budget::{char_len, CharBudget};
 use memgate_core::{Citation, Fact, Recall, RecalledItem, Result};
 use rusqlite::{params, Connection};
 use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Most recent turns with an excerpt a block considers (bounds the rows
 /// read and the pick on a large scope: a 12,000-character block holds
@@ -62,7 +70,11 @@ struct Candidate {
     id: i64,
     thread: usize,
     seq: i64,
-    line: String,
+    /// Who said it, as the line names them.
+    who: String,
+    /// Characters of its line (see [`Candidate::line`]), which is only
+    /// written out for the turns picked.
+    chars: usize,
     /// The excerpt as cached at capture.
     text: String,
     score: f64,
@@ -70,6 +82,25 @@ struct Candidate {
     terms: Vec<u64>,
     /// Value before the diversity factors.
     base: f64,
+}
+
+impl Candidate {
+    /// Its line in the block.
+    fn line(&self) -> String {
+        let line = format!(
+            "- [{}] {}: {}",
+            turn_citation(self.id),
+            self.who,
+            self.text.replace('\n', " ")
+        );
+        debug_assert_eq!(char_len(&line), self.chars, "{line}");
+        line
+    }
+}
+
+/// Decimal digits of a turn id (ids are positive).
+fn digits(id: i64) -> usize {
+    id.max(1).ilog10() as usize + 1
 }
 
 /// One conversation the candidates come from.
@@ -205,13 +236,10 @@ fn candidates(conn: &Connection, scope: i64) -> Result<(Vec<Candidate>, Vec<Thre
             };
             let text: String = r.get(7)?;
             let score: f64 = r.get(8)?;
-            let line = format!(
-                "- [{}] {who}: {}",
-                turn_citation(id),
-                text.replace('\n', " ")
-            );
+            // `- [turn_<id>] <who>: <text>`, newlines becoming spaces.
+            let chars = "- [turn_] : ".len() + digits(id) + char_len(who) + char_len(&text);
             let role_factor = if ai { AI_FACTOR } else { 1.0 };
-            let base = score * role_factor / (char_len(&line) as f64).powf(LENGTH_EXPONENT);
+            let base = score * role_factor / (chars as f64).powf(LENGTH_EXPONENT);
             let terms = r
                 .get_ref(9)?
                 .as_str_or_null()?
@@ -224,7 +252,8 @@ fn candidates(conn: &Connection, scope: i64) -> Result<(Vec<Candidate>, Vec<Thre
                 id,
                 thread: t,
                 seq,
-                line,
+                who: who.to_owned(),
+                chars,
                 text,
                 score,
                 terms,
@@ -332,7 +361,7 @@ fn pick(candidates: &[Candidate], threads: &[Thread], budget: &mut CharBudget) -
         } else {
             0
         };
-        let cost = char_len(&c.line) + 1 + heading;
+        let cost = c.chars + 1 + heading;
         if cost > budget.remaining() {
             continue; // the budget only shrinks
         }
@@ -419,7 +448,7 @@ pub fn first_turn_block(
                     text.push_str(&threads[c.thread].heading);
                 }
                 text.push('\n');
-                text.push_str(&c.line);
+                text.push_str(&c.line());
                 items.push(RecalledItem {
                     citation: Some(Citation::new(turn_citation(c.id))),
                     kind: crate::ranking::TURN_KIND.to_owned(),
@@ -434,4 +463,69 @@ pub fn first_turn_block(
     }
     debug_assert!(char_len(&text) <= max_chars);
     Ok(Recall { text, items })
+}
+
+/// Most scopes whose block [`BlockCache`] keeps (about 25 KB each at the
+/// default budget); when full it starts over.
+const MAX_CACHED_BLOCKS: usize = 256;
+
+/// First-turn blocks already built, per scope, each with the scope's write
+/// generation, the date and the settings it was built for. A block depends
+/// on nothing else, so a scope nobody wrote to since (its generation is read
+/// in the same snapshot) gets the very block it would be built again,
+/// without reading and picking from [`MAX_CANDIDATES`] turns.
+#[derive(Debug, Default)]
+pub struct BlockCache {
+    blocks: Mutex<HashMap<i64, CachedBlock>>,
+    hits: AtomicU64,
+}
+
+#[derive(Debug)]
+struct CachedBlock {
+    generation: i64,
+    built_for: (usize, usize, String),
+    block: Recall,
+}
+
+impl BlockCache {
+    /// [`first_turn_block`] of `scope`, from the cache when it still holds.
+    pub fn block(
+        &self,
+        conn: &Connection,
+        scope: i64,
+        standing: usize,
+        max_chars: usize,
+        today: &str,
+    ) -> Result<Recall> {
+        let generation = write_generation(conn, scope)?;
+        let lock = || self.blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cached) = lock().get(&scope).filter(|c| {
+            c.generation == generation
+                && c.built_for.0 == standing
+                && c.built_for.1 == max_chars
+                && c.built_for.2 == today
+        }) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(cached.block.clone());
+        }
+        let block = first_turn_block(conn, scope, standing, max_chars, today)?;
+        let mut blocks = lock();
+        if blocks.len() >= MAX_CACHED_BLOCKS && !blocks.contains_key(&scope) {
+            blocks.clear();
+        }
+        blocks.insert(
+            scope,
+            CachedBlock {
+                generation,
+                built_for: (standing, max_chars, today.to_owned()),
+                block: block.clone(),
+            },
+        );
+        Ok(block)
+    }
+
+    /// How many blocks came from the cache (tests and diagnostics).
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
 }

@@ -21,6 +21,9 @@
 //! 3. Explicit memories count [`MEMORY_WEIGHT`] times: the user asked for
 //!    them to be kept.
 //!
+//! Until the cut only each candidate's place (thread, position) is read, in
+//! one statement for all; full rows are read for the final `top_k`.
+//!
 //! Scores are comparable within one ranking only (a newest-first list gets
 //! small descending scores by position). Document frequencies are
 //! per scope (terms carry the scope tag); the total row count and average
@@ -179,7 +182,7 @@ pub fn rank(
         return Ok(Vec::new());
     };
     let pool = candidate_pool(top_k);
-    let mut candidates = match &plan {
+    let candidates = match &plan {
         Plan::Scored(expr) => candidates(conn, scope, expr, Rows::Scored, category, pool)?,
         Plan::Newest(expr) => {
             // Memories first (the user asked for them), then turns; the
@@ -201,18 +204,8 @@ pub fn rank(
             c
         }
     };
-    let mut ranked = Vec::with_capacity(candidates.len());
-    for (rowid, bm25_rank) in candidates.drain(..) {
-        // FTS5 ranks are negated BM25 scores (lower is better).
-        let score = -bm25_rank;
-        let entry = if rowid > 0 {
-            load_turn(conn, scope, rowid, score)?
-        } else {
-            load_memory(conn, scope, -rowid, score)?
-        };
-        // Defence in depth: a row of another scope is never returned.
-        ranked.extend(entry);
-    }
+    // FTS5 ranks are negated BM25 scores (lower is better).
+    let mut ranked = placed(conn, scope, candidates)?;
     if let Plan::Scored(_) = plan {
         // Recency order has no scores for neighbours to share.
         add_neighbours(conn, scope, &mut ranked)?;
@@ -220,7 +213,88 @@ pub fn rank(
     }
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
     ranked.truncate(top_k);
-    Ok(ranked)
+    let mut out = Vec::with_capacity(ranked.len());
+    for c in ranked {
+        out.extend(match c.place {
+            Some(_) => load_turn(conn, scope, c.item, c.score)?,
+            None => load_memory(conn, scope, -c.item, c.score)?,
+        });
+    }
+    Ok(out)
+}
+
+/// A candidate before its text is read: its score and, for a turn, where
+/// it sits (what neighbour smoothing needs). Only the final `top_k` are
+/// read in full.
+struct Candidate {
+    /// Its recall-index rowid (turn `n`, memory `-n`).
+    item: i64,
+    score: f64,
+    /// Thread and position of a turn; `None` for a memory.
+    place: Option<(String, i64)>,
+}
+
+/// The candidates of `scope` among `hits` (rowid, FTS5 rank), in order,
+/// with their places: one read for all turns. Defence in depth: a row of
+/// another scope, or a memory no longer active, is dropped.
+fn placed(conn: &Connection, scope: i64, hits: Vec<(i64, f64)>) -> Result<Vec<Candidate>> {
+    let turns: Vec<i64> = hits.iter().map(|h| h.0).filter(|&i| i > 0).collect();
+    let mut places: HashMap<i64, (String, i64)> = HashMap::with_capacity(turns.len());
+    if !turns.is_empty() {
+        conn.prepare_cached(PLACES_OF_TURNS)
+            .and_then(|mut s| {
+                let ids = serde_json::Value::from(turns).to_string();
+                let rows = s.query_map(params![ids, scope], |r| {
+                    Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
+                })?;
+                for row in rows {
+                    let (id, place) = row?;
+                    places.insert(id, place);
+                }
+                Ok(())
+            })
+            .map_err(db_error)?;
+    }
+    let mut out = Vec::with_capacity(hits.len());
+    for (item, rank) in hits {
+        let score = -rank;
+        if item > 0 {
+            if let Some(place) = places.remove(&item) {
+                out.push(Candidate {
+                    item,
+                    score,
+                    place: Some(place),
+                });
+            }
+        } else if memory_is_active(conn, scope, -item)? {
+            out.push(Candidate {
+                item,
+                score: score * MEMORY_WEIGHT,
+                place: None,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Thread and position of the turns `?1` (a JSON array of ids) of scope
+/// `?2`. `CROSS JOIN` keeps the list the outer loop: one rowid lookup per
+/// id (planned the other way round, it walked every turn of the scope).
+const PLACES_OF_TURNS: &str = "SELECT t.id, t.thread, t.seq FROM json_each(?1) AS w
+     CROSS JOIN turns AS t ON t.id = w.value WHERE t.scope_id = ?2";
+
+/// The turns of scope `?2` at the places `?1` (a JSON array of
+/// `[thread, seq]`): one index lookup per place, the list outermost.
+const TURNS_AT_PLACES: &str = "SELECT t.id, t.thread, t.seq FROM json_each(?1) AS w
+     CROSS JOIN turns AS t ON t.scope_id = ?2 AND t.thread = w.value ->> 0
+                           AND t.seq = w.value ->> 1";
+
+fn memory_is_active(conn: &Connection, scope: i64, id: i64) -> Result<bool> {
+    conn.prepare_cached(
+        "SELECT 1 FROM memories WHERE id = ?1 AND scope_id = ?2 AND state = 'active'",
+    )
+    .and_then(|mut s| s.exists(params![id, scope]))
+    .map_err(db_error)
 }
 
 /// The best `pool` (rowid, FTS5 rank) pairs of one candidate query.
@@ -406,43 +480,60 @@ pub(crate) fn load_item(
     Ok(entry.filter(|r| category.is_none_or(|c| r.kind == c)))
 }
 
-/// The turn at position `seq` of `thread`, unscored.
-fn load_turn_at(conn: &Connection, scope: i64, thread: &str, seq: i64) -> Result<Option<Ranked>> {
-    conn.prepare_cached(&format!(
-        "SELECT {TURN_COLUMNS} FROM turns WHERE scope_id = ?1 AND thread = ?2 AND seq = ?3"
-    ))
-    .and_then(|mut s| {
-        s.query_row(params![scope, thread, seq], |r| turn_from_row(r, 0.0))
-            .optional()
-    })
-    .map_err(db_error)
-}
-
 /// Turns adjacent to the best [`NEIGHBOURS_OF`] candidates join the
 /// candidates (with no BM25 score of their own), so a reply that shares no
 /// word with the query can still be found through the message it answers.
-fn add_neighbours(conn: &Connection, scope: i64, ranked: &mut Vec<Ranked>) -> Result<()> {
-    let mut best: Vec<(f64, String, i64)> = ranked
+/// One read finds them all; they join in the order of the best turns
+/// (the one before, then the one after).
+fn add_neighbours(conn: &Connection, scope: i64, ranked: &mut Vec<Candidate>) -> Result<()> {
+    let mut best: Vec<(f64, &str, i64)> = ranked
         .iter()
-        .filter_map(|r| match &r.origin {
-            Origin::Turn { thread, seq, .. } => Some((r.score, thread.clone(), *seq)),
-            Origin::Memory => None,
-        })
+        .filter_map(|c| c.place.as_ref().map(|(t, s)| (c.score, t.as_str(), *s)))
         .collect();
     best.sort_by(|a, b| b.0.total_cmp(&a.0));
     best.truncate(NEIGHBOURS_OF);
-    let mut present: HashSet<(String, i64)> = ranked
+    let mut present: HashSet<(&str, i64)> = ranked
         .iter()
-        .filter_map(|r| match &r.origin {
-            Origin::Turn { thread, seq, .. } => Some((thread.clone(), *seq)),
-            Origin::Memory => None,
-        })
+        .filter_map(|c| c.place.as_ref().map(|(t, s)| (t.as_str(), *s)))
         .collect();
+    let mut wanted: Vec<(String, i64)> = Vec::with_capacity(2 * best.len());
     for (_, thread, seq) in best {
         for near in [seq - 1, seq + 1] {
-            if present.insert((thread.clone(), near)) {
-                ranked.extend(load_turn_at(conn, scope, &thread, near)?);
+            if present.insert((thread, near)) {
+                wanted.push((thread.to_owned(), near));
             }
+        }
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let places = serde_json::Value::from(
+        wanted
+            .iter()
+            .map(|(t, s)| serde_json::json!([t, s]))
+            .collect::<Vec<_>>(),
+    )
+    .to_string();
+    let mut found: HashMap<(String, i64), i64> = HashMap::with_capacity(wanted.len());
+    conn.prepare_cached(TURNS_AT_PLACES)
+        .and_then(|mut s| {
+            let rows = s.query_map(params![places, scope], |r| {
+                Ok(((r.get(1)?, r.get(2)?), r.get(0)?))
+            })?;
+            for row in rows {
+                let (place, id) = row?;
+                found.insert(place, id);
+            }
+            Ok(())
+        })
+        .map_err(db_error)?;
+    for place in wanted {
+        if let Some(&item) = found.get(&place) {
+            ranked.push(Candidate {
+                item,
+                score: 0.0,
+                place: Some(place),
+            });
         }
     }
     Ok(())
@@ -458,7 +549,7 @@ fn load_memory(conn: &Connection, scope: i64, id: i64, score: f64) -> Result<Opt
                 citation: facts::citation(id),
                 kind: r.get(0)?,
                 text: r.get(1)?,
-                score: score * MEMORY_WEIGHT,
+                score,
                 origin: Origin::Memory,
             })
         })
@@ -467,28 +558,60 @@ fn load_memory(conn: &Connection, scope: i64, id: i64, score: f64) -> Result<Opt
     .map_err(db_error)
 }
 
+/// What neighbour smoothing needs of a ranked entry: its place (thread and
+/// position, turns only) and its score.
+pub trait Placed {
+    fn place(&self) -> Option<(&str, i64)>;
+    fn score(&self) -> f64;
+    fn score_mut(&mut self) -> &mut f64;
+}
+
+impl Placed for Ranked {
+    fn place(&self) -> Option<(&str, i64)> {
+        match &self.origin {
+            Origin::Turn { thread, seq, .. } => Some((thread.as_str(), *seq)),
+            Origin::Memory => None,
+        }
+    }
+    fn score(&self) -> f64 {
+        self.score
+    }
+    fn score_mut(&mut self) -> &mut f64 {
+        &mut self.score
+    }
+}
+
+impl Placed for Candidate {
+    fn place(&self) -> Option<(&str, i64)> {
+        self.place.as_ref().map(|(t, s)| (t.as_str(), *s))
+    }
+    fn score(&self) -> f64 {
+        self.score
+    }
+    fn score_mut(&mut self) -> &mut f64 {
+        &mut self.score
+    }
+}
+
 /// Adds [`NEIGHBOUR_WEIGHT`] × the BM25 scores of each turn's candidate
 /// neighbours (the turn before and after it in the same thread).
-pub fn smooth_neighbours(ranked: &mut [Ranked]) {
+pub fn smooth_neighbours<T: Placed>(ranked: &mut [T]) {
     let base: HashMap<(&str, i64), f64> = ranked
         .iter()
-        .filter_map(|r| match &r.origin {
-            Origin::Turn { thread, seq, .. } => Some(((thread.as_str(), *seq), r.score)),
-            Origin::Memory => None,
-        })
+        .filter_map(|r| r.place().map(|p| (p, r.score())))
         .collect();
     let bonus: Vec<f64> = ranked
         .iter()
-        .map(|r| match &r.origin {
-            Origin::Turn { thread, seq, .. } => {
-                let near = |s: i64| base.get(&(thread.as_str(), s)).copied().unwrap_or(0.0);
+        .map(|r| match r.place() {
+            Some((thread, seq)) => {
+                let near = |s: i64| base.get(&(thread, s)).copied().unwrap_or(0.0);
                 NEIGHBOUR_WEIGHT * (near(seq - 1) + near(seq + 1))
             }
-            Origin::Memory => 0.0,
+            None => 0.0,
         })
         .collect();
     for (r, b) in ranked.iter_mut().zip(bonus) {
-        r.score += b;
+        *r.score_mut() += b;
     }
 }
 
@@ -498,13 +621,13 @@ mod tests {
     use crate::config::LocalConfig;
     use crate::store::MemoryStore;
     use memgate_core::{Caller, CaptureKind, CaptureRequest, Message};
-    use rusqlite::StatementStatus;
 
-    /// Each FTS5 query is prepared once per connection and then reused: a
-    /// re-prepare on every call (what a bound LIMIT caused) doubles the
-    /// planning work of a recall.
+    /// Every statement of a recall is prepared once per connection and then
+    /// reused: a re-prepare on every call (what a bound LIMIT, or a bound
+    /// value the planner had looked at, caused) doubles the planning work of
+    /// a recall.
     #[test]
-    fn fts5_queries_are_not_re_prepared_on_every_recall() {
+    fn no_statement_of_a_recall_is_re_prepared_on_every_call() {
         let dir = tempfile::tempdir().unwrap();
         let store =
             MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
@@ -522,35 +645,79 @@ mod tests {
             trace_id: None,
         };
         store.capture(&request).unwrap();
+        for i in 0..5 {
+            let fact = format!("fact number {i} about tomatoes");
+            store
+                .remember(
+                    &user,
+                    &memgate_core::RememberRequest::new("fact", &fact).unwrap(),
+                )
+                .unwrap();
+        }
+        let recall = |query: Option<String>| {
+            store
+                .recall(&memgate_core::RecallRequest {
+                    caller: user.clone(),
+                    query,
+                })
+                .unwrap()
+        };
+        for i in 0..20 {
+            // Scored plans, a plan of common terms only, no query at all.
+            assert!(!recall(Some(format!("word{} topic{}", i % 37, i % 11))).is_empty());
+            assert!(!recall(Some("tomatoes".into())).is_empty());
+            assert!(!recall(None).is_empty());
+        }
         store
             .read(|conn| {
-                let scope: i64 = conn
-                    .query_row("SELECT id FROM scopes", [], |r| r.get(0))
-                    .map_err(db_error)?;
-                let common = CommonTerms::default();
-                for i in 0..20 {
-                    let query = format!("word{} topic{}", i % 37, i % 11);
-                    assert!(!rank(conn, &common, scope, &query, 10, None)?.is_empty());
+                let mut seen = 0;
+                // SAFETY: walks the statements of a connection this thread
+                // holds; nothing is prepared or finalized meanwhile.
+                unsafe {
+                    use rusqlite::ffi;
+                    let db = conn.handle();
+                    let mut stmt = ffi::sqlite3_next_stmt(db, std::ptr::null_mut());
+                    while !stmt.is_null() {
+                        let sql = std::ffi::CStr::from_ptr(ffi::sqlite3_sql(stmt))
+                            .to_string_lossy()
+                            .into_owned();
+                        let runs = ffi::sqlite3_stmt_status(stmt, ffi::SQLITE_STMTSTATUS_RUN, 0);
+                        let again =
+                            ffi::sqlite3_stmt_status(stmt, ffi::SQLITE_STMTSTATUS_REPREPARE, 0);
+                        assert!(
+                            again <= 1,
+                            "{sql}: re-prepared {again} times in {runs} runs"
+                        );
+                        seen += usize::from(runs >= 20);
+                        stmt = ffi::sqlite3_next_stmt(db, stmt);
+                    }
                 }
-                for sql in [
-                    format!(
-                        "SELECT count(*) FROM
-             (SELECT 1 FROM recall_index WHERE recall_index MATCH ?1 LIMIT {})",
-                        POSTINGS_BUDGET + 1
-                    ),
-                    format!(
-                        "SELECT rowid, rank FROM recall_index WHERE recall_index MATCH ?1 \
-                         AND rank MATCH '{RANK_FUNCTION}' ORDER BY rank LIMIT {}",
-                        candidate_pool(10)
-                    ),
-                ] {
-                    let statement = conn.prepare_cached(&sql).map_err(db_error)?;
-                    let runs = statement.get_status(StatementStatus::Run);
-                    assert!(runs >= 20, "{sql}: ran {runs} times");
-                    assert!(
-                        statement.get_status(StatementStatus::RePrepare) <= 1,
-                        "{sql}"
-                    );
+                assert!(seen >= 5, "only {seen} statements ran on every recall");
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// The batched reads of candidates look each one up by index; a plan
+    /// that walks the scope's turns made a 100k-item recall take seconds.
+    #[test]
+    fn candidate_reads_are_index_lookups_not_scans_of_the_scope() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
+        store
+            .read(|conn| {
+                for sql in [PLACES_OF_TURNS, TURNS_AT_PLACES] {
+                    let plan: Vec<String> = conn
+                        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                        .and_then(|mut s| {
+                            s.query_map(params!["[]", 1], |r| r.get::<_, String>(3))?
+                                .collect()
+                        })
+                        .map_err(db_error)?;
+                    assert!(plan[0].starts_with("SCAN w"), "{sql}: {plan:?}");
+                    assert!(plan[1].starts_with("SEARCH t USING"), "{sql}: {plan:?}");
+                    assert!(!plan[1].contains("(scope_id=?)"), "{sql}: {plan:?}");
                 }
                 Ok(())
             })

@@ -9,7 +9,6 @@
 //! when even it alone does not fit.
 
 use crate::facts::newest_active;
-use crate::first_turn::first_turn_block;
 use crate::ranking::{Origin, Ranked};
 use crate::scope::ScopeKey;
 use crate::store::MemoryStore;
@@ -133,7 +132,10 @@ impl MemoryStore {
             let today = now_rfc3339();
             let max_chars = self.config.max_injection_chars;
             return self.read(|conn| match key.find(conn)? {
-                Some(scope) => first_turn_block(conn, scope, standing, max_chars, &today[..10]),
+                Some(scope) => {
+                    self.first_turn_blocks
+                        .block(conn, scope, standing, max_chars, &today[..10])
+                }
                 None => Ok(Recall::empty()),
             });
         };
@@ -157,6 +159,12 @@ impl MemoryStore {
             Ok(ranked)
         })?;
         Ok(assemble(&ranked, self.config.max_injection_chars))
+    }
+
+    /// How many first-turn blocks were served from the cache (unchanged
+    /// scopes) since the store was opened.
+    pub fn first_turn_cache_hits(&self) -> u64 {
+        self.first_turn_blocks.hits()
     }
 
     /// Full-text search; `kind` (a memory kind, or `turn`) filters before

@@ -37,6 +37,10 @@ const MIGRATIONS: &[Migration] = &[
         name: "dense vectors for hybrid recall; each turn's first-turn excerpt",
         apply: create_vectors,
     },
+    Migration {
+        name: "per-scope write generations (what a cached first-turn block is checked against)",
+        apply: create_write_generations,
+    },
 ];
 
 /// The schema version this code writes and understands.
@@ -142,6 +146,62 @@ fn create_vectors(conn: &Connection) -> Result<()> {
     crate::first_turn::cache_all_excerpts(conn)
 }
 
+/// A scope's write generation changes in the same transaction as any write
+/// to its turns or memories, so a reader holding a snapshot knows whether
+/// something computed from an earlier snapshot of the scope still holds
+/// (the cached first-turn block). Kept by triggers, so every write path —
+/// capture, import, remember, revise, retire, forget, the retention sweep,
+/// another process on the same file — bumps it without code of its own.
+///
+/// A write adds one to its scope's generation (one row update per written
+/// row: about 7 µs of a turn's capture). A scope created again after it
+/// was forgotten (possibly under the same row id) starts above every
+/// generation a forgotten scope reached (`forgotten_generations`), so it
+/// can never show a generation an earlier scope of that id had.
+fn create_write_generations(conn: &Connection) -> Result<()> {
+    let mut sql = String::from(
+        "ALTER TABLE scopes ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+         UPDATE scopes SET generation = 1;
+         CREATE TABLE forgotten_generations (
+             id      INTEGER PRIMARY KEY CHECK (id = 1),
+             highest INTEGER NOT NULL
+         );
+         INSERT INTO forgotten_generations (id, highest) VALUES (1, 1);
+         CREATE TRIGGER scopes_start_above_forgotten_generations AFTER INSERT ON scopes
+         BEGIN
+             UPDATE scopes SET generation = (SELECT highest FROM forgotten_generations) + 1
+                 WHERE id = NEW.id;
+         END;
+         CREATE TRIGGER scopes_remember_their_last_generation AFTER DELETE ON scopes
+         BEGIN
+             UPDATE forgotten_generations SET highest = max(highest, OLD.generation);
+         END;",
+    );
+    for table in ["turns", "memories"] {
+        for (event, scopes) in [
+            ("INSERT", "NEW.scope_id"),
+            ("UPDATE", "OLD.scope_id, NEW.scope_id"),
+            ("DELETE", "OLD.scope_id"),
+        ] {
+            sql.push_str(&format!(
+                "CREATE TRIGGER {table}_{event}_bumps_generation AFTER {event} ON {table}
+                 BEGIN
+                     UPDATE scopes SET generation = generation + 1 WHERE id IN ({scopes});
+                 END;"
+            ));
+        }
+    }
+    conn.execute_batch(&sql).map_err(db_error)
+}
+
+/// The write generation of `scope` in the reader's snapshot (see
+/// [`create_write_generations`]).
+pub fn write_generation(conn: &Connection, scope: i64) -> Result<i64> {
+    conn.prepare_cached("SELECT generation FROM scopes WHERE id = ?1")
+        .and_then(|mut s| s.query_row([scope], |r| r.get(0)))
+        .map_err(db_error)
+}
+
 /// Indexes every active memory and every turn (used when the index is created
 /// over existing rows).
 fn reindex_all(conn: &Connection) -> Result<()> {
@@ -231,6 +291,18 @@ fn inspect_existing(path: &Path) -> Result<()> {
 pub fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
     conn.busy_timeout(busy_timeout)?;
     conn.set_prepared_statement_cache_capacity(64);
+    // Plans never depend on bound values (the query planner stability
+    // guarantee). Without it, a statement whose planning looked at a bound
+    // value — STAT4 estimates, matching `scope_id = ?1` against a partial
+    // index's WHERE — is marked to be re-prepared whenever that parameter is
+    // bound again, i.e. on every call: perf at 100k items put
+    // `sqlite3Reprepare` at 10.7% of a recall (candidates, standing
+    // memories, postings counts) and of capture's next-seq lookup. Every
+    // plan here is on an index chosen by shape, not by value.
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     // Durable on return: WAL fsyncs on every commit with synchronous=FULL.
     // Reads go through a 16 MiB page cache, not a memory map: with WAL on,
     // every mapped page fetch first searches the WAL index and re-parses the

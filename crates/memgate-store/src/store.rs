@@ -8,6 +8,7 @@
 //! writer. Other processes on the same file are handled by the busy timeout.
 
 use crate::config::LocalConfig;
+use crate::first_turn::BlockCache;
 use crate::index::IndexWrites;
 use crate::ranking::CommonTerms;
 use crate::schema::{self, db_error};
@@ -30,6 +31,8 @@ pub struct MemoryStore {
     /// Applied to turn and memory text after signatures are computed.
     pub(crate) redactor: Arc<Redactor>,
     pub(crate) common_terms: CommonTerms,
+    /// First-turn blocks of scopes not written to since they were built.
+    pub(crate) first_turn_blocks: BlockCache,
     /// The embedder of hybrid recall, if one is configured.
     pub(crate) vectorizer: Option<Vectorizer>,
     writer: Mutex<Option<Connection>>,
@@ -69,6 +72,7 @@ impl MemoryStore {
             keep_hidden: None,
             redactor: Redactor::shared_default(),
             common_terms: CommonTerms::default(),
+            first_turn_blocks: BlockCache::default(),
             vectorizer: None,
             writer: Mutex::new(Some(writer)),
             readers: Mutex::new(Vec::new()),

@@ -251,3 +251,124 @@ fn turns_of_a_file_from_before_the_excerpt_cache_get_theirs_when_it_is_migrated(
     assert!(!cites_text(&recall, "Thanks, Ana"), "{}", recall.text);
     assert_eq!(cited(&recall), ["turn_2"]);
 }
+
+/// The block a store that never built one for this file computes.
+fn fresh_block(t: &TestStore, caller: &Caller) -> memgate_core::Recall {
+    let other = memgate_store::MemoryStore::open(t.path(), t.store.config().clone()).unwrap();
+    other.recall(&recall_of(caller, None)).unwrap()
+}
+
+#[test]
+fn a_cached_block_is_served_until_its_scope_changes_and_never_stale() {
+    let t = TestStore::with_config(LocalConfig {
+        max_turn_age: Some(std::time::Duration::from_secs(86_400)),
+        ..LocalConfig::default()
+    });
+    let me = alice();
+    t.store
+        .capture(&capture(
+            &me,
+            "a",
+            vec![Message::human("My sister Ines moved to Porto in May.")],
+        ))
+        .unwrap();
+    let first = t.store.recall(&recall_of(&me, None)).unwrap();
+    assert!(cites_text(&first, "Porto"), "{}", first.text);
+    assert_eq!(t.store.first_turn_cache_hits(), 0);
+    assert_eq!(t.store.recall(&recall_of(&me, None)).unwrap(), first);
+    assert_eq!(
+        t.store.first_turn_cache_hits(),
+        1,
+        "unchanged: served again"
+    );
+    // Another scope's write leaves this scope's block valid.
+    t.store
+        .capture(&capture(
+            &Caller::new("bob"),
+            "b",
+            vec![Message::human("I bought a boat in June.")],
+        ))
+        .unwrap();
+    assert_eq!(t.store.recall(&recall_of(&me, None)).unwrap(), first);
+    assert_eq!(t.store.first_turn_cache_hits(), 2);
+
+    // Every kind of write to the scope: the next block is built again and
+    // is exactly what a store without a cache builds.
+    let rebuilt = |t: &TestStore, what: &str| {
+        let hits = t.store.first_turn_cache_hits();
+        let block = t.store.recall(&recall_of(&me, None)).unwrap();
+        assert_eq!(t.store.first_turn_cache_hits(), hits, "{what}: not rebuilt");
+        assert_eq!(block, fresh_block(t, &me), "{what}");
+        block
+    };
+    t.store
+        .capture(&capture(
+            &me,
+            "c",
+            vec![Message::human("I started learning the cello in 2023.")],
+        ))
+        .unwrap();
+    assert!(cites_text(&rebuilt(&t, "capture"), "cello"));
+    let id = remember(&t, &me, "fact", "Allergic to peanuts");
+    assert!(rebuilt(&t, "remember").text.contains("peanuts"));
+    let patch = memgate_core::FactPatch {
+        kind: None,
+        text: Some("Allergic to cashews".into()),
+    };
+    t.store.revise_fact(&me, &id, &patch).unwrap();
+    let block = rebuilt(&t, "revise");
+    assert!(block.text.contains("cashews") && !block.text.contains("peanuts"));
+    t.store.retire_fact(&me, &id).unwrap();
+    assert!(!rebuilt(&t, "retire").text.contains("cashews"));
+    let kept = remember(&t, &me, "fact", "Works night shifts");
+    t.store
+        .forget(&me, &memgate_core::ForgetTarget::Fact { id: kept })
+        .unwrap();
+    assert!(!rebuilt(&t, "forget a fact").text.contains("night shifts"));
+    t.store
+        .forget(
+            &me.clone().with_thread("c"),
+            &memgate_core::ForgetTarget::Thread,
+        )
+        .unwrap();
+    assert!(!cites_text(&rebuilt(&t, "forget a thread"), "cello"));
+    // A write by another store on the same file (another process).
+    {
+        let other = memgate_store::MemoryStore::open(t.path(), t.store.config().clone()).unwrap();
+        other
+            .capture(&capture(
+                &me,
+                "d",
+                vec![Message::human("My daughter Rita was born in April 2021.")],
+            ))
+            .unwrap();
+    }
+    assert!(cites_text(&rebuilt(&t, "another process"), "Rita"));
+    let erased = t
+        .store
+        .sweep_expired_turns(
+            std::time::SystemTime::now() + std::time::Duration::from_secs(3 * 86_400),
+        )
+        .unwrap();
+    assert!(erased >= 2);
+    let swept = rebuilt(&t, "retention sweep");
+    assert!(!cites_text(&swept, "Rita") && !cites_text(&swept, "Porto"));
+    // Forgetting the whole scope, then starting it again.
+    t.store
+        .capture(&capture(&me, "e", vec![Message::human("I live in Braga.")]))
+        .unwrap();
+    rebuilt(&t, "capture after the sweep");
+    t.store
+        .forget(&me, &memgate_core::ForgetTarget::Scope)
+        .unwrap();
+    assert!(t.store.recall(&recall_of(&me, None)).unwrap().is_empty());
+    t.store
+        .capture(&capture(
+            &me,
+            "f",
+            vec![Message::human("I moved to Faro in 2024.")],
+        ))
+        .unwrap();
+    let again = rebuilt(&t, "a scope created again");
+    assert!(cites_text(&again, "Faro") && !cites_text(&again, "Braga"));
+}

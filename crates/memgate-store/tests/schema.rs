@@ -193,3 +193,63 @@ fn a_file_left_by_a_crash_reopens_with_every_committed_write() {
         store.check_integrity().unwrap();
     }
 }
+
+/// The write generation of every scope, by user.
+fn generations(path: &std::path::Path) -> Vec<(String, i64)> {
+    let conn = Connection::open(path).unwrap();
+    let mut s = conn
+        .prepare("SELECT user_id, generation FROM scopes ORDER BY id")
+        .unwrap();
+    s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+#[test]
+fn a_version_3_file_is_migrated_and_every_write_advances_only_its_scope_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v3.sqlite3");
+    {
+        // A file written by a memgate whose schema stopped at version 3.
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn, 3).unwrap();
+        conn.execute_batch(
+            "INSERT INTO scopes (id, user_id, peer) VALUES (1, 'alice', ''), (2, 'bob', '');
+             INSERT INTO turns (scope_id, thread, seq, signature, role, text, captured_at)
+             VALUES (1, 't', 1, 'a', 'human', 'My sister moved to Porto', '2024-05-01T10:00:00Z'),
+                    (2, 't', 1, 'b', 'human', 'I bought a boat', '2024-05-01T10:00:00Z');",
+        )
+        .unwrap();
+    }
+    let store = MemoryStore::open(&path, LocalConfig::default()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let migrated = generations(&path);
+    assert_eq!(migrated.len(), 2);
+    assert!(migrated.iter().all(|(_, g)| *g > 0), "{migrated:?}");
+    // A write to alice's scope advances hers and leaves bob's as it was.
+    store
+        .remember(&alice(), &RememberRequest::new("fact", "x").unwrap())
+        .unwrap();
+    let after = generations(&path);
+    assert!(after[0].1 > migrated[0].1, "{after:?}");
+    assert_eq!(after[1], migrated[1]);
+    // Alice's scope, forgotten and created again under the same row id,
+    // never shows a generation the forgotten one had.
+    let mut last = after[0].1;
+    for text in ["y", "z", "w"] {
+        store
+            .remember(&alice(), &RememberRequest::new("fact", text).unwrap())
+            .unwrap();
+    }
+    last = last.max(generations(&path)[0].1);
+    store
+        .forget(&alice(), &memgate_core::ForgetTarget::Scope)
+        .unwrap();
+    store
+        .remember(&alice(), &RememberRequest::new("fact", "v").unwrap())
+        .unwrap();
+    let again = generations(&path);
+    let alice_now = again.iter().find(|(u, _)| u == "alice").unwrap().1;
+    assert!(alice_now > last, "{again:?} after {last}");
+}
