@@ -6,19 +6,12 @@
 
 mod common;
 
+use common::connect;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, FactPatch, ForgetTarget, MemoryBackend, Message,
     RecallRequest, RememberOutcome, RememberRequest,
 };
 use std::sync::Arc;
-
-async fn connect(dsn: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
-}
 
 /// Rows where `term_docs` and a recount of turns + active memories differ
 /// (0 when exact), and how many counts there are.

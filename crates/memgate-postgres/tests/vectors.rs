@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::connect;
 use memgate_conformance::hybrid::ConceptEmbedder;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, ForgetTarget, MemoryBackend, MemoryError, Message,
@@ -15,14 +16,6 @@ use memgate_core::{
 use memgate_postgres::PostgresBackend;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-async fn connect(dsn: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    client
-}
 
 async fn count(dsn: &str, sql: &str) -> i64 {
     connect(dsn).await.query_one(sql, &[]).await.unwrap().get(0)

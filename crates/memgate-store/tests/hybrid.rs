@@ -6,62 +6,14 @@
 mod common;
 
 use common::{alice, capture, cited, files_containing, files_containing_any, recall_of, TestStore};
+use memgate_conformance::hybrid::ConceptEmbedder;
 use memgate_core::{Caller, ForgetTarget, Message, RememberRequest, SearchQuery};
 use memgate_embed::{EmbedError, Embedder, EndpointConfig, EndpointEmbedder};
 use memgate_store::vectors::ModelState;
 use memgate_store::{LocalConfig, MemoryStore};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Fake embedder for fusion and failure tests (named as one): each text
-/// becomes a unit vector over a few fixed concepts, so "kitten" and "cat"
-/// meet although they share no word. `failing` makes every call fail.
-struct ConceptEmbedder {
-    model: String,
-    failing: AtomicBool,
-}
-
-const CONCEPTS: &[&[&str]] = &[
-    &["cat", "kitten", "feline", "pet"],
-    &["car", "vehicle", "drive", "garage"],
-    &["porto", "portugal", "lisbon", "city"],
-    &["piano", "music", "song"],
-];
-
-impl ConceptEmbedder {
-    fn new(model: &str) -> Arc<Self> {
-        Arc::new(Self {
-            model: model.into(),
-            failing: AtomicBool::new(false),
-        })
-    }
-}
-
-impl Embedder for ConceptEmbedder {
-    fn model(&self) -> &str {
-        &self.model
-    }
-
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        if self.failing.load(Ordering::Relaxed) {
-            return Err(EmbedError::Failed("fake outage".into()));
-        }
-        Ok(texts
-            .iter()
-            .map(|t| {
-                let lower = t.to_lowercase();
-                let mut v: Vec<f32> = CONCEPTS
-                    .iter()
-                    .map(|c| c.iter().filter(|w| lower.contains(*w)).count() as f32)
-                    .collect();
-                v.push(0.1); // never the zero vector
-                memgate_embed::normalize(&mut v);
-                v
-            })
-            .collect())
-    }
-}
 
 /// Fake embedder for erasure tests (named as one): each text gets 16
 /// floats drawn from its own hash, so one item's vector bytes can be looked

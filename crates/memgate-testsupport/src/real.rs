@@ -82,6 +82,22 @@ pub fn postgres_dsn() -> String {
     dsn
 }
 
+/// A PostgreSQL schema name no other test, process or earlier run uses
+/// (tests share one database, each in a schema of its own).
+pub fn unique_schema(label: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_nanos()
+        % 1_000_000_000_000;
+    format!(
+        "t_{label}_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
 /// Panics unless the program `name` runs (`name -V`), naming the package
 /// that provides it.
 pub fn tool(name: &str, package: &str) {

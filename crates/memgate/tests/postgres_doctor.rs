@@ -3,6 +3,7 @@
 //! printed, a newer schema and a refused login fail the check, and the
 //! password shows up in none of it.
 
+use memgate_testsupport::real::unique_schema;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -19,15 +20,6 @@ fn dsn() -> String {
 fn password(dsn: &str) -> String {
     let userinfo = dsn.split('@').next().unwrap();
     userinfo.rsplit(':').next().unwrap().to_owned()
-}
-
-fn unique_schema(label: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000_000;
-    format!("d_{label}_{}_{nanos}", std::process::id())
 }
 
 /// `memgate doctor` with a postgres config whose DSN is read from `env`.

@@ -49,12 +49,7 @@ fn local_to_postgres_and_back_loses_and_duplicates_nothing() {
     dsn(); // the config reads DSN_ENV itself; this fails clearly when it is unset
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000_000;
-    let schema = format!("m_cli_{}_{nanos}", std::process::id());
+    let schema = memgate_testsupport::real::unique_schema("m_cli");
     let pg = h.join("postgres.yaml");
     std::fs::write(
         &pg,

@@ -11,6 +11,7 @@ use memgate_core::{
 };
 use memgate_postgres::{PostgresBackend, PostgresConfig};
 use memgate_server::client::HttpBackend;
+use memgate_testsupport::real::unique_schema;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -25,15 +26,6 @@ const DSN_ENV: &str = "MEMGATE_TEST_POSTGRES_DSN";
 /// lists them as ignored, `--include-ignored` runs them).
 fn dsn() -> String {
     memgate_testsupport::real::postgres_dsn()
-}
-
-fn unique_schema(label: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000_000;
-    format!("r_{label}_{}_{nanos}", std::process::id())
 }
 
 /// Writes a config for `schema` under `home`.

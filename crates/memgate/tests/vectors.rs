@@ -65,6 +65,31 @@ fn seed(home: &Path) {
     assert!(o.status.success(), "{}", text(&o));
 }
 
+/// `memgate reembed` embeds the five seeded items with the local model,
+/// `doctor` then says all are embedded, and hybrid recall finds the kitten
+/// through a word no turn uses (lexically "cat" matches nothing).
+fn reembeds_the_seed_and_finds_the_kitten(h: &Path) {
+    let o = memgate(h, &["reembed", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["model"], LOCAL_MODEL);
+    assert_eq!(
+        (report["embedded"].as_u64(), report["total"].as_u64()),
+        (Some(5), Some(5))
+    );
+    let (line, code) = doctor_vectors(h);
+    assert_eq!(code, Some(0), "{line}");
+    assert!(
+        line.contains(&format!(
+            "5 / 5 items embedded with {LOCAL_MODEL} (all embedded)"
+        )),
+        "{line}"
+    );
+    let o = memgate(h, &["search", "cat", "--top-k", "1", "--json"]);
+    let hits: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(hits.to_string().contains("kitten"), "{hits}");
+}
+
 #[test]
 fn without_an_embedder_doctor_says_lexical_and_reembed_says_what_to_configure() {
     let home = tempfile::tempdir().unwrap();
@@ -117,28 +142,7 @@ fn reembed_embeds_everything_and_doctor_shows_the_progress() {
         "{line}"
     );
 
-    let o = memgate(h, &["reembed", "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(report["model"], LOCAL_MODEL);
-    assert_eq!(
-        (report["embedded"].as_u64(), report["total"].as_u64()),
-        (Some(5), Some(5))
-    );
-
-    let (line, code) = doctor_vectors(h);
-    assert_eq!(code, Some(0), "{line}");
-    assert!(
-        line.contains(&format!(
-            "5 / 5 items embedded with {LOCAL_MODEL} (all embedded)"
-        )),
-        "{line}"
-    );
-    // Hybrid recall finds the kitten through a word no turn uses (lexically
-    // "cat" matches nothing).
-    let o = memgate(h, &["search", "cat", "--top-k", "1", "--json"]);
-    let hits: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(hits.to_string().contains("kitten"), "{hits}");
+    reembeds_the_seed_and_finds_the_kitten(h);
 }
 
 #[test]
@@ -209,12 +213,7 @@ fn reembed_on_postgres_embeds_everything_and_doctor_shows_the_progress() {
     let [_dsn] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_PGVECTOR_DSN"]);
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000_000;
-    let schema = format!("v_reembed_{}_{nanos}", std::process::id());
+    let schema = memgate_testsupport::real::unique_schema("v_reembed");
     std::fs::write(
         h.join("config.yaml"),
         format!(
@@ -225,23 +224,5 @@ fn reembed_on_postgres_embeds_everything_and_doctor_shows_the_progress() {
     )
     .unwrap();
     seed(h);
-    let o = memgate(h, &["reembed", "--json"]);
-    assert!(o.status.success(), "{}", text(&o));
-    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(report["model"], LOCAL_MODEL);
-    assert_eq!(
-        (report["embedded"].as_u64(), report["total"].as_u64()),
-        (Some(5), Some(5))
-    );
-    let (line, code) = doctor_vectors(h);
-    assert_eq!(code, Some(0), "{line}");
-    assert!(
-        line.contains(&format!(
-            "5 / 5 items embedded with {LOCAL_MODEL} (all embedded)"
-        )),
-        "{line}"
-    );
-    let o = memgate(h, &["search", "cat", "--top-k", "1", "--json"]);
-    let hits: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(hits.to_string().contains("kitten"), "{hits}");
+    reembeds_the_seed_and_finds_the_kitten(h);
 }

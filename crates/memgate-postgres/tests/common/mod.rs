@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 use memgate_postgres::{PostgresBackend, PostgresConfig};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The test cluster's DSN (tests that use it are `#[ignore]`d, so a plain
 /// `cargo test` shows them as ignored).
@@ -17,19 +16,7 @@ pub fn pgvector_dsn() -> String {
 }
 
 /// A schema name no other test (or earlier run) uses.
-pub fn unique_schema(label: &str) -> String {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        % 1_000_000_000_000;
-    format!(
-        "t_{label}_{}_{}_{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
+pub use memgate_testsupport::real::unique_schema;
 
 pub fn config(dsn: &str, schema: &str) -> PostgresConfig {
     PostgresConfig::for_dsn(dsn)
@@ -40,4 +27,13 @@ pub fn config(dsn: &str, schema: &str) -> PostgresConfig {
 
 pub fn backend(dsn: &str, schema: &str) -> PostgresBackend {
     PostgresBackend::new(config(dsn, schema)).unwrap()
+}
+
+/// A plain client of the test cluster, for reading what a backend wrote.
+pub async fn connect(dsn: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
 }

@@ -53,14 +53,7 @@ pub async fn run(config_path: Option<&Path>, json: bool) -> Result<ExitCode> {
     let budget = Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds);
     opened.backend.drain(budget).await;
     let report = result??;
-    if json {
-        print_json(&report);
-    } else {
-        println!(
-            "re-embedded {} / {} items with {} in {:.1} s ({} old vectors dropped)",
-            report.embedded, report.total, report.model, report.seconds, report.dropped
-        );
-    }
+    print_report(&report, json);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -155,13 +148,18 @@ async fn reembed_postgres(config: &Config, json: bool) -> Result<ExitCode> {
         seconds: started.elapsed().as_secs_f64(),
     };
     pg.shutdown(Duration::from_secs(5)).await;
+    print_report(&report, json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What was re-embedded, as JSON or one line.
+fn print_report(report: &Report, json: bool) {
     if json {
-        print_json(&report);
+        print_json(report);
     } else {
         println!(
             "re-embedded {} / {} items with {} in {:.1} s ({} old vectors dropped)",
             report.embedded, report.total, report.model, report.seconds, report.dropped
         );
     }
-    Ok(ExitCode::SUCCESS)
 }
