@@ -82,17 +82,19 @@ async fn searched(
         .collect()
 }
 
+/// Three turns, one per [`ConceptEmbedder`] concept, none sharing a word
+/// with the concepts' other names ("cat", "car", "music").
+pub fn concept_turns() -> Vec<Message> {
+    vec![
+        Message::human("I adopted a kitten last spring"),
+        Message::human("The garage fixed my vehicle"),
+        Message::human("Practising piano every evening"),
+    ]
+}
+
 async fn seed(h: &HybridHandle, caller: &Caller) {
     h.backend
-        .capture(&capture(
-            caller,
-            "t1",
-            vec![
-                Message::human("I adopted a kitten last spring"),
-                Message::human("The garage fixed my vehicle"),
-                Message::human("Practising piano every evening"),
-            ],
-        ))
+        .capture(&capture(caller, "t1", concept_turns()))
         .await
         .unwrap();
 }

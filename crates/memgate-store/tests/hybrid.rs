@@ -6,7 +6,7 @@
 mod common;
 
 use common::{alice, capture, cited, files_containing, files_containing_any, recall_of, TestStore};
-use memgate_conformance::hybrid::ConceptEmbedder;
+use memgate_conformance::hybrid::{concept_turns, ConceptEmbedder};
 use memgate_core::{Caller, ForgetTarget, Message, RememberRequest, SearchQuery};
 use memgate_embed::{EmbedError, Embedder, EndpointConfig, EndpointEmbedder};
 use memgate_store::vectors::ModelState;
@@ -67,15 +67,7 @@ fn store_with(dir: &std::path::Path, embedder: Arc<dyn Embedder>) -> MemoryStore
 
 fn seed(store: &MemoryStore, caller: &Caller) {
     store
-        .capture(&capture(
-            caller,
-            "t1",
-            vec![
-                Message::human("I adopted a kitten last spring"),
-                Message::human("The garage fixed my vehicle"),
-                Message::human("Practising piano every evening"),
-            ],
-        ))
+        .capture(&capture(caller, "t1", concept_turns()))
         .unwrap();
 }
 
