@@ -71,7 +71,9 @@ import struct
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from json_http import JsonHandler
 
 EMBED_MODEL = "fake-embed"
 CHAT_MODEL = "fake-chat"
@@ -536,24 +538,12 @@ class Provider:
             return self.counter
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     server_version = "memgate-model-provider/1"
-    protocol_version = "HTTP/1.1"
     provider: Provider  # set on the class by main()
 
-    def log_message(self, fmt, *args):  # quiet stderr; the JSONL log is the record
-        pass
-
-    def _send(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def _error(self, status: int, message: str) -> None:
-        self._send(status, {"error": {"message": message, "type": "invalid_request_error", "code": None}})
+        self.send_json(status, {"error": {"message": message, "type": "invalid_request_error", "code": None}})
 
     def _path(self) -> str:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -565,10 +555,10 @@ class Handler(BaseHTTPRequestHandler):
         path = self._path()
         self.provider.log({"ts": time.time(), "method": "GET", "path": self.path})
         if path in ("/health", "/"):
-            self._send(200, {"status": "ok", "dim": self.provider.dim})
+            self.send_json(200, {"status": "ok", "dim": self.provider.dim})
         elif path == "/models":
             now = 0
-            self._send(200, {"object": "list", "data": [
+            self.send_json(200, {"object": "list", "data": [
                 {"id": EMBED_MODEL, "object": "model", "created": now, "owned_by": "memgate-testkit"},
                 {"id": CHAT_MODEL, "object": "model", "created": now, "owned_by": "memgate-testkit"},
             ]})
@@ -620,7 +610,7 @@ class Handler(BaseHTTPRequestHandler):
         tokens = sum(max(1, len(TOKEN_RE.findall(t))) for t in texts)
         self.provider.log({"ts": time.time(), "method": "POST", "path": self.path, "kind": "embeddings",
                            "model": body.get("model"), "encoding_format": fmt, "dim": dim, "input": texts})
-        self._send(200, {"object": "list", "data": data, "model": body.get("model") or EMBED_MODEL,
+        self.send_json(200, {"object": "list", "data": data, "model": body.get("model") or EMBED_MODEL,
                          "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     def _chat(self, body: dict) -> None:
@@ -637,7 +627,7 @@ class Handler(BaseHTTPRequestHandler):
         if body.get("stream"):
             self._error(400, "stream is not supported by the memgate test provider")
             return
-        self._send(200, {
+        self.send_json(200, {
             "id": f"chatcmpl-memgate-{n}",
             "object": "chat.completion",
             "created": int(time.time()),

@@ -44,7 +44,9 @@ import signal
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from json_http import JsonHandler
 
 MODEL_ID = "scripted"
 
@@ -119,20 +121,8 @@ class Counter:
             return self.n
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     server_version = "scripted_model/1"
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):  # quiet: the JSONL log is the record
-        pass
-
-    def send_json(self, status, body):
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def error(self, status, message, kind="invalid_request_error"):
         self.send_json(status, {"error": {"message": message, "type": kind}})

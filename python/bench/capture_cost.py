@@ -51,9 +51,12 @@ import tempfile
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testkit"))
+from json_http import JsonHandler  # noqa: E402  (testkit's shared JSON answer)
 
 OWNER = "alice"
 PEER = "deerflow"
@@ -66,33 +69,19 @@ TOPICS = ["refund", "invoice", "helm chart", "postgres index", "coffee order", "
 # --- the FAKE OpenViking server (child process) ---------------------------------------------
 
 
-class FakeOpenViking(BaseHTTPRequestHandler):
-    """Answers the session routes both managers call; counts per session."""
+class FakeOpenViking(JsonHandler):
+    """Answers the session routes both managers call; counts per session.
+    Keep-alive HTTP/1.1 (`JsonHandler`), as both clients pool connections."""
 
-    protocol_version = "HTTP/1.1"  # keep-alive, as both clients pool connections
-    # Headers and body go out in two writes; with Nagle on, the body would
-    # wait for the client's delayed ACK (40 ms) on every request.
-    disable_nagle_algorithm = True
     sessions: dict[str, dict[str, int]] = {}
     routes: dict[str, int] = {}
     lock = threading.Lock()
 
-    def log_message(self, *args: Any) -> None:  # quiet
-        pass
-
-    def _answer(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def _ok(self, result: Any) -> None:
-        self._answer(200, {"status": "ok", "result": result, "error": None})
+        self.send_json(200, {"status": "ok", "result": result, "error": None})
 
     def _not_found(self, message: str) -> None:
-        self._answer(404, {"status": "error", "result": None, "error": {"code": "NOT_FOUND", "message": message}})
+        self.send_json(404, {"status": "error", "result": None, "error": {"code": "NOT_FOUND", "message": message}})
 
     def _body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
