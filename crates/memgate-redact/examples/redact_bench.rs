@@ -2,7 +2,7 @@
 //! near misses (and, given a LoCoMo file, of real conversation turns)
 //! altered, and the cost per captured turn.
 //!
-//! `cargo run --release -p memgate-redact --example bench -- [LOCOMO_JSON]`
+//! `cargo run --release -p memgate-redact --example redact_bench -- [LOCOMO_JSON]`
 
 #[path = "../tests/corpus/mod.rs"]
 mod corpus;

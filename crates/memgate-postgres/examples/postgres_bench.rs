@@ -1,7 +1,7 @@
 //! `postgres` against `local` in one run, on the same synthetic memory.
 //!
 //! ```text
-//! cargo run --release -p memgate-postgres --example bench -- [--sizes 10000,100000]
+//! cargo run --release -p memgate-postgres --example postgres_bench -- [--sizes 10000,100000]
 //!     [--recalls 2000] [--replicas 1,2,4] [--load 4000] [--clients 8]
 //!     [--backends local,postgres] [--turns-per-capture 100] [--keep-schema]
 //!     [--reuse-schema NAME]  (recall only, on a schema --keep-schema left; kept again)
