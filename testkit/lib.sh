@@ -14,6 +14,26 @@ ENV_DIR="${RUN_DIR}/env.d"
 STATE_FILE="${RUN_DIR}/state"
 VENV_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/memgate/venvs"
 
+# Where testkit's PostgreSQL clusters live. As root they belong to the `postgres` user
+# (PostgreSQL refuses to run as root), who must be able to reach them: under RUN_DIR
+# when every directory above the checkout lets others through, otherwise (a checkout
+# in a private directory, such as one made by `mktemp -d`) in a directory under /tmp
+# named after RUN_DIR, so postgres-up and postgres-down agree on it.
+tk_pg_home() {
+  local d="$TESTKIT_DIR"
+  if [[ "$(id -u)" == 0 ]]; then
+    while :; do
+      [[ "$(stat -c %A "$d")" == *[xt] ]] || {
+        echo "/tmp/memgate-postgres-$(printf '%s' "$RUN_DIR" | sha256sum | cut -c1-12)"
+        return 0
+      }
+      [[ "$d" == / ]] && break
+      d="$(dirname "$d")"
+    done
+  fi
+  echo "$RUN_DIR"
+}
+
 # Venv names and what goes into them. The constraints files pin every transitive
 # dependency to versions observed to work, which keeps re-installs fast (no resolver
 # backtracking) and reproducible. `testkit/install --refresh` regenerates them.
