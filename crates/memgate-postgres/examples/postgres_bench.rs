@@ -5,6 +5,7 @@
 //!     [--recalls 2000] [--replicas 1,2,4] [--load 4000] [--clients 8]
 //!     [--backends local,postgres] [--turns-per-capture 100] [--keep-schema]
 //!     [--reuse-schema NAME]  (recall only, on a schema --keep-schema left; kept again)
+//!     [--profile-slowest N]  (the N slowest recalls again, each one's statements)
 //! ```
 //!
 //! Needs `MEMGATE_TEST_POSTGRES_DSN` (`testkit/postgres-up`). For each size,
@@ -22,11 +23,9 @@
 //! with the load average (`/proc/loadavg`) before and after each size. The
 //! benchmark's schema is dropped at the end of each size (disk is limited).
 
-use memgate_core::{
-    Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, RecallRequest, RememberRequest,
-};
+use memgate_core::{Caller, CaptureRequest, MemoryBackend, RecallRequest, RememberRequest};
 use memgate_postgres::{PostgresBackend, PostgresConfig};
-use memgate_store::bench::{SplitMix, TextGen};
+use memgate_store::bench::{self, SplitMix};
 use memgate_store::{LocalBackend, LocalConfig};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +42,9 @@ struct Options {
     keep_schema: bool,
     /// Recall against this kept schema (same size and seed) instead of filling one.
     reuse_schema: Option<String>,
+    /// Run the slowest this many timed recalls again, one by one, and print
+    /// each one's statements with their server times (postgres only).
+    profile_slowest: usize,
 }
 
 fn options() -> Options {
@@ -56,6 +58,7 @@ fn options() -> Options {
         turns_per_capture: 100,
         keep_schema: false,
         reuse_schema: None,
+        profile_slowest: 0,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<usize> { v.split(',').map(|n| n.parse().unwrap()).collect() };
@@ -75,6 +78,7 @@ fn options() -> Options {
             "--backends" => o.backends = value.split(',').map(str::to_owned).collect(),
             "--turns-per-capture" => o.turns_per_capture = value.parse().unwrap(),
             "--reuse-schema" => o.reuse_schema = Some(value.to_owned()),
+            "--profile-slowest" => o.profile_slowest = value.parse().unwrap(),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -94,74 +98,21 @@ struct Workload {
     user: Caller,
 }
 
+/// The same memory `memgate bench` measures for `seed` ([`bench::Workload`]),
+/// with `200 + recalls` queries drawn after it.
 fn workload(items: usize, recalls: usize, per_capture: usize, seed: u64) -> Workload {
     let mut rng = SplitMix::new(seed);
-    let text = TextGen::new(&mut rng, 20_000);
-    let user = Caller::new("bench-user").with_agent("bench-agent");
-    let memories = items / 100;
-    let turns = items - memories;
-    let mut samples = Vec::new();
-    let mut captures = Vec::new();
-    let mut made = 0;
-    while made < turns {
-        let n = per_capture.min(turns - made);
-        let thread = captures.len();
-        let messages = (0..n)
-            .map(|i| {
-                let words = if i % 2 == 0 {
-                    8 + rng.below(20)
-                } else {
-                    15 + rng.below(45)
-                };
-                let s = text.sentence(&mut rng, words);
-                if rng.below(50) == 0 {
-                    samples.push(s.clone());
-                }
-                if i % 2 == 0 {
-                    Message::human(s)
-                } else {
-                    Message::ai(s)
-                }
-                .with_id(format!("t{thread}-{i}"))
-            })
-            .collect();
-        captures.push(CaptureRequest {
-            caller: user.clone().with_thread(format!("thread-{thread}")),
-            messages,
-            kind: CaptureKind::AfterTurn,
-            trace_id: None,
-        });
-        made += n;
-    }
-    let memories = (0..memories)
-        .map(|i| {
-            let words = 5 + rng.below(15);
-            let fact = format!("{} (note {i})", text.sentence(&mut rng, words));
-            RememberRequest::new("fact", &fact).unwrap()
-        })
+    let mut w = bench::Workload::new(&mut rng, items, 100, per_capture);
+    let captures = std::iter::from_fn(|| w.next_capture(&mut rng)).collect();
+    let memories = (0..w.memories)
+        .map(|i| w.memory(&mut rng, i).unwrap())
         .collect();
-    let queries = (0..200 + recalls)
-        .map(|_| {
-            if rng.below(20) == 0 || samples.is_empty() {
-                return None;
-            }
-            let sample: &String = &samples[rng.below(samples.len())];
-            let words: Vec<&str> = sample.split(' ').collect();
-            let take = (3 + rng.below(6)).min(words.len());
-            let start = rng.below(words.len() - take + 1);
-            let mut q = words[start..start + take].join(" ");
-            for _ in 0..1 + rng.below(2) {
-                q.push(' ');
-                q.push_str(text.word(&mut rng));
-            }
-            Some(format!("{q}?"))
-        })
-        .collect();
+    let queries = (0..200 + recalls).map(|_| w.query(&mut rng)).collect();
     Workload {
         captures,
         memories,
         queries,
-        user,
+        user: w.user.clone(),
     }
 }
 
@@ -172,6 +123,13 @@ struct Figures {
     recall_p99_ms: f64,
     mean_items: f64,
 }
+
+/// A statement's text, or for recall's turn statements which plan it serves.
+const STATEMENT_LABEL: &str = "CASE
+    WHEN query LIKE '%FROM turns%LIMIT $5%' THEN 'turns, newest first: window walk'
+    WHEN query LIKE '%FROM turns%@>%' THEN 'turns, newest first: postings'
+    WHEN query LIKE '%FROM turns%&&%' THEN 'turns, scored'
+    ELSE regexp_replace(left(query, 70), '\\s+', ' ', 'g') END";
 
 /// PostgreSQL's own view of the timed recalls, from `pg_stat_statements`
 /// when the server preloads it: execution time inside the server, which a
@@ -208,17 +166,66 @@ impl ServerStats {
             .unwrap();
     }
 
+    /// Prints the statements of the one recall run since the last reset,
+    /// costliest first: which plan it took, and where its time went.
+    /// With the query's words' counts in `schema` (the plan's inputs).
+    async fn print_one(&self, schema: &str, timed: Duration, again: Duration, query: &str) {
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT calls, total_exec_time, {STATEMENT_LABEL}
+                     FROM pg_stat_statements
+                     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                       AND query NOT LIKE '%pg_stat_statements%'
+                     ORDER BY total_exec_time DESC"
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        let counts: String = self
+            .client
+            .query_one(
+                &format!(
+                    "SELECT coalesce(string_agg(lexeme || '=' || docs, ' ' ORDER BY docs), '')
+                     FROM {schema}.term_docs
+                     WHERE scope_id = (SELECT min(id) FROM {schema}.scopes)
+                       AND lexeme = ANY(tsvector_to_array(to_tsvector('english', $1)))"
+                ),
+                &[&query],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let total: f64 = rows.iter().map(|r| r.get::<_, f64>(1)).sum();
+        println!(
+            "slow recall: {:.2} ms timed, {:.2} ms again, server {total:.2} ms: {query:?} ({counts})",
+            timed.as_secs_f64() * 1000.0,
+            again.as_secs_f64() * 1000.0
+        );
+        for r in rows.iter().take(4) {
+            println!(
+                "    calls={} total={:>8.3} ms  {}",
+                r.get::<_, i64>(0),
+                r.get::<_, f64>(1),
+                r.get::<_, String>(2)
+            );
+        }
+    }
+
     /// Prints the server's execution time per recall and the costliest statements.
     async fn print(&self, recalls: usize) {
         let rows = self
             .client
             .query(
-                "SELECT calls, total_exec_time, mean_exec_time, max_exec_time,
-                        regexp_replace(left(query, 70), '\\s+', ' ', 'g')
-                 FROM pg_stat_statements
-                 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-                   AND query NOT LIKE '%pg_stat_statements%'
-                 ORDER BY total_exec_time DESC",
+                &format!(
+                    "SELECT calls, total_exec_time, mean_exec_time, max_exec_time, {STATEMENT_LABEL}
+                     FROM pg_stat_statements
+                     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                       AND query NOT LIKE '%pg_stat_statements%'
+                     ORDER BY total_exec_time DESC"
+                ),
                 &[],
             )
             .await
@@ -246,6 +253,8 @@ async fn measure(
     w: &Workload,
     server: Option<&ServerStats>,
     filled: bool,
+    profile_slowest: usize,
+    schema: &str,
 ) -> Figures {
     let fill = Instant::now();
     let mut capture_time = Duration::ZERO;
@@ -281,6 +290,17 @@ async fn measure(
     }
     if let Some(s) = server {
         s.print(latencies.len()).await;
+        let mut slowest: Vec<(Duration, &Option<String>)> =
+            latencies.iter().copied().zip(&w.queries[200..]).collect();
+        slowest.sort_by(|a, b| b.0.cmp(&a.0));
+        for (timed, q) in slowest.into_iter().take(profile_slowest) {
+            s.reset().await;
+            let started = Instant::now();
+            backend.recall(&request(q)).await.unwrap();
+            let again = started.elapsed();
+            s.print_one(schema, timed, again, q.as_deref().unwrap_or("<no query>"))
+                .await;
+        }
     }
     latencies.sort_unstable();
     Figures {
@@ -357,7 +377,7 @@ async fn main() {
             let local =
                 LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default())
                     .unwrap();
-            let f = measure(&local, &w, None, false).await;
+            let f = measure(&local, &w, None, false, 0, "").await;
             print("local", items, &f);
             local.shutdown(Duration::from_secs(30)).await;
         }
@@ -388,7 +408,15 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
     };
     let pg = Arc::new(PostgresBackend::new(config()).unwrap());
     let server = ServerStats::connect(dsn).await;
-    let f = measure(&*pg, w, server.as_ref(), o.reuse_schema.is_some()).await;
+    let f = measure(
+        &*pg,
+        w,
+        server.as_ref(),
+        o.reuse_schema.is_some(),
+        o.profile_slowest,
+        &schema,
+    )
+    .await;
     print("postgres", items, &f);
     let info = pg.doctor().await.unwrap();
     let mut replicas = vec![pg];
