@@ -6,6 +6,8 @@
 //!     [--backends local,postgres] [--turns-per-capture 100] [--keep-schema]
 //!     [--reuse-schema NAME]  (recall only, on a schema --keep-schema left; kept again)
 //!     [--profile-slowest N]  (the N slowest recalls again, each one's statements)
+//!     [--vectors DIMS]  (hybrid recall: every item gets a vector; postgres on
+//!                        MEMGATE_TEST_PGVECTOR_DSN)
 //! ```
 //!
 //! Needs `MEMGATE_TEST_POSTGRES_DSN` (`testkit/postgres-up`). For each size,
@@ -22,11 +24,19 @@
 //! have) — throughput in recalls/s. Figures are printed, never asserted,
 //! with the load average (`/proc/loadavg`) before and after each size. The
 //! benchmark's schema is dropped at the end of each size (disk is limited).
+//!
+//! With `--vectors DIMS`, both backends get the same synthetic embedder
+//! ([`RandomEmbedder`]: a unit vector of DIMS pseudo-random components
+//! seeded by the text, no model), every item is embedded through each
+//! backend's own indexer before the recalls, and every recall is hybrid:
+//! what is measured is the exact scan over the scope's vectors and the
+//! fusion, which cost the same whatever the vectors' values.
 
 use memgate_core::{Caller, CaptureRequest, MemoryBackend, RecallRequest, RememberRequest};
+use memgate_embed::Embedder;
 use memgate_postgres::{PostgresBackend, PostgresConfig};
 use memgate_store::bench::{self, SplitMix};
-use memgate_store::{LocalBackend, LocalConfig};
+use memgate_store::{LocalBackend, LocalConfig, MemoryStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +55,8 @@ struct Options {
     /// Run the slowest this many timed recalls again, one by one, and print
     /// each one's statements with their server times (postgres only).
     profile_slowest: usize,
+    /// Hybrid recall with vectors of this length ([`RandomEmbedder`]).
+    vectors: Option<usize>,
 }
 
 fn options() -> Options {
@@ -59,6 +71,7 @@ fn options() -> Options {
         keep_schema: false,
         reuse_schema: None,
         profile_slowest: 0,
+        vectors: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<usize> { v.split(',').map(|n| n.parse().unwrap()).collect() };
@@ -79,6 +92,7 @@ fn options() -> Options {
             "--turns-per-capture" => o.turns_per_capture = value.parse().unwrap(),
             "--reuse-schema" => o.reuse_schema = Some(value.to_owned()),
             "--profile-slowest" => o.profile_slowest = value.parse().unwrap(),
+            "--vectors" => o.vectors = Some(value.parse().unwrap()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -113,6 +127,71 @@ fn workload(items: usize, recalls: usize, per_capture: usize, seed: u64) -> Work
         memories,
         queries,
         user: w.user.clone(),
+    }
+}
+
+/// A synthetic embedder, named as one: each text's vector is DIMS
+/// pseudo-random components seeded by a hash of the text, made unit length.
+/// It stands in for a model where only the cost of storing and scanning
+/// vectors is measured (a scan's cost does not depend on the values).
+struct RandomEmbedder {
+    model: String,
+    dims: usize,
+}
+
+impl RandomEmbedder {
+    fn new(dims: usize) -> Arc<Self> {
+        Arc::new(Self {
+            model: format!("bench-random/{dims}"),
+            dims,
+        })
+    }
+}
+
+impl Embedder for RandomEmbedder {
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memgate_embed::EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                // FNV-1a of the text seeds the components.
+                let seed = t.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+                });
+                let mut rng = SplitMix::new(seed);
+                let mut v: Vec<f32> = (0..self.dims).map(|_| rng.unit() as f32 - 0.5).collect();
+                memgate_embed::normalize(&mut v);
+                v
+            })
+            .collect())
+    }
+}
+
+/// Whose indexer embeds every item between the fill and the recalls.
+enum Index<'a> {
+    None,
+    Local(&'a MemoryStore),
+    Postgres(&'a PostgresBackend),
+}
+
+impl Index<'_> {
+    /// Runs the indexer until nothing is left (the background indexer
+    /// embedded the rest during the fill); prints how long it took.
+    async fn run(&self, name: &str) {
+        let started = Instant::now();
+        let written = match self {
+            Index::None => return,
+            Index::Local(store) => store.index_all_vectors(256).unwrap(),
+            Index::Postgres(pg) => pg.index_all_vectors(256).await.unwrap(),
+        };
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "{name:<8} vectors: {written} left after the fill, indexed in {secs:.1}s ({:.0} items/s)",
+            written as f64 / secs.max(1e-9)
+        );
     }
 }
 
@@ -255,6 +334,7 @@ async fn measure(
     filled: bool,
     profile_slowest: usize,
     schema: &str,
+    index: Index<'_>,
 ) -> Figures {
     let fill = Instant::now();
     let mut capture_time = Duration::ZERO;
@@ -270,6 +350,13 @@ async fn measure(
         backend.remember(&w.user, m).await.unwrap();
     }
     let fill_secs = fill.elapsed().as_secs_f64();
+    index
+        .run(if schema.is_empty() {
+            "local"
+        } else {
+            "postgres"
+        })
+        .await;
     let request = |q: &Option<String>| RecallRequest {
         caller: w.user.clone(),
         query: q.clone(),
@@ -292,7 +379,7 @@ async fn measure(
         s.print(latencies.len()).await;
         let mut slowest: Vec<(Duration, &Option<String>)> =
             latencies.iter().copied().zip(&w.queries[200..]).collect();
-        slowest.sort_by(|a, b| b.0.cmp(&a.0));
+        slowest.sort_by_key(|s| std::cmp::Reverse(s.0));
         for (timed, q) in slowest.into_iter().take(profile_slowest) {
             s.reset().await;
             let started = Instant::now();
@@ -353,8 +440,13 @@ fn print(name: &str, items: usize, f: &Figures) {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let o = options();
-    let dsn = std::env::var("MEMGATE_TEST_POSTGRES_DSN")
-        .expect("MEMGATE_TEST_POSTGRES_DSN (run testkit/postgres-up)");
+    let dsn = if o.vectors.is_some() {
+        std::env::var("MEMGATE_TEST_PGVECTOR_DSN")
+            .expect("MEMGATE_TEST_PGVECTOR_DSN (run testkit/postgres-up --pgvector)")
+    } else {
+        std::env::var("MEMGATE_TEST_POSTGRES_DSN")
+            .expect("MEMGATE_TEST_POSTGRES_DSN (run testkit/postgres-up)")
+    };
     println!(
         "cores={} profile={}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -374,11 +466,25 @@ async fn main() {
         println!("load average before {items}: {}", load_average());
         if o.backends.iter().any(|b| b == "local") {
             let dir = tempfile::tempdir().unwrap();
-            let local =
-                LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default())
+            let mut store =
+                MemoryStore::open(dir.path().join("bench.sqlite3"), LocalConfig::default())
                     .unwrap();
-            let f = measure(&local, &w, None, false, 0, "").await;
+            if let Some(dims) = o.vectors {
+                store = store.with_embedder(RandomEmbedder::new(dims));
+            }
+            let local = LocalBackend::from_store(store);
+            let index = match o.vectors {
+                Some(_) => Index::Local(local.store()),
+                None => Index::None,
+            };
+            let f = measure(&local, &w, None, false, 0, "", index).await;
             print("local", items, &f);
+            if o.vectors.is_some() {
+                println!(
+                    "local    hybrid recalls: {}",
+                    local.store().retrieval_counts().hybrid
+                );
+            }
             local.shutdown(Duration::from_secs(30)).await;
         }
         if o.backends.iter().any(|b| b == "postgres") {
@@ -406,7 +512,14 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
             .with_schema(&schema)
             .unwrap()
     };
-    let pg = Arc::new(PostgresBackend::new(config()).unwrap());
+    let backend = || {
+        let b = PostgresBackend::new(config()).unwrap();
+        match o.vectors {
+            Some(dims) => b.with_embedder(RandomEmbedder::new(dims)),
+            None => b,
+        }
+    };
+    let pg = Arc::new(backend());
     let server = ServerStats::connect(dsn).await;
     let f = measure(
         &*pg,
@@ -415,14 +528,21 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
         o.reuse_schema.is_some(),
         o.profile_slowest,
         &schema,
+        match o.vectors {
+            Some(_) => Index::Postgres(&pg),
+            None => Index::None,
+        },
     )
     .await;
     print("postgres", items, &f);
+    if o.vectors.is_some() {
+        println!("postgres hybrid recalls: {}", pg.retrieval_counts().hybrid);
+    }
     let info = pg.doctor().await.unwrap();
     let mut replicas = vec![pg];
     for &n in &o.replicas {
         while replicas.len() < n {
-            replicas.push(Arc::new(PostgresBackend::new(config()).unwrap()));
+            replicas.push(Arc::new(backend()));
         }
         let rps = throughput(&replicas[..n], w, o.load, o.clients).await;
         println!(
