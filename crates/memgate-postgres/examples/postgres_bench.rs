@@ -5,6 +5,9 @@
 //!     [--recalls 2000] [--replicas 1,2,4] [--load 4000] [--clients 8]
 //!     [--backends local,postgres] [--turns-per-capture 100] [--keep-schema]
 //!     [--reuse-schema NAME]  (recall only, on a schema --keep-schema left; kept again)
+//!     [--profile-slowest N]  (the N slowest recalls again, each one's statements)
+//!     [--vectors DIMS]  (hybrid recall: every item gets a vector; postgres on
+//!                        MEMGATE_TEST_PGVECTOR_DSN)
 //! ```
 //!
 //! Needs `MEMGATE_TEST_POSTGRES_DSN` (`testkit/postgres-up`). For each size,
@@ -21,13 +24,19 @@
 //! have) — throughput in recalls/s. Figures are printed, never asserted,
 //! with the load average (`/proc/loadavg`) before and after each size. The
 //! benchmark's schema is dropped at the end of each size (disk is limited).
+//!
+//! With `--vectors DIMS`, both backends get the same synthetic embedder
+//! ([`RandomEmbedder`]: a unit vector of DIMS pseudo-random components
+//! seeded by the text, no model), every item is embedded through each
+//! backend's own indexer before the recalls, and every recall is hybrid:
+//! what is measured is the exact scan over the scope's vectors and the
+//! fusion, which cost the same whatever the vectors' values.
 
-use memgate_core::{
-    Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, RecallRequest, RememberRequest,
-};
+use memgate_core::{Caller, CaptureRequest, MemoryBackend, RecallRequest, RememberRequest};
+use memgate_embed::Embedder;
 use memgate_postgres::{PostgresBackend, PostgresConfig};
-use memgate_store::bench::{SplitMix, TextGen};
-use memgate_store::{LocalBackend, LocalConfig};
+use memgate_store::bench::{self, SplitMix};
+use memgate_store::{LocalBackend, LocalConfig, MemoryStore};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,6 +52,11 @@ struct Options {
     keep_schema: bool,
     /// Recall against this kept schema (same size and seed) instead of filling one.
     reuse_schema: Option<String>,
+    /// Run the slowest this many timed recalls again, one by one, and print
+    /// each one's statements with their server times (postgres only).
+    profile_slowest: usize,
+    /// Hybrid recall with vectors of this length ([`RandomEmbedder`]).
+    vectors: Option<usize>,
 }
 
 fn options() -> Options {
@@ -56,6 +70,8 @@ fn options() -> Options {
         turns_per_capture: 100,
         keep_schema: false,
         reuse_schema: None,
+        profile_slowest: 0,
+        vectors: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str| -> Vec<usize> { v.split(',').map(|n| n.parse().unwrap()).collect() };
@@ -75,6 +91,8 @@ fn options() -> Options {
             "--backends" => o.backends = value.split(',').map(str::to_owned).collect(),
             "--turns-per-capture" => o.turns_per_capture = value.parse().unwrap(),
             "--reuse-schema" => o.reuse_schema = Some(value.to_owned()),
+            "--profile-slowest" => o.profile_slowest = value.parse().unwrap(),
+            "--vectors" => o.vectors = Some(value.parse().unwrap()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -94,74 +112,86 @@ struct Workload {
     user: Caller,
 }
 
+/// The same memory `memgate bench` measures for `seed` ([`bench::Workload`]),
+/// with `200 + recalls` queries drawn after it.
 fn workload(items: usize, recalls: usize, per_capture: usize, seed: u64) -> Workload {
     let mut rng = SplitMix::new(seed);
-    let text = TextGen::new(&mut rng, 20_000);
-    let user = Caller::new("bench-user").with_agent("bench-agent");
-    let memories = items / 100;
-    let turns = items - memories;
-    let mut samples = Vec::new();
-    let mut captures = Vec::new();
-    let mut made = 0;
-    while made < turns {
-        let n = per_capture.min(turns - made);
-        let thread = captures.len();
-        let messages = (0..n)
-            .map(|i| {
-                let words = if i % 2 == 0 {
-                    8 + rng.below(20)
-                } else {
-                    15 + rng.below(45)
-                };
-                let s = text.sentence(&mut rng, words);
-                if rng.below(50) == 0 {
-                    samples.push(s.clone());
-                }
-                if i % 2 == 0 {
-                    Message::human(s)
-                } else {
-                    Message::ai(s)
-                }
-                .with_id(format!("t{thread}-{i}"))
-            })
-            .collect();
-        captures.push(CaptureRequest {
-            caller: user.clone().with_thread(format!("thread-{thread}")),
-            messages,
-            kind: CaptureKind::AfterTurn,
-            trace_id: None,
-        });
-        made += n;
-    }
-    let memories = (0..memories)
-        .map(|i| {
-            let words = 5 + rng.below(15);
-            let fact = format!("{} (note {i})", text.sentence(&mut rng, words));
-            RememberRequest::new("fact", &fact).unwrap()
-        })
+    let mut w = bench::Workload::new(&mut rng, items, 100, per_capture);
+    let captures = std::iter::from_fn(|| w.next_capture(&mut rng)).collect();
+    let memories = (0..w.memories)
+        .map(|i| w.memory(&mut rng, i).unwrap())
         .collect();
-    let queries = (0..200 + recalls)
-        .map(|_| {
-            if rng.below(20) == 0 || samples.is_empty() {
-                return None;
-            }
-            let sample: &String = &samples[rng.below(samples.len())];
-            let words: Vec<&str> = sample.split(' ').collect();
-            let take = (3 + rng.below(6)).min(words.len());
-            let start = rng.below(words.len() - take + 1);
-            let mut q = words[start..start + take].join(" ");
-            for _ in 0..1 + rng.below(2) {
-                q.push(' ');
-                q.push_str(text.word(&mut rng));
-            }
-            Some(format!("{q}?"))
-        })
-        .collect();
+    let queries = (0..200 + recalls).map(|_| w.query(&mut rng)).collect();
     Workload {
         captures,
         memories,
         queries,
-        user,
+        user: w.user.clone(),
+    }
+}
+
+/// A synthetic embedder, named as one: each text's vector is DIMS
+/// pseudo-random components seeded by a hash of the text, made unit length.
+/// It stands in for a model where only the cost of storing and scanning
+/// vectors is measured (a scan's cost does not depend on the values).
+struct RandomEmbedder {
+    model: String,
+    dims: usize,
+}
+
+impl RandomEmbedder {
+    fn new(dims: usize) -> Arc<Self> {
+        Arc::new(Self {
+            model: format!("bench-random/{dims}"),
+            dims,
+        })
+    }
+}
+
+impl Embedder for RandomEmbedder {
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memgate_embed::EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                // FNV-1a of the text seeds the components.
+                let seed = t.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+                });
+                let mut rng = SplitMix::new(seed);
+                let mut v: Vec<f32> = (0..self.dims).map(|_| rng.unit() as f32 - 0.5).collect();
+                memgate_embed::normalize(&mut v);
+                v
+            })
+            .collect())
+    }
+}
+
+/// Whose indexer embeds every item between the fill and the recalls.
+enum Index<'a> {
+    None,
+    Local(&'a MemoryStore),
+    Postgres(&'a PostgresBackend),
+}
+
+impl Index<'_> {
+    /// Runs the indexer until nothing is left (the background indexer
+    /// embedded the rest during the fill); prints how long it took.
+    async fn run(&self, name: &str) {
+        let started = Instant::now();
+        let written = match self {
+            Index::None => return,
+            Index::Local(store) => store.index_all_vectors(256).unwrap(),
+            Index::Postgres(pg) => pg.index_all_vectors(256).await.unwrap(),
+        };
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "{name:<8} vectors: {written} left after the fill, indexed in {secs:.1}s ({:.0} items/s)",
+            written as f64 / secs.max(1e-9)
+        );
     }
 }
 
@@ -172,6 +202,13 @@ struct Figures {
     recall_p99_ms: f64,
     mean_items: f64,
 }
+
+/// A statement's text, or for recall's turn statements which plan it serves.
+const STATEMENT_LABEL: &str = "CASE
+    WHEN query LIKE '%FROM turns%LIMIT $5%' THEN 'turns, newest first: window walk'
+    WHEN query LIKE '%FROM turns%@>%' THEN 'turns, newest first: postings'
+    WHEN query LIKE '%FROM turns%&&%' THEN 'turns, scored'
+    ELSE regexp_replace(left(query, 70), '\\s+', ' ', 'g') END";
 
 /// PostgreSQL's own view of the timed recalls, from `pg_stat_statements`
 /// when the server preloads it: execution time inside the server, which a
@@ -208,17 +245,66 @@ impl ServerStats {
             .unwrap();
     }
 
+    /// Prints the statements of the one recall run since the last reset,
+    /// costliest first: which plan it took, and where its time went.
+    /// With the query's words' counts in `schema` (the plan's inputs).
+    async fn print_one(&self, schema: &str, timed: Duration, again: Duration, query: &str) {
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT calls, total_exec_time, {STATEMENT_LABEL}
+                     FROM pg_stat_statements
+                     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                       AND query NOT LIKE '%pg_stat_statements%'
+                     ORDER BY total_exec_time DESC"
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        let counts: String = self
+            .client
+            .query_one(
+                &format!(
+                    "SELECT coalesce(string_agg(lexeme || '=' || docs, ' ' ORDER BY docs), '')
+                     FROM {schema}.term_docs
+                     WHERE scope_id = (SELECT min(id) FROM {schema}.scopes)
+                       AND lexeme = ANY(tsvector_to_array(to_tsvector('english', $1)))"
+                ),
+                &[&query],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let total: f64 = rows.iter().map(|r| r.get::<_, f64>(1)).sum();
+        println!(
+            "slow recall: {:.2} ms timed, {:.2} ms again, server {total:.2} ms: {query:?} ({counts})",
+            timed.as_secs_f64() * 1000.0,
+            again.as_secs_f64() * 1000.0
+        );
+        for r in rows.iter().take(4) {
+            println!(
+                "    calls={} total={:>8.3} ms  {}",
+                r.get::<_, i64>(0),
+                r.get::<_, f64>(1),
+                r.get::<_, String>(2)
+            );
+        }
+    }
+
     /// Prints the server's execution time per recall and the costliest statements.
     async fn print(&self, recalls: usize) {
         let rows = self
             .client
             .query(
-                "SELECT calls, total_exec_time, mean_exec_time, max_exec_time,
-                        regexp_replace(left(query, 70), '\\s+', ' ', 'g')
-                 FROM pg_stat_statements
-                 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-                   AND query NOT LIKE '%pg_stat_statements%'
-                 ORDER BY total_exec_time DESC",
+                &format!(
+                    "SELECT calls, total_exec_time, mean_exec_time, max_exec_time, {STATEMENT_LABEL}
+                     FROM pg_stat_statements
+                     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                       AND query NOT LIKE '%pg_stat_statements%'
+                     ORDER BY total_exec_time DESC"
+                ),
                 &[],
             )
             .await
@@ -246,6 +332,9 @@ async fn measure(
     w: &Workload,
     server: Option<&ServerStats>,
     filled: bool,
+    profile_slowest: usize,
+    schema: &str,
+    index: Index<'_>,
 ) -> Figures {
     let fill = Instant::now();
     let mut capture_time = Duration::ZERO;
@@ -261,6 +350,13 @@ async fn measure(
         backend.remember(&w.user, m).await.unwrap();
     }
     let fill_secs = fill.elapsed().as_secs_f64();
+    index
+        .run(if schema.is_empty() {
+            "local"
+        } else {
+            "postgres"
+        })
+        .await;
     let request = |q: &Option<String>| RecallRequest {
         caller: w.user.clone(),
         query: q.clone(),
@@ -281,6 +377,17 @@ async fn measure(
     }
     if let Some(s) = server {
         s.print(latencies.len()).await;
+        let mut slowest: Vec<(Duration, &Option<String>)> =
+            latencies.iter().copied().zip(&w.queries[200..]).collect();
+        slowest.sort_by_key(|s| std::cmp::Reverse(s.0));
+        for (timed, q) in slowest.into_iter().take(profile_slowest) {
+            s.reset().await;
+            let started = Instant::now();
+            backend.recall(&request(q)).await.unwrap();
+            let again = started.elapsed();
+            s.print_one(schema, timed, again, q.as_deref().unwrap_or("<no query>"))
+                .await;
+        }
     }
     latencies.sort_unstable();
     Figures {
@@ -333,8 +440,13 @@ fn print(name: &str, items: usize, f: &Figures) {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let o = options();
-    let dsn = std::env::var("MEMGATE_TEST_POSTGRES_DSN")
-        .expect("MEMGATE_TEST_POSTGRES_DSN (run testkit/postgres-up)");
+    let dsn = if o.vectors.is_some() {
+        std::env::var("MEMGATE_TEST_PGVECTOR_DSN")
+            .expect("MEMGATE_TEST_PGVECTOR_DSN (run testkit/postgres-up --pgvector)")
+    } else {
+        std::env::var("MEMGATE_TEST_POSTGRES_DSN")
+            .expect("MEMGATE_TEST_POSTGRES_DSN (run testkit/postgres-up)")
+    };
     println!(
         "cores={} profile={}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -354,11 +466,25 @@ async fn main() {
         println!("load average before {items}: {}", load_average());
         if o.backends.iter().any(|b| b == "local") {
             let dir = tempfile::tempdir().unwrap();
-            let local =
-                LocalBackend::open(dir.path().join("bench.sqlite3"), LocalConfig::default())
+            let mut store =
+                MemoryStore::open(dir.path().join("bench.sqlite3"), LocalConfig::default())
                     .unwrap();
-            let f = measure(&local, &w, None, false).await;
+            if let Some(dims) = o.vectors {
+                store = store.with_embedder(RandomEmbedder::new(dims));
+            }
+            let local = LocalBackend::from_store(store);
+            let index = match o.vectors {
+                Some(_) => Index::Local(local.store()),
+                None => Index::None,
+            };
+            let f = measure(&local, &w, None, false, 0, "", index).await;
             print("local", items, &f);
+            if o.vectors.is_some() {
+                println!(
+                    "local    hybrid recalls: {}",
+                    local.store().retrieval_counts().hybrid
+                );
+            }
             local.shutdown(Duration::from_secs(30)).await;
         }
         if o.backends.iter().any(|b| b == "postgres") {
@@ -386,15 +512,37 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
             .with_schema(&schema)
             .unwrap()
     };
-    let pg = Arc::new(PostgresBackend::new(config()).unwrap());
+    let backend = || {
+        let b = PostgresBackend::new(config()).unwrap();
+        match o.vectors {
+            Some(dims) => b.with_embedder(RandomEmbedder::new(dims)),
+            None => b,
+        }
+    };
+    let pg = Arc::new(backend());
     let server = ServerStats::connect(dsn).await;
-    let f = measure(&*pg, w, server.as_ref(), o.reuse_schema.is_some()).await;
+    let f = measure(
+        &*pg,
+        w,
+        server.as_ref(),
+        o.reuse_schema.is_some(),
+        o.profile_slowest,
+        &schema,
+        match o.vectors {
+            Some(_) => Index::Postgres(&pg),
+            None => Index::None,
+        },
+    )
+    .await;
     print("postgres", items, &f);
+    if o.vectors.is_some() {
+        println!("postgres hybrid recalls: {}", pg.retrieval_counts().hybrid);
+    }
     let info = pg.doctor().await.unwrap();
     let mut replicas = vec![pg];
     for &n in &o.replicas {
         while replicas.len() < n {
-            replicas.push(Arc::new(PostgresBackend::new(config()).unwrap()));
+            replicas.push(Arc::new(backend()));
         }
         let rps = throughput(&replicas[..n], w, o.load, o.clients).await;
         println!(

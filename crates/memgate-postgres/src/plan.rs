@@ -9,10 +9,12 @@
 //! common are left out (they carry the least weight). When even the rarest
 //! term is over the budget the query has no discriminating word: the newest
 //! documents holding the two rarest terms together are taken, else those
-//! holding the rarest alone, without scores; when the rarest term is so
-//! common that a window of the scope's newest turns holds enough of it, only
-//! that window is read ([`Walk`]). The counts are exact, so a
-//! term that retire or forget made rare again is planned as rare at once.
+//! holding the rarest alone, without scores. Those newest turns are reached
+//! by whichever [`Walk`] is expected to read fewer rows: the matches'
+//! postings, or the scope's newest turns walked backwards until enough match
+//! (the matches of two terms estimated from their counts). Either gives the
+//! same turns. The counts are exact, so a term that retire or forget made
+//! rare again is planned as rare at once.
 
 use crate::backend::{PostgresBackend, Scope};
 use crate::terms::{all_of, any_of, quoted, TEXT_SEARCH_CONFIG};
@@ -32,36 +34,81 @@ pub enum Plan {
         fallback: Option<String>,
         /// How many documents hold the rarest term.
         rarest_docs: usize,
+        /// How many hold the second rarest (`first` names both), if any.
+        second_docs: Option<usize>,
         /// The id span of the scope's turns (≥ their number).
         span: usize,
     },
 }
 
+impl Plan {
+    /// The walks of a [`Plan::Newest`] to `pool` turns: for `first` and for
+    /// `fallback`. Two terms' matches are estimated as if independent
+    /// (`rarest × second / span`); when they are fewer, the window walk
+    /// finds too few, and the postings are read after all (exact either
+    /// way, only slower).
+    pub fn newest_walks(&self, pool: usize) -> Option<(Walk, Walk)> {
+        let Plan::Newest {
+            rarest_docs,
+            second_docs,
+            span,
+            ..
+        } = *self
+        else {
+            return None;
+        };
+        let rarest = Walk::for_newest(rarest_docs as f64, span, pool);
+        let first = match second_docs {
+            Some(second) => Walk::for_newest(
+                rarest_docs as f64 * second as f64 / span.max(1) as f64,
+                span,
+                pool,
+            ),
+            None => rarest,
+        };
+        Some((first, rarest))
+    }
+}
+
 /// How a newest-first plan reaches its turns: whichever reads fewer rows.
-#[derive(Debug, PartialEq)]
+/// Both give the newest `pool` matches: a window that holds fewer is
+/// followed by the postings.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Walk {
-    /// The index: every posting of the plan's terms, the newest matches kept.
+    /// The index: every posting of the plan's terms, the newest matches
+    /// kept. Each match costs a heap fetch at a scattered page.
     Postings,
-    /// Only the scope's newest `rows` turns, where the rarest term is
-    /// expected [`NEWEST_COVER`] times as often as the pool needs.
+    /// The scope's newest turns backwards, each tested, stopping at the
+    /// pool's worth of matches or after `rows` turns: [`NEWEST_COVER`]
+    /// times the rows expected to hold the pool. Consecutive turns share
+    /// pages, so a walked row is cheaper than a fetched match.
     Recent { rows: i64 },
 }
 
-/// How many times the pool a [`Walk::Recent`] window is expected to hold.
+/// How many times the rows expected to hold the pool a [`Walk::Recent`]
+/// may walk before it gives up for the postings.
 pub const NEWEST_COVER: usize = 4;
 
+/// How many walked rows cost what one fetched match does: at a million
+/// turns, 0.55 µs per walked row against 4-6 µs per fetched match
+/// (`EXPLAIN ANALYZE`, notes/postgres.md, "Fifth pass").
+pub const WALKED_ROWS_PER_FETCH: f64 = 8.0;
+
 impl Walk {
-    /// The cheaper walk to `pool` newest matches of a term held by `docs`
-    /// of `span` turns: its postings cost `docs` rows, a window of the
-    /// newest turns `NEWEST_COVER × pool × span / docs`. Either is at most
-    /// about `sqrt(NEWEST_COVER × pool × span)` rows, so the cost grows with
-    /// the square root of the scope, not with it. The window is an
-    /// approximation: matches older than it are not seen.
-    pub fn for_newest(docs: usize, span: usize, pool: usize) -> Self {
-        let window = (NEWEST_COVER * pool * span).div_ceil(docs.max(1)).max(pool);
-        if window < docs {
+    /// The cheaper walk to the `pool` newest of `matches` (expected) among
+    /// `span` turns: the postings fetch every match; a window walks about
+    /// `pool × span / matches` rows, [`WALKED_ROWS_PER_FETCH`] of them the
+    /// price of one fetch. Either costs at most about
+    /// `sqrt(pool × span / WALKED_ROWS_PER_FETCH)` fetches, so the cost
+    /// grows with the square root of the scope, not with it.
+    pub fn for_newest(matches: f64, span: usize, pool: usize) -> Self {
+        if matches < 1.0 {
+            return Walk::Postings;
+        }
+        let expected = (pool as f64 * span as f64 / matches).max(pool as f64);
+        if expected / WALKED_ROWS_PER_FETCH < matches {
             Walk::Recent {
-                rows: window as i64,
+                rows: (NEWEST_COVER as f64 * expected).ceil() as i64,
             }
         } else {
             Walk::Postings
@@ -110,14 +157,19 @@ pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
         return Some(Plan::Scored(any_of(&kept)));
     }
     let (rarest_docs, rarest_term) = present[0];
-    let (first, fallback) = match present.get(1) {
-        Some((_, second)) => (all_of(&[rarest_term, second]), Some(quoted(rarest_term))),
-        None => (quoted(rarest_term), None),
+    let (first, fallback, second_docs) = match present.get(1) {
+        Some((n, second)) => (
+            all_of(&[rarest_term, second]),
+            Some(quoted(rarest_term)),
+            Some(*n),
+        ),
+        None => (quoted(rarest_term), None, None),
     };
     Some(Plan::Newest {
         first,
         fallback,
         rarest_docs,
+        second_docs,
         span,
     })
 }
@@ -176,6 +228,7 @@ mod tests {
                 first: "'y' & 'x'".to_owned(),
                 fallback: Some("'y'".to_owned()),
                 rarest_docs: 601,
+                second_docs: Some(605),
                 span: 5000,
             })
         );
@@ -185,6 +238,7 @@ mod tests {
                 first: "'x'".to_owned(),
                 fallback: None,
                 rarest_docs: 601,
+                second_docs: None,
                 span: 700,
             })
         );
@@ -192,19 +246,37 @@ mod tests {
 
     #[test]
     fn newest_walks_read_the_fewer_rows() {
-        // 700 of 1 000 000 turns: the postings (700 rows) beat a window of
-        // 4 × 30 × 1e6 / 700 ≈ 171 429 rows.
-        assert_eq!(Walk::for_newest(700, 1_000_000, 30), Walk::Postings);
-        // 200 000 of 1 000 000: a window of 600 newest rows.
+        // 700 of 1 000 000 turns: fetching 700 beats walking ~71 000.
+        assert_eq!(Walk::for_newest(700.0, 1_000_000, 50), Walk::Postings);
+        // 200 000 of 1 000 000: ~250 rows hold the pool; walk up to 4 ×.
         assert_eq!(
-            Walk::for_newest(200_000, 1_000_000, 30),
-            Walk::Recent { rows: 600 }
+            Walk::for_newest(200_000.0, 1_000_000, 50),
+            Walk::Recent { rows: 1000 }
         );
-        // Never a window smaller than the pool.
+        // Never a window smaller than the pool's.
         assert_eq!(
-            Walk::for_newest(1_000_000, 1_000, 30),
-            Walk::Recent { rows: 30 }
+            Walk::for_newest(1_000_000.0, 1_000, 50),
+            Walk::Recent { rows: 200 }
         );
-        assert_eq!(Walk::for_newest(5, 10, 30), Walk::Postings);
+        assert_eq!(Walk::for_newest(5.0, 10, 50), Walk::Postings);
+        assert_eq!(Walk::for_newest(0.0, 10, 50), Walk::Postings);
+    }
+
+    #[test]
+    fn a_pair_is_walked_by_its_estimated_matches_its_rarest_alone_by_its_count() {
+        // 10 000 and 800 000 of 1 000 000: ~8 000 together, ~6 250 rows
+        // hold the pool of 50: walking beats fetching 8 000.
+        let plan = choose(&[(800_000, "common"), (10_000, "rarer")], 1_000_000).unwrap();
+        let (first, rarest) = plan.newest_walks(50).unwrap();
+        assert_eq!(first, Walk::Recent { rows: 25_000 });
+        assert_eq!(rarest, Walk::Recent { rows: 20_000 });
+        // 2 000 and 3 000: ~6 together, so their postings; 2 000 alone
+        // would take 25 000 rows to hold the pool: fetch the 2 000.
+        let plan = choose(&[(3_000, "a"), (2_000, "b")], 1_000_000).unwrap();
+        assert_eq!(
+            plan.newest_walks(50),
+            Some((Walk::Postings, Walk::Postings))
+        );
+        assert_eq!(Plan::Scored("'a'".into()).newest_walks(50), None);
     }
 }

@@ -1,15 +1,17 @@
 //! A query of common terms only takes the newest turns holding them, by
-//! either walk ([`memgate_postgres::plan::Walk`]): the rarest term's postings
-//! when they are few next to the scope, a window of the newest turns when
-//! the term is everywhere. Both must return the newest matches, newest first.
+//! either walk ([`memgate_postgres::plan::Walk`]): the postings when the
+//! matches are few next to the scope, a window of the newest turns when
+//! they are everywhere. Both must return the newest matches, newest first,
+//! as `local` does, also when a window walk finds too few of them.
 
 mod common;
 
 use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, SearchQuery};
-use memgate_postgres::plan::Walk;
+use memgate_postgres::plan::{choose, Walk};
 
-/// 4 000 turns: every one says "frequent", every sixth also "uncommon"
-/// (667 turns, over the 600 budget, so both are common).
+/// 4 000 turns: every one says "frequent", every sixth also "uncommon
+/// seldom" (667 turns, over the 600 budget, so all are common), the first
+/// 1 000 "older".
 async fn filled() -> (memgate_postgres::PostgresBackend, Caller) {
     let dsn = common::dsn();
     let b = common::backend(&dsn, &common::unique_schema("walks"));
@@ -18,11 +20,13 @@ async fn filled() -> (memgate_postgres::PostgresBackend, Caller) {
         let messages = (0..100)
             .map(|i| {
                 let n = thread * 100 + i;
-                let text = if n % 6 == 0 {
-                    format!("frequent uncommon words number{n}")
-                } else {
-                    format!("frequent filler number{n}")
-                };
+                let mut text = format!("frequent filler number{n}");
+                if n % 6 == 0 {
+                    text.push_str(" uncommon seldom");
+                }
+                if n < 1000 {
+                    text.push_str(" older");
+                }
                 let m = if i % 2 == 0 {
                     Message::human(text)
                 } else {
@@ -64,16 +68,47 @@ async fn both_walks_return_the_newest_matches_newest_first() {
         top_k: 5,
         ..SearchQuery::new(q)
     };
-    // "uncommon" (667 of 4 000): its postings are the fewer rows to read.
     let pool = memgate_store::ranking::candidate_pool(5);
-    assert_eq!(Walk::for_newest(667, 4000, pool), Walk::Postings);
-    let hits = b.search(&alice, &top("uncommon frequent")).await.unwrap();
+    let walks = |counts: &[(usize, &str)]| choose(counts, 4000).unwrap().newest_walks(pool);
+    // "uncommon" and "seldom" (667 each of 4 000): together expected in
+    // ~111 turns, so their postings are the fewer rows to read (they are
+    // always together, so 667 match).
+    assert_eq!(
+        walks(&[(667, "uncommon"), (667, "seldom")]).unwrap().0,
+        Walk::Postings
+    );
+    let hits = b.search(&alice, &top("uncommon seldom")).await.unwrap();
     assert_eq!(numbers(&hits), [3996, 3990, 3984, 3978, 3972]);
     // "frequent" (every turn): the newest turns are the fewer rows.
     assert!(matches!(
-        Walk::for_newest(4000, 4000, pool),
+        walks(&[(4000, "frequent")]).unwrap().0,
         Walk::Recent { .. }
     ));
     let hits = b.search(&alice, &top("frequent")).await.unwrap();
     assert_eq!(numbers(&hits), [3999, 3998, 3997, 3996, 3995]);
+}
+
+#[tokio::test]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn a_window_holding_too_few_matches_gives_way_to_the_postings() {
+    let (b, alice) = filled().await;
+    let pool = memgate_store::ranking::candidate_pool(5);
+    // "older frequent": 1 000 × 4 000 / 4 000 expected together, so the
+    // plan walks the newest turns, which hold none of them.
+    let plan = choose(&[(1000, "older"), (4000, "frequent")], 4000).unwrap();
+    assert!(matches!(
+        plan.newest_walks(pool).unwrap().0,
+        Walk::Recent { rows } if rows < 3000
+    ));
+    let hits = b
+        .search(
+            &alice,
+            &SearchQuery {
+                top_k: 5,
+                ..SearchQuery::new("older frequent")
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(numbers(&hits), [999, 998, 997, 996, 995]);
 }

@@ -281,6 +281,107 @@ impl TextGen {
     }
 }
 
+/// The synthetic memory of one benchmark size, generated from one
+/// [`SplitMix`] in a fixed order (the text's vocabulary, then the captures,
+/// then the explicit memories, then the queries), so the local store's
+/// bench and the postgres backend's bench measure the same data for the
+/// same seed. Captures are made one at a time, so a large size is never
+/// held in memory whole.
+pub struct Workload {
+    pub text: TextGen,
+    /// The (user, agent) scope everything is written to and recalled from.
+    pub user: Caller,
+    /// Captured turns in all.
+    pub turns: usize,
+    /// Explicit memories, one [`Workload::memory`] each.
+    pub memories: usize,
+    per_capture: usize,
+    made: usize,
+    threads: usize,
+    /// One captured sentence in 50, the material of [`Workload::query`].
+    samples: Vec<String>,
+}
+
+impl Workload {
+    /// `items` in all: one explicit memory per `memory_every`, the rest
+    /// turns in new-thread snapshots of `per_capture`.
+    pub fn new(rng: &mut SplitMix, items: usize, memory_every: usize, per_capture: usize) -> Self {
+        let memories = items / memory_every.max(1);
+        Self {
+            text: TextGen::new(rng, 20_000),
+            user: Caller::new("bench-user").with_agent("bench-agent"),
+            turns: items - memories,
+            memories,
+            per_capture: per_capture.max(1),
+            made: 0,
+            threads: 0,
+            samples: Vec::new(),
+        }
+    }
+
+    /// The next capture (a new thread's snapshot, human and AI turns
+    /// alternating), or `None` once every turn is made.
+    pub fn next_capture(&mut self, rng: &mut SplitMix) -> Option<CaptureRequest> {
+        if self.made == self.turns {
+            return None;
+        }
+        let n = self.per_capture.min(self.turns - self.made);
+        let thread = self.threads;
+        let messages = (0..n)
+            .map(|i| {
+                let words = if i % 2 == 0 {
+                    8 + rng.below(20)
+                } else {
+                    15 + rng.below(45)
+                };
+                let s = self.text.sentence(rng, words);
+                if rng.below(50) == 0 {
+                    self.samples.push(s.clone());
+                }
+                if i % 2 == 0 {
+                    Message::human(s)
+                } else {
+                    Message::ai(s)
+                }
+                .with_id(format!("t{thread}-{i}"))
+            })
+            .collect();
+        self.made += n;
+        self.threads += 1;
+        Some(CaptureRequest {
+            caller: self.user.clone().with_thread(format!("thread-{thread}")),
+            messages,
+            kind: CaptureKind::AfterTurn,
+            trace_id: None,
+        })
+    }
+
+    /// Explicit memory `i` (a short fact, numbered so none repeats).
+    pub fn memory(&self, rng: &mut SplitMix, i: usize) -> Result<RememberRequest> {
+        let words = 5 + rng.below(15);
+        let fact = format!("{} (note {i})", self.text.sentence(rng, words));
+        RememberRequest::new("fact", &fact)
+    }
+
+    /// A realistic recall query: a few words of an earlier message plus a
+    /// couple of unrelated words, and one time in 20 none at all.
+    pub fn query(&self, rng: &mut SplitMix) -> Option<String> {
+        if rng.below(20) == 0 || self.samples.is_empty() {
+            return None;
+        }
+        let sample = &self.samples[rng.below(self.samples.len())];
+        let words: Vec<&str> = sample.split(' ').collect();
+        let take = (3 + rng.below(6)).min(words.len());
+        let start = rng.below(words.len() - take + 1);
+        let mut q = words[start..start + take].join(" ");
+        for _ in 0..1 + rng.below(2) {
+            q.push(' ');
+            q.push_str(self.text.word(rng));
+        }
+        Some(format!("{q}?"))
+    }
+}
+
 /// Nanoseconds this thread has spent on a CPU (`CLOCK_THREAD_CPUTIME_ID`).
 #[cfg(unix)]
 fn thread_cpu_ns() -> Option<u64> {
@@ -359,48 +460,18 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         });
         store = store.with_embedder(built);
     }
-    let text = TextGen::new(rng, 20_000);
-    let user = Caller::new("bench-user").with_agent("bench-agent");
-
-    let memories = items / opts.memory_every.max(1);
-    let turns = items - memories;
     let batch = opts.capture_batch.max(1);
+    let mut workload = Workload::new(rng, items, opts.memory_every, batch);
+    let (turns, memories) = (workload.turns, workload.memories);
+    let user = workload.user.clone();
 
     // Capture: each call is one new thread snapshot of `batch` turns.
-    let mut samples: Vec<String> = Vec::new();
     let mut captured_texts: Vec<String> = Vec::with_capacity(turns);
     let mut capture_time = Duration::ZERO;
     let mut replay: Option<CaptureRequest> = None;
-    let mut made = 0;
-    let mut thread = 0;
-    while made < turns {
-        let n = batch.min(turns - made);
-        let messages: Vec<Message> = (0..n)
-            .map(|i| {
-                let words = if i % 2 == 0 {
-                    8 + rng.below(20)
-                } else {
-                    15 + rng.below(45)
-                };
-                let s = text.sentence(rng, words);
-                if rng.below(50) == 0 {
-                    samples.push(s.clone());
-                }
-                captured_texts.push(s.clone());
-                if i % 2 == 0 {
-                    Message::human(s)
-                } else {
-                    Message::ai(s)
-                }
-                .with_id(format!("t{thread}-{i}"))
-            })
-            .collect();
-        let request = CaptureRequest {
-            caller: user.clone().with_thread(format!("thread-{thread}")),
-            messages,
-            kind: CaptureKind::AfterTurn,
-            trace_id: None,
-        };
+    while let Some(request) = workload.next_capture(rng) {
+        let n = request.messages.len();
+        captured_texts.extend(request.messages.iter().map(Message::text));
         let started = Instant::now();
         let report = store.capture(&request)?;
         capture_time += started.elapsed();
@@ -411,8 +482,6 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
             )));
         }
         replay.get_or_insert(request);
-        made += n;
-        thread += 1;
     }
 
     let started = Instant::now();
@@ -438,9 +507,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
 
     let started = Instant::now();
     for i in 0..memories {
-        let words = 5 + rng.below(15);
-        let fact = format!("{} (note {i})", text.sentence(rng, words));
-        store.remember(&user, &RememberRequest::new("fact", &fact)?)?;
+        store.remember(&user, &workload.memory(rng, i)?)?;
     }
     let remember_per_sec = memories as f64 / started.elapsed().as_secs_f64().max(1e-9);
 
@@ -460,21 +527,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     }
 
     // Recall: warm up, then time each call.
-    let query = |rng: &mut SplitMix| -> Option<String> {
-        if rng.below(20) == 0 || samples.is_empty() {
-            return None;
-        }
-        let sample = &samples[rng.below(samples.len())];
-        let words: Vec<&str> = sample.split(' ').collect();
-        let take = (3 + rng.below(6)).min(words.len());
-        let start = rng.below(words.len() - take + 1);
-        let mut q = words[start..start + take].join(" ");
-        for _ in 0..1 + rng.below(2) {
-            q.push(' ');
-            q.push_str(text.word(rng));
-        }
-        Some(format!("{q}?"))
-    };
+    let query = |rng: &mut SplitMix| workload.query(rng);
     for _ in 0..WARM_UP_QUERIES {
         let q = query(rng);
         store.recall(&RecallRequest {
@@ -521,7 +574,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     // without a query (only the recall is timed).
     let mut rebuilt = Vec::with_capacity(REBUILT_BLOCK_RECALLS);
     for i in 0..REBUILT_BLOCK_RECALLS {
-        let message = Message::human(text.sentence(rng, 12)).with_id(format!("after-{i}"));
+        let message = Message::human(workload.text.sentence(rng, 12)).with_id(format!("after-{i}"));
         store.capture(&CaptureRequest {
             caller: user.clone().with_thread("after-the-timed-recalls"),
             messages: vec![message],
