@@ -10,7 +10,7 @@ use crate::convert;
 use crate::errors;
 use crate::runtime::runtime;
 use memgate_assembly::{
-    AssembledBackend, BackendSetup, Deadlines, ManagerClass, MemoryConfig, Operation,
+    AssembledBackend, BackendSetup, Deadlines, ManagerClass, MemoryConfig, Operation, Ticket,
 };
 use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::tool::call_remember;
@@ -144,6 +144,14 @@ async fn outcome(task: Capturing) -> memgate_core::Result<CaptureReport> {
         .map_err(|e| MemoryError::backend(format!("capture task failed: {e}")))?
 }
 
+/// A capture's messages once read from Python.
+enum Read {
+    /// The whole request, admitted, not started yet.
+    Whole(Ticket, CaptureRequest),
+    /// A streamed local capture, already running on the runtime.
+    Streamed(Capturing),
+}
+
 /// A capture report as Python gets it: `(stored, already_known, filtered)`.
 fn report_tuple(report: &CaptureReport) -> (usize, usize, usize) {
     (report.stored, report.already_known, report.filtered)
@@ -172,6 +180,24 @@ impl Backend {
         messages: &Bound<'_, PyAny>,
         trace_id: Option<String>,
     ) -> PyResult<Capturing> {
+        let backend = Arc::clone(&self.inner);
+        match self.read_capture(who, kind, messages, trace_id)? {
+            Read::Whole(ticket, request) => Ok(
+                runtime().spawn(async move { backend.capture_admitted(ticket, &request).await })
+            ),
+            Read::Streamed(task) => Ok(task),
+        }
+    }
+
+    /// Admits a capture and reads its messages: the whole request, or (the
+    /// local store) a streamed capture already running.
+    fn read_capture(
+        &self,
+        who: Caller,
+        kind: CaptureKind,
+        messages: &Bound<'_, PyAny>,
+        trace_id: Option<String>,
+    ) -> PyResult<Read> {
         let ticket = self.inner.admit().map_err(errors::to_py)?;
         let backend = Arc::clone(&self.inner);
         let local = self.local.as_ref().filter(|_| backend.gates().captures());
@@ -182,9 +208,7 @@ impl Backend {
                 kind,
                 trace_id,
             };
-            return Ok(
-                runtime().spawn(async move { backend.capture_admitted(ticket, &request).await })
-            );
+            return Ok(Read::Whole(ticket, request));
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let store = Arc::clone(local);
@@ -209,7 +233,7 @@ impl Backend {
             Ok(()) => Streamed::End,
             Err(_) => Streamed::Failed(MemoryError::invalid("messages", "could not be read")),
         });
-        read.map(|()| task)
+        read.map(|()| Read::Streamed(task))
     }
 
     /// Runs a backend future with the GIL released; its result as Python
@@ -346,11 +370,17 @@ impl Backend {
         trace_id: Option<String>,
     ) -> PyResult<(usize, usize, usize)> {
         let who = caller(user, agent, Some(thread));
-        let task = self.start_capture(who, parse_kind(kind)?, messages, trace_id)?;
-        let report = py
-            .detach(|| runtime().block_on(outcome(task)))
-            .map_err(errors::to_py)?;
-        Ok(report_tuple(&report))
+        let report = match self.read_capture(who, parse_kind(kind)?, messages, trace_id)? {
+            // Run on this (detached) thread: a capture with nothing to send
+            // then never leaves it, and one that sends hands off only its
+            // requests, not its start and its answer.
+            Read::Whole(ticket, request) => {
+                let backend = &self.inner;
+                py.detach(|| runtime().block_on(backend.capture_admitted(ticket, &request)))
+            }
+            Read::Streamed(task) => py.detach(|| runtime().block_on(outcome(task))),
+        };
+        Ok(report_tuple(&report.map_err(errors::to_py)?))
     }
 
     /// Like `capture`, for a caller on an event loop: returns once the

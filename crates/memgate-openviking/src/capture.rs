@@ -43,7 +43,7 @@ use memgate_core::{MemoryError, Message, Redactor, Result};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::fmt::Display;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -261,11 +261,12 @@ fn corruption(err: CursorError, session_id: &str) -> MemoryError {
     })
 }
 
-async fn load(path: PathBuf, session_id: &str) -> Result<TranscriptCursor> {
-    let loaded = tokio::task::spawn_blocking(move || load_cursor(&path))
-        .await
-        .map_err(|e| MemoryError::Backend(format!("OpenViking cursor read task failed: {e}")))?;
-    loaded.map_err(|e| {
+/// Reads the cursor on the capture's own thread: a cursor is one small file
+/// (tens of KiB, in the page cache after the first capture), cheaper to read
+/// than the two thread hand-offs of a blocking task. Saves, which fsync, do
+/// go to the blocking pool.
+fn load(path: &Path, session_id: &str) -> Result<TranscriptCursor> {
+    load_cursor(path).map_err(|e| {
         tracing::error!(error = %e, session = session_id, "OpenViking capture cursor cannot be trusted");
         corruption(e, session_id)
     })
@@ -449,7 +450,7 @@ pub async fn capture_session(
     let sid = target.session_id.as_str();
     let max_seen = target.config.max_seen_message_ids;
     let path = target.config.cursor_path(sid);
-    let loaded = load(path.clone(), sid).await?;
+    let loaded = load(&path, sid)?;
     let signatures = sign_all(captured);
     if loaded.contradicts(&signatures) {
         tracing::error!(
