@@ -178,7 +178,22 @@ pub fn rank(
     top_k: usize,
     category: Option<&str>,
 ) -> Result<Vec<Ranked>> {
-    let Some(plan) = plan_query(conn, common, &query_phrases(&scope_tag(scope), query))? else {
+    rank_within(conn, common, POSTINGS_BUDGET, scope, query, top_k, category)
+}
+
+/// [`rank`] with another postings budget (the benchmark compares rankings
+/// across budgets; `common` must only ever be used with one budget).
+pub(crate) fn rank_within(
+    conn: &Connection,
+    common: &CommonTerms,
+    budget: usize,
+    scope: i64,
+    query: &str,
+    top_k: usize,
+    category: Option<&str>,
+) -> Result<Vec<Ranked>> {
+    let phrases = query_phrases(&scope_tag(scope), query);
+    let Some(plan) = plan_query(conn, common, budget, &phrases)? else {
         return Ok(Vec::new());
     };
     let pool = candidate_pool(top_k);
@@ -368,15 +383,20 @@ fn bounded_count(conn: &Connection, expr: &str, limit: usize) -> Result<usize> {
 
 /// The plan for `phrases` (see the module doc), or `None` when no query
 /// term occurs in the scope.
-fn plan_query(conn: &Connection, common: &CommonTerms, phrases: &[String]) -> Result<Option<Plan>> {
+fn plan_query(
+    conn: &Connection,
+    common: &CommonTerms,
+    budget: usize,
+    phrases: &[String],
+) -> Result<Option<Plan>> {
     let mut counted = Vec::with_capacity(phrases.len());
     for phrase in phrases {
         let n = if common.contains(phrase) {
-            POSTINGS_BUDGET + 1
+            budget + 1
         } else {
-            bounded_count(conn, phrase, POSTINGS_BUDGET + 1)?
+            bounded_count(conn, phrase, budget + 1)?
         };
-        if n > POSTINGS_BUDGET {
+        if n > budget {
             common.insert(phrase);
         }
         if n > 0 {
@@ -390,7 +410,7 @@ fn plan_query(conn: &Connection, common: &CommonTerms, phrases: &[String]) -> Re
     let mut kept = Vec::new();
     let mut total = 0;
     for (n, phrase) in &counted {
-        if total + n > POSTINGS_BUDGET {
+        if total + n > budget {
             break;
         }
         total += n;
