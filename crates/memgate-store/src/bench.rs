@@ -88,6 +88,10 @@ pub struct SizeReport {
     pub memories: usize,
     pub capture_batch: usize,
     pub capture_turns_per_sec: f64,
+    /// Per capture call (one batch, one durable transaction): the index
+    /// merges a write triggers are paid inside some of them.
+    pub capture_p99_ms: f64,
+    pub capture_max_ms: f64,
     /// Of capture's time per turn, what computing the turn's first-turn
     /// excerpt costs (`salience::excerpt`, timed again over the same texts
     /// outside the store; the UPDATE that stores it is not included).
@@ -468,6 +472,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     let mut samples: Vec<String> = Vec::new();
     let mut captured_texts: Vec<String> = Vec::with_capacity(turns);
     let mut capture_time = Duration::ZERO;
+    let mut capture_calls = Vec::new();
     let mut replay: Option<CaptureRequest> = None;
     let mut made = 0;
     let mut thread = 0;
@@ -502,6 +507,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         let started = Instant::now();
         let report = store.capture(&request)?;
         capture_time += started.elapsed();
+        capture_calls.push(started.elapsed());
         if report.stored != n {
             return Err(MemoryError::backend(format!(
                 "benchmark capture stored {} of {n} turns",
@@ -513,6 +519,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         thread += 1;
     }
 
+    capture_calls.sort_unstable();
     let started = Instant::now();
     for text in &captured_texts {
         std::hint::black_box(crate::salience::excerpt(text, &[]));
@@ -684,6 +691,8 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         memories,
         capture_batch: batch,
         capture_turns_per_sec: turns as f64 / capture_time.as_secs_f64().max(1e-9),
+        capture_p99_ms: percentile_ms(&capture_calls, 0.99),
+        capture_max_ms: percentile_ms(&capture_calls, 1.0),
         excerpt_us_per_turn,
         replay_turns_per_sec,
         remember_per_sec,
@@ -786,11 +795,15 @@ impl fmt::Display for BenchReport {
             let per_turn_us = 1e6 / s.capture_turns_per_sec.max(1e-9);
             writeln!(
                 f,
-                "{:>8} | capture {:.1} µs per turn, of which the first-turn excerpt {:.1} µs ({:.0}%)",
+                "{:>8} | capture {:.1} µs per turn, of which the first-turn excerpt {:.1} µs ({:.0}%); \
+                 per capture call ({} turns) p99 {:.1} ms, max {:.1} ms",
                 s.items,
                 per_turn_us,
                 s.excerpt_us_per_turn,
-                100.0 * s.excerpt_us_per_turn / per_turn_us
+                100.0 * s.excerpt_us_per_turn / per_turn_us,
+                s.capture_batch,
+                s.capture_p99_ms,
+                s.capture_max_ms
             )?;
             writeln!(
                 f,

@@ -293,10 +293,12 @@ fn placed(conn: &Connection, scope: i64, hits: Vec<(i64, f64)>) -> Result<Vec<Ca
 }
 
 /// Thread and position of the turns `?1` (a JSON array of ids) of scope
-/// `?2`. `CROSS JOIN` keeps the list the outer loop: one rowid lookup per
-/// id (planned the other way round, it walked every turn of the scope).
+/// `?2`. `CROSS JOIN` keeps the list the outer loop: one lookup per id
+/// (planned the other way round, it walked every turn of the scope), in the
+/// covering index `turns_places` rather than the table, whose rows (with
+/// their texts) sit on a page each.
 const PLACES_OF_TURNS: &str = "SELECT t.id, t.thread, t.seq FROM json_each(?1) AS w
-     CROSS JOIN turns AS t ON t.id = w.value WHERE t.scope_id = ?2";
+     CROSS JOIN turns AS t INDEXED BY turns_places ON t.id = w.value WHERE t.scope_id = ?2";
 
 /// The turns of scope `?2` at the places `?1` (a JSON array of
 /// `[thread, seq]`): one index lookup per place, the list outermost.
@@ -738,6 +740,8 @@ mod tests {
                     assert!(plan[0].starts_with("SCAN w"), "{sql}: {plan:?}");
                     assert!(plan[1].starts_with("SEARCH t USING"), "{sql}: {plan:?}");
                     assert!(!plan[1].contains("(scope_id=?)"), "{sql}: {plan:?}");
+                    // Thread and position come from an index, not the rows.
+                    assert!(plan[1].contains("COVERING INDEX"), "{sql}: {plan:?}");
                 }
                 Ok(())
             })
