@@ -198,8 +198,8 @@ fn create_write_generations(conn: &Connection) -> Result<()> {
     conn.execute_batch(&sql).map_err(db_error)
 }
 
-/// Fewer pages per recall, same results (issue 9, measured at 100k items:
-/// page fetches per recall 1,093 → see notes/recall.md).
+/// Fewer pages per recall, same results (issue 9; the bench at 100k items:
+/// page fetches per recall 1,093 → 742, cache misses 36 → 8).
 ///
 /// - `crisismerge = 2`: a level of the recall index with two segments is
 ///   merged at once, not only incrementally (`automerge`). Under many small
