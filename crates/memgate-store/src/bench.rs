@@ -39,6 +39,12 @@ use std::time::{Duration, Instant};
 const WARM_UP_QUERIES: usize = 200;
 /// Recalls without a query timed right after a capture (the block rebuilt).
 const REBUILT_BLOCK_RECALLS: usize = 20;
+/// Timed queries whose top 10 is compared across postings budgets.
+const OVERLAP_QUERIES: usize = 200;
+/// A postings budget no bench query reaches: BM25 over every match.
+const UNPRUNED: usize = 10_000_000;
+/// The budget of earlier releases, kept as a reference ranking.
+const EARLIER_BUDGET: usize = 600;
 /// Items embedded by the real embedder when benchmarking hybrid recall.
 pub const EMBED_SAMPLE: usize = 1_000;
 
@@ -82,6 +88,10 @@ pub struct SizeReport {
     pub memories: usize,
     pub capture_batch: usize,
     pub capture_turns_per_sec: f64,
+    /// Per capture call (one batch, one durable transaction): the index
+    /// merges a write triggers are paid inside some of them.
+    pub capture_p99_ms: f64,
+    pub capture_max_ms: f64,
     /// Of capture's time per turn, what computing the turn's first-turn
     /// excerpt costs (`salience::excerpt`, timed again over the same texts
     /// outside the store; the UPDATE that stores it is not included).
@@ -107,6 +117,30 @@ pub struct SizeReport {
     pub rebuilt_block_recalls: usize,
     pub rebuilt_block_p50_ms: f64,
     pub rebuilt_block_p99_ms: f64,
+    /// On-CPU p50 of each quarter of the timed recalls, in order: a drift
+    /// within one run (the machine) against a level set per run (the file).
+    pub recall_cpu_p50_by_quarter_ms: Vec<f64>,
+    /// The reader connection's page cache over the timed recalls: pages
+    /// found in it, and pages read from the file or the write-ahead log.
+    pub reader_cache_hits: u64,
+    pub reader_cache_misses: u64,
+    /// Ranking quality across postings budgets, over up to
+    /// [`OVERLAP_QUERIES`] timed queries: the share whose source turn (the
+    /// turn the query's words were taken from) is in the top 10, with the
+    /// shipped budget, the earlier budget (600) and BM25 over every match;
+    /// and the mean share of the earlier budget's top 10 the shipped one keeps.
+    pub quality_queries: usize,
+    pub source_at_10: f64,
+    pub earlier_source_at_10: f64,
+    pub unpruned_source_at_10: f64,
+    pub overlap_at_10_vs_earlier: f64,
+    /// The write-ahead log's size when the timed recalls start (frames a
+    /// reader may have to look pages up in).
+    pub wal_mb_at_recall: f64,
+    /// Of the process over the timed recalls (`getrusage`): page faults and
+    /// involuntary context switches (preempted while recalling).
+    pub recall_minor_faults: u64,
+    pub recall_involuntary_switches: u64,
     pub database_mb: f64,
     /// Peak resident set size of the process (VmHWM), when readable.
     pub peak_rss_mb: Option<f64>,
@@ -366,6 +400,12 @@ impl Workload {
     /// A realistic recall query: a few words of an earlier message plus a
     /// couple of unrelated words, and one time in 20 none at all.
     pub fn query(&self, rng: &mut SplitMix) -> Option<String> {
+        self.sourced_query(rng).map(|(q, _)| q)
+    }
+
+    /// [`Workload::query`] with the captured sentence its words were taken
+    /// from (what the ranking-quality figures look for in the top 10).
+    pub fn sourced_query(&self, rng: &mut SplitMix) -> Option<(String, &str)> {
         if rng.below(20) == 0 || self.samples.is_empty() {
             return None;
         }
@@ -378,7 +418,7 @@ impl Workload {
             q.push(' ');
             q.push_str(self.text.word(rng));
         }
-        Some(format!("{q}?"))
+        Some((format!("{q}?"), sample.as_str()))
     }
 }
 
@@ -397,6 +437,74 @@ fn thread_cpu_ns() -> Option<u64> {
 #[cfg(not(unix))]
 fn thread_cpu_ns() -> Option<u64> {
     None
+}
+
+/// Minor page faults and involuntary context switches of the process.
+#[cfg(unix)]
+fn rusage_counts() -> (u64, u64) {
+    // SAFETY: an all-zero rusage is a valid value; getrusage writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is valid and writable for the duration of the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return (0, 0);
+    }
+    (usage.ru_minflt as u64, usage.ru_nivcsw as u64)
+}
+
+#[cfg(not(unix))]
+fn rusage_counts() -> (u64, u64) {
+    (0, 0)
+}
+
+/// Page cache hits and misses of `conn` since the last call (the counters
+/// are reset).
+fn page_cache_counts(conn: &rusqlite::Connection) -> (u64, u64) {
+    use rusqlite::ffi;
+    let read = |op| {
+        let (mut current, mut highest) = (0, 0);
+        // SAFETY: the handle is live for the borrow of `conn`; the out
+        // pointers are valid.
+        unsafe { ffi::sqlite3_db_status(conn.handle(), op, &mut current, &mut highest, 1) };
+        current.max(0) as u64
+    };
+    (
+        read(ffi::SQLITE_DBSTATUS_CACHE_HIT),
+        read(ffi::SQLITE_DBSTATUS_CACHE_MISS),
+    )
+}
+
+/// Source-turn hit rates at 10 of `queries` (query, source text) with the
+/// shipped budget, the earlier one and none, and the shipped top 10's
+/// overlap with the earlier one's (see [`SizeReport`]).
+fn budget_quality(
+    conn: &rusqlite::Connection,
+    user: &Caller,
+    queries: &[(String, &str)],
+) -> Result<[f64; 4]> {
+    use crate::ranking::{rank_within, CommonTerms, POSTINGS_BUDGET};
+    let Some(scope) = crate::scope::ScopeKey::of(user).find(conn)? else {
+        return Ok([0.0; 4]);
+    };
+    let budgets = [POSTINGS_BUDGET, EARLIER_BUDGET, UNPRUNED];
+    let common = budgets.map(|_| CommonTerms::default());
+    let mut sums = [0.0; 4];
+    for (query, source) in queries {
+        let mut tops = Vec::with_capacity(budgets.len());
+        for (i, (budget, common)) in budgets.iter().zip(&common).enumerate() {
+            let top = rank_within(conn, common, *budget, scope, query, 10, None)?;
+            sums[i] += f64::from(u8::from(top.iter().any(|r| r.text == *source)));
+            tops.push(top.into_iter().map(|r| r.citation).collect::<Vec<_>>());
+        }
+        let earlier = &tops[1];
+        let kept = earlier.iter().filter(|c| tops[0].contains(c)).count();
+        sums[3] += if earlier.is_empty() {
+            1.0
+        } else {
+            kept as f64 / earlier.len() as f64
+        };
+    }
+    let n = queries.len().max(1) as f64;
+    Ok(sums.map(|s| s / n))
 }
 
 fn vm_hwm_mb() -> Option<f64> {
@@ -468,6 +576,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     // Capture: each call is one new thread snapshot of `batch` turns.
     let mut captured_texts: Vec<String> = Vec::with_capacity(turns);
     let mut capture_time = Duration::ZERO;
+    let mut capture_calls = Vec::new();
     let mut replay: Option<CaptureRequest> = None;
     while let Some(request) = workload.next_capture(rng) {
         let n = request.messages.len();
@@ -475,6 +584,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         let started = Instant::now();
         let report = store.capture(&request)?;
         capture_time += started.elapsed();
+        capture_calls.push(started.elapsed());
         if report.stored != n {
             return Err(MemoryError::backend(format!(
                 "benchmark capture stored {} of {n} turns",
@@ -484,6 +594,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         replay.get_or_insert(request);
     }
 
+    capture_calls.sort_unstable();
     let started = Instant::now();
     for text in &captured_texts {
         std::hint::black_box(crate::salience::excerpt(text, &[]));
@@ -527,23 +638,33 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     }
 
     // Recall: warm up, then time each call.
-    let query = |rng: &mut SplitMix| workload.query(rng);
+    // A query and the turn its words were taken from.
+    let query = |rng: &mut SplitMix| workload.sourced_query(rng);
     for _ in 0..WARM_UP_QUERIES {
         let q = query(rng);
         store.recall(&RecallRequest {
             caller: user.clone(),
-            query: q,
+            query: q.map(|(q, _)| q),
         })?;
     }
+    store.read(|conn| Ok(page_cache_counts(conn)))?;
+    let wal_mb_at_recall = {
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        std::fs::metadata(PathBuf::from(wal)).map_or(0, |m| m.len()) as f64 / (1024.0 * 1024.0)
+    };
+    let usage_before = rusage_counts();
     let mut latencies = Vec::with_capacity(opts.recall_queries);
     let mut cpu_times = Vec::with_capacity(opts.recall_queries);
     let mut recalled_items = 0usize;
     let (mut no_query, mut embeds, mut searches) = (Vec::new(), Vec::new(), Vec::new());
     let (mut scans, mut rescores) = (Vec::new(), Vec::new());
+    let mut asked = Vec::new();
     for _ in 0..opts.recall_queries {
+        let asking = query(rng);
         let request = RecallRequest {
             caller: user.clone(),
-            query: query(rng),
+            query: asking.as_ref().map(|(q, _)| q.clone()),
         };
         let before = store.retrieval_counts();
         let cpu_before = thread_cpu_ns();
@@ -569,7 +690,22 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
             cpu_times.push(Duration::from_nanos(b.saturating_sub(a)));
         }
         recalled_items += recall.items.len();
+        asked.extend(asking);
     }
+    let usage_after = rusage_counts();
+    // A single client always gets the same pooled reader back.
+    let (reader_cache_hits, reader_cache_misses) =
+        store.read(|conn| Ok(page_cache_counts(conn)))?;
+    asked.truncate(OVERLAP_QUERIES);
+    let overlaps = store.read(|conn| budget_quality(conn, &user, &asked))?;
+    let recall_cpu_p50_by_quarter_ms = cpu_times
+        .chunks(cpu_times.len().div_ceil(4).max(1))
+        .map(|quarter| {
+            let mut quarter = quarter.to_vec();
+            quarter.sort_unstable();
+            percentile_ms(&quarter, 0.5)
+        })
+        .collect();
     // The first-turn block after a write: one new turn, then a recall
     // without a query (only the recall is timed).
     let mut rebuilt = Vec::with_capacity(REBUILT_BLOCK_RECALLS);
@@ -614,6 +750,8 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         memories,
         capture_batch: batch,
         capture_turns_per_sec: turns as f64 / capture_time.as_secs_f64().max(1e-9),
+        capture_p99_ms: percentile_ms(&capture_calls, 0.99),
+        capture_max_ms: percentile_ms(&capture_calls, 1.0),
         excerpt_us_per_turn,
         replay_turns_per_sec,
         remember_per_sec,
@@ -630,6 +768,17 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         rebuilt_block_recalls: rebuilt.len(),
         rebuilt_block_p50_ms: percentile_ms(&rebuilt, 0.50),
         rebuilt_block_p99_ms: percentile_ms(&rebuilt, 0.99),
+        recall_cpu_p50_by_quarter_ms,
+        quality_queries: asked.len(),
+        source_at_10: overlaps[0],
+        earlier_source_at_10: overlaps[1],
+        unpruned_source_at_10: overlaps[2],
+        overlap_at_10_vs_earlier: overlaps[3],
+        reader_cache_hits,
+        reader_cache_misses,
+        wal_mb_at_recall,
+        recall_minor_faults: usage_after.0.saturating_sub(usage_before.0),
+        recall_involuntary_switches: usage_after.1.saturating_sub(usage_before.1),
         database_mb: file_mb(&path),
         peak_rss_mb: vm_hwm_mb(),
         peak_rss_reset,
@@ -705,11 +854,15 @@ impl fmt::Display for BenchReport {
             let per_turn_us = 1e6 / s.capture_turns_per_sec.max(1e-9);
             writeln!(
                 f,
-                "{:>8} | capture {:.1} µs per turn, of which the first-turn excerpt {:.1} µs ({:.0}%)",
+                "{:>8} | capture {:.1} µs per turn, of which the first-turn excerpt {:.1} µs ({:.0}%); \
+                 per capture call ({} turns) p99 {:.1} ms, max {:.1} ms",
                 s.items,
                 per_turn_us,
                 s.excerpt_us_per_turn,
-                100.0 * s.excerpt_us_per_turn / per_turn_us
+                100.0 * s.excerpt_us_per_turn / per_turn_us,
+                s.capture_batch,
+                s.capture_p99_ms,
+                s.capture_max_ms
             )?;
             writeln!(
                 f,
@@ -721,6 +874,40 @@ impl fmt::Display for BenchReport {
                 "{:>8} | {} recalls without a query right after a capture (block rebuilt): \
                  p50 {:.3} ms, p99 {:.3} ms",
                 s.items, s.rebuilt_block_recalls, s.rebuilt_block_p50_ms, s.rebuilt_block_p99_ms
+            )?;
+            let quarters: Vec<String> = s
+                .recall_cpu_p50_by_quarter_ms
+                .iter()
+                .map(|q| format!("{q:.3}"))
+                .collect();
+            writeln!(
+                f,
+                "{:>8} | source turn in the top 10 ({} queries): postings budget {} {:.3}, \
+                 budget {EARLIER_BUDGET} {:.3}, BM25 over every match {:.3}; top-10 overlap \
+                 of budget {} with budget {EARLIER_BUDGET} {:.3}",
+                s.items,
+                s.quality_queries,
+                crate::ranking::POSTINGS_BUDGET,
+                s.source_at_10,
+                s.earlier_source_at_10,
+                s.unpruned_source_at_10,
+                crate::ranking::POSTINGS_BUDGET,
+                s.overlap_at_10_vs_earlier
+            )?;
+            let lookups = (s.reader_cache_hits + s.reader_cache_misses).max(1);
+            writeln!(
+                f,
+                "{:>8} | timed recalls: on-CPU p50 by quarter {} ms; reader page cache {} hits, \
+                 {} misses ({:.1}%); WAL {:.1} MB at the start; {} minor faults, {} involuntary \
+                 switches",
+                s.items,
+                quarters.join(" / "),
+                s.reader_cache_hits,
+                s.reader_cache_misses,
+                100.0 * s.reader_cache_misses as f64 / lookups as f64,
+                s.wal_mb_at_recall,
+                s.recall_minor_faults,
+                s.recall_involuntary_switches
             )?;
             if let Some(e) = &s.embedder {
                 writeln!(

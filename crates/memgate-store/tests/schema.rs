@@ -253,3 +253,89 @@ fn a_version_3_file_is_migrated_and_every_write_advances_only_its_scope_generati
     let alice_now = again.iter().find(|(u, _)| u == "alice").unwrap().1;
     assert!(alice_now > last, "{again:?} after {last}");
 }
+
+/// The recall index's merge setting and the turn-places index, as a reader
+/// of `path` sees them.
+fn recall_read_layout(path: &std::path::Path) -> (Option<i64>, bool) {
+    let conn = Connection::open(path).unwrap();
+    let crisis = conn
+        .query_row(
+            "SELECT v FROM recall_index_config WHERE k = 'crisismerge'",
+            [],
+            |r| r.get(0),
+        )
+        .ok();
+    let places: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'index' AND name = 'turns_places'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    (crisis, places)
+}
+
+#[test]
+fn a_version_4_file_is_migrated_to_few_index_segments_and_indexed_turn_places() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.sqlite3");
+    {
+        // A file written by a memgate whose schema stopped at version 4,
+        // with a turn captured (and indexed) by it.
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn, 4).unwrap();
+    }
+    assert_eq!(recall_read_layout(&path), (None, false));
+    {
+        let mut conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "INSERT INTO scopes (id, user_id, peer) VALUES (1, 'alice', '');
+             INSERT INTO turns (id, scope_id, thread, seq, signature, role, text, captured_at)
+             VALUES (7, 1, 't', 1, 'a', 'human', 'My sister moved to Porto', '2024-05-01T10:00:00Z');
+             INSERT INTO recall_index (rowid, body, context)
+             VALUES (7, 'q1xsister q1xmoved q1xporto', '');",
+        )
+        .unwrap();
+        migrate(&mut conn, 4).unwrap();
+    }
+    let store = MemoryStore::open(&path, LocalConfig::default()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(recall_read_layout(&path), (Some(2), true));
+    // What the old file held is still recalled, through the new index.
+    let recall = store
+        .recall(&common::recall_of(
+            &alice(),
+            Some("where did my sister move?"),
+        ))
+        .unwrap();
+    assert_eq!(common::cited(&recall), ["turn_7"]);
+}
+
+/// Many small captures (a host captures after every turn) leave the recall
+/// index in few segments: each term lookup of a recall visits every
+/// segment. With incremental merging alone, 300 one-turn captures left 16.
+#[test]
+fn many_small_captures_leave_the_recall_index_in_few_segments() {
+    let t = TestStore::new();
+    for i in 0..300 {
+        let message = memgate_core::Message::human(format!(
+            "turn {i} about gardening plans topic{} and word{}",
+            i % 17,
+            i % 29
+        ))
+        .with_id(format!("m{i}"));
+        t.store
+            .capture(&common::capture(&alice(), "t", vec![message]))
+            .unwrap();
+    }
+    let conn = Connection::open(t.path()).unwrap();
+    let segments: i64 = conn
+        .query_row(
+            "SELECT count(DISTINCT segid) FROM recall_index_idx",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(segments <= 5, "{segments} segments after 300 captures");
+    assert_eq!(recall_read_layout(&t.path()), (Some(2), true));
+}
