@@ -10,19 +10,60 @@
 //! adds `x[r, k] · Wᵀ[k, tile]` to [`TILE`] accumulators per row for a block
 //! of [`ROWS`] rows, held in AVX2 registers (FMA), chosen at run time; other
 //! CPUs run the same loop portably.
+//!
+//! On CPUs with AVX-512 BF16 a layer also keeps its weights rounded to
+//! bfloat16 ([`Precision::Bf16`]): half the bytes per pass, and one
+//! `vdpbf16ps` multiplies 32 weights by two inputs, summing in float32. A
+//! query is read through every weight once per pass, so this halves the
+//! encoder's memory traffic; the rounding (8 significant bits, inputs too)
+//! moves a sentence vector by a cosine of ~1e-4 (`examples/encode` prints
+//! it). Float32 stays the exact path.
 
 /// Outputs computed together (two AVX2 registers).
 const TILE: usize = 16;
 /// Rows of `x` sharing one pass over a tile of weights.
 const ROWS: usize = 4;
 
+/// How a layer multiplies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// Float32 weights and inputs: the reference.
+    Exact,
+    /// Weights and inputs rounded to bfloat16, products summed in float32
+    /// (AVX-512 BF16; [`Precision::Exact`] where the CPU lacks it).
+    Bf16,
+}
+
 /// A dense layer, its weight packed by tiles of outputs: tile `t` holds
 /// `Wᵀ[k, t·TILE..(t+1)·TILE]` for every input `k` in turn (zero-padded).
 pub struct Linear {
     packed: Vec<f32>,
+    /// The same weights as bfloat16 ([`bf16_supported`] CPUs only, else
+    /// empty): tile `t`, input pair `p` holds, for each of its [`TILE`]
+    /// outputs, the weights of inputs `2p` and `2p + 1` side by side — the
+    /// pairs `vdpbf16ps` multiplies.
+    packed_bf16: Vec<u16>,
     bias: Vec<f32>,
     inputs: usize,
     outputs: usize,
+}
+
+/// `x` rounded to the nearest bfloat16 (ties to even; the upper half of
+/// its float32 bits).
+pub fn to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
+}
+
+/// Whether this CPU runs the bfloat16 kernel.
+pub fn bf16_supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 impl Linear {
@@ -30,14 +71,26 @@ impl Linear {
     pub fn new(weight: &[f32], bias: Vec<f32>, inputs: usize, outputs: usize) -> Self {
         let tiles = outputs.div_ceil(TILE);
         let mut packed = vec![0.0; tiles * inputs * TILE];
+        let pairs = inputs.div_ceil(2);
+        let mut packed_bf16 = if bf16_supported() {
+            vec![0u16; tiles * pairs * 2 * TILE]
+        } else {
+            Vec::new()
+        };
         for (o, row) in weight.chunks_exact(inputs).enumerate() {
             let (tile, lane) = (o / TILE, o % TILE);
             for (i, w) in row.iter().enumerate() {
                 packed[(tile * inputs + i) * TILE + lane] = *w;
+                if let Some(b) =
+                    packed_bf16.get_mut(((tile * pairs + i / 2) * TILE + lane) * 2 + i % 2)
+                {
+                    *b = to_bf16(*w);
+                }
             }
         }
         Self {
             packed,
+            packed_bf16,
             bias,
             inputs,
             outputs,
@@ -45,14 +98,41 @@ impl Linear {
     }
 
     /// `x · Wᵀ + b` for the `n` rows of `x` (`n × inputs`).
+    #[cfg(test)]
     pub fn apply(&self, x: &[f32], n: usize) -> Vec<f32> {
+        self.apply_with(x, n, Precision::Exact)
+    }
+
+    /// [`Self::apply`] at `precision`.
+    pub fn apply_with(&self, x: &[f32], n: usize, precision: Precision) -> Vec<f32> {
         let mut out = Vec::with_capacity(n * self.outputs);
         for _ in 0..n {
             out.extend_from_slice(&self.bias);
         }
-        kernel()(self, &x[..n * self.inputs], n, &mut out);
+        let x = &x[..n * self.inputs];
+        #[cfg(target_arch = "x86_64")]
+        if precision == Precision::Bf16 && !self.packed_bf16.is_empty() {
+            bf16(self, &bf16_pairs(x, self.inputs), n, &mut out);
+            return out;
+        }
+        kernel()(self, x, n, &mut out);
         out
     }
+}
+
+/// The rows of `x` (`inputs` wide) as bfloat16 pairs: word `p` of a row
+/// holds inputs `2p` (low half) and `2p + 1` (high half, 0 past the end),
+/// the operand `vdpbf16ps` broadcasts.
+fn bf16_pairs(x: &[f32], inputs: usize) -> Vec<u32> {
+    let pairs = inputs.div_ceil(2);
+    let mut out = Vec::with_capacity(x.len() / inputs.max(1) * pairs);
+    for row in x.chunks_exact(inputs) {
+        for pair in row.chunks(2) {
+            let high = pair.get(1).map_or(0, |v| to_bf16(*v));
+            out.push(u32::from(to_bf16(pair[0])) | u32::from(high) << 16);
+        }
+    }
+    out
 }
 
 type Kernel = fn(&Linear, &[f32], usize, &mut [f32]);
@@ -77,8 +157,10 @@ fn kernel() -> Kernel {
 #[cfg(target_arch = "x86_64")]
 const WIDE_ROWS: usize = 14;
 
+/// Walks the `n` rows in blocks of at most [`WIDE_ROWS`] and the tiles two
+/// at a time, calling `block(rows, first row, first tile, two tiles?)`.
 #[cfg(target_arch = "x86_64")]
-fn avx512(l: &Linear, x: &[f32], n: usize, out: &mut [f32]) {
+fn wide_blocks(l: &Linear, n: usize, mut block: impl FnMut(usize, usize, usize, bool)) {
     if n == 0 {
         return;
     }
@@ -92,40 +174,118 @@ fn avx512(l: &Linear, x: &[f32], n: usize, out: &mut [f32]) {
         let mut tile = 0;
         while tile < tiles {
             let pair = tiles - tile >= 2;
-            // SAFETY: `kernel` returns this only after detecting AVX-512F;
-            // `rows ≤ WIDE_ROWS` and `r0 + rows ≤ n`.
-            unsafe { avx512_dispatch(l, x, r0, rows, tile, pair, out) };
+            block(rows, r0, tile, pair);
             tile += if pair { 2 } else { 1 };
         }
         r0 += rows;
     }
 }
 
-/// Calls [`avx512_block`] with `rows` and the tile count as constants.
+/// Calls `$block::<rows, tiles>$args` with the row count (1 to
+/// [`WIDE_ROWS`]) and the tile count (1 or 2) as constants.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn avx512_dispatch(
+macro_rules! by_rows_and_tiles {
+    ($block:ident, $rows:expr, $pair:expr, $args:tt) => {
+        if $pair {
+            by_rows_and_tiles!(@rows $block, 2, $rows, $args, 1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+        } else {
+            by_rows_and_tiles!(@rows $block, 1, $rows, $args, 1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+        }
+    };
+    (@rows $block:ident, $t:literal, $rows:expr, $args:tt, $($r:literal)*) => {
+        match $rows {
+            $($r => $block::<$r, $t> $args,)*
+            _ => unreachable!("at most WIDE_ROWS rows"),
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx512(l: &Linear, x: &[f32], n: usize, out: &mut [f32]) {
+    wide_blocks(l, n, |rows, r0, tile, pair| {
+        // SAFETY: `kernel` returns this only after detecting AVX-512F;
+        // `rows ≤ WIDE_ROWS` and `r0 + rows ≤ n`.
+        unsafe { by_rows_and_tiles!(avx512_block, rows, pair, (l, x, r0, tile, out)) }
+    });
+}
+
+/// The bfloat16 kernel over `x` as [`bf16_pairs`].
+#[cfg(target_arch = "x86_64")]
+fn bf16(l: &Linear, x: &[u32], n: usize, out: &mut [f32]) {
+    wide_blocks(l, n, |rows, r0, tile, pair| {
+        // SAFETY: `packed_bf16` is filled only where `bf16_supported`
+        // detected AVX-512F and AVX-512 BF16; `rows ≤ WIDE_ROWS` and `r0 +
+        // rows ≤ n`.
+        unsafe { by_rows_and_tiles!(bf16_block, rows, pair, (l, x, r0, tile, out)) }
+    });
+}
+
+/// [`avx512_block`] in bfloat16: per input pair, one load of 32 weights
+/// per tile and one `vdpbf16ps` per row and tile (two products per lane,
+/// summed into the float32 accumulator).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn bf16_block<const R: usize, const T: usize>(
     l: &Linear,
-    x: &[f32],
+    x: &[u32],
     r0: usize,
-    rows: usize,
     tile: usize,
-    pair: bool,
     out: &mut [f32],
 ) {
-    macro_rules! by_rows {
-        ($t:literal, $($r:literal)*) => {
-            match rows {
-                $($r => unsafe { avx512_block::<$r, $t>(l, x, r0, tile, out) },)*
-                _ => unreachable!("at most WIDE_ROWS rows"),
+    use std::arch::x86_64::*;
+    let (pairs, o) = (l.inputs.div_ceil(2), l.outputs);
+    let step = 2 * TILE;
+    let weights = &l.packed_bf16[tile * pairs * step..(tile + T) * pairs * step];
+    let rows = &x[r0 * pairs..(r0 + R) * pairs];
+    let (w, a) = (weights.as_ptr(), rows.as_ptr());
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    for p in 0..pairs {
+        // SAFETY: tile `t`'s pair `p` is the 32 bfloat16 at `(t·pairs +
+        // p)·2·TILE` of `weights`, row `r`'s pair `p` is `rows[r·pairs +
+        // p]`: both in bounds of the slices taken above. `__m512bh` is 32
+        // bfloat16 in the 64 bytes of an `__m512i`.
+        let wv: [__m512bh; T] = std::array::from_fn(|t| unsafe {
+            std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
+                w.add((t * pairs + p) * step).cast(),
+            ))
+        });
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: as above.
+            let v = unsafe {
+                std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                    *a.add(r * pairs + p) as i32
+                ))
+            };
+            for t in 0..T {
+                acc[t] = _mm512_dpbf16_ps(acc[t], v, wv[t]);
             }
-        };
+        }
     }
-    if pair {
-        by_rows!(2, 1 2 3 4 5 6 7 8 9 10 11 12 13 14)
-    } else {
-        by_rows!(1, 1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+    add_lanes(&acc, r0, tile, o, out);
+}
+
+/// Adds the accumulators of rows `r0..` and tiles `tile..` to `out`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn add_lanes<const R: usize, const T: usize>(
+    acc: &[[std::arch::x86_64::__m512; T]; R],
+    r0: usize,
+    tile: usize,
+    o: usize,
+    out: &mut [f32],
+) {
+    for (r, acc) in acc.iter().enumerate() {
+        for (t, acc) in acc.iter().enumerate() {
+            let j0 = (tile + t) * TILE;
+            let width = TILE.min(o - j0);
+            let mut lanes = [0.0f32; TILE];
+            // SAFETY: `lanes` holds sixteen floats.
+            unsafe { std::arch::x86_64::_mm512_storeu_ps(lanes.as_mut_ptr(), *acc) };
+            let row = &mut out[(r0 + r) * o + j0..(r0 + r) * o + j0 + width];
+            for (o, a) in row.iter_mut().zip(lanes) {
+                *o += a;
+            }
+        }
     }
 }
 
@@ -159,19 +319,7 @@ unsafe fn avx512_block<const R: usize, const T: usize>(
             }
         }
     }
-    for (r, acc) in acc.iter().enumerate() {
-        for (t, acc) in acc.iter().enumerate() {
-            let j0 = (tile + t) * TILE;
-            let width = TILE.min(o - j0);
-            let mut lanes = [0.0f32; TILE];
-            // SAFETY: `lanes` holds sixteen floats.
-            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *acc) };
-            let row = &mut out[(r0 + r) * o + j0..(r0 + r) * o + j0 + width];
-            for (o, a) in row.iter_mut().zip(lanes) {
-                *o += a;
-            }
-        }
-    }
+    add_lanes(&acc, r0, tile, o, out);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -282,6 +430,58 @@ mod tests {
         for n in [7, 31] {
             agrees_with_the_definition(n, 29, 37);
         }
+    }
+
+    #[test]
+    fn the_bf16_kernel_multiplies_the_rounded_values_exactly_enough() {
+        // 37 outputs, 29 inputs (an odd count: the last pair half empty);
+        // 7 and 31 rows as above.
+        for n in [7, 31] {
+            let (k, o) = (29, 37);
+            let value = |i: usize| ((i * 7919) % 97) as f32 / 97.0 - 0.5;
+            let weight: Vec<f32> = (0..o * k).map(value).collect();
+            let bias: Vec<f32> = (0..o).map(|i| value(i + 5)).collect();
+            let x: Vec<f32> = (0..n * k).map(|i| value(i + 11)).collect();
+            let layer = Linear::new(&weight, bias.clone(), k, o);
+            let got = layer.apply_with(&x, n, Precision::Bf16);
+            if !bf16_supported() {
+                // No bfloat16 kernel: the exact path answers.
+                assert_eq!(got, layer.apply(&x, n));
+                continue;
+            }
+            let round = |v: f32| f32::from_bits(u32::from(to_bf16(v)) << 16);
+            for r in 0..n {
+                for j in 0..o {
+                    let rounded = f64::from(bias[j])
+                        + (0..k)
+                            .map(|i| f64::from(round(x[r * k + i]) * round(weight[j * k + i])))
+                            .sum::<f64>();
+                    let exact = bias[j]
+                        + (0..k)
+                            .map(|i| x[r * k + i] * weight[j * k + i])
+                            .sum::<f32>();
+                    let g = got[r * o + j];
+                    assert!(
+                        (f64::from(g) - rounded).abs() < 1e-5,
+                        "{n} rows: {g} vs {rounded}"
+                    );
+                    // Eight significant bits: within 1% of the inputs' scale.
+                    assert!(
+                        (g - exact).abs() < 0.01 * k as f32 * 0.25,
+                        "{g} vs exact {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_rounding_is_to_nearest_even() {
+        assert_eq!(to_bf16(1.0), 0x3f80);
+        // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to the even 1.
+        assert_eq!(to_bf16(1.0 + 1.0 / 256.0), 0x3f80);
+        assert_eq!(to_bf16(1.0 + 3.0 / 256.0), 0x3f82);
+        assert_eq!(to_bf16(-2.5), 0xc020);
     }
 
     fn agrees_with_the_definition(n: usize, k: usize, o: usize) {
