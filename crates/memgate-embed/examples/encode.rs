@@ -3,10 +3,10 @@
 //! embeddings of a query-length and of a turn-length text, wall and on-CPU
 //! p50/p99 (on-CPU from `/proc/thread-self/schedstat`, the honest figure on a
 //! shared machine), at each precision (`Exact`: float32, what documents are
-//! embedded with; `Bf16`: the query path where the CPU has AVX-512 BF16).
+//! embedded with; `Int8`: the query path where the CPU has AVX-512 VNNI).
 //! With a LoCoMo file, also the token counts of its questions (the lengths
 //! a real query has), one embedding of each at each precision, and how far
-//! the bfloat16 vectors are from the float32 ones (cosine).
+//! the int8 vectors are from the float32 ones (cosine).
 
 use memgate_embed::{MiniLm, Precision};
 use std::time::{Duration, Instant};
@@ -93,7 +93,7 @@ fn main() {
     let model = MiniLm::load(dir.as_ref()).expect("load the model");
     println!("model load {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
     println!("query path on this CPU: {:?}", model.query_precision());
-    let precisions = [Precision::Exact, Precision::Bf16];
+    let precisions = [Precision::Exact, Precision::Int8];
     for (name, text) in [("query", QUERY), ("turn", TURN)] {
         let tokens = model.token_count(text);
         for p in precisions {
@@ -126,7 +126,7 @@ fn main() {
             .map(|t| {
                 let (a, b) = (
                     model.embed_one_with(t, Precision::Exact),
-                    model.embed_one_with(t, Precision::Bf16),
+                    model.embed_one_with(t, Precision::Int8),
                 );
                 a.iter().zip(&b).map(|(x, y)| x * y).sum()
             })
@@ -134,7 +134,7 @@ fn main() {
         cosines.sort_by(f32::total_cmp);
         let mean = cosines.iter().sum::<f32>() / cosines.len().max(1) as f32;
         println!(
-            "LoCoMo questions, cosine of Bf16 to Exact vectors: mean {mean:.6}, min {:.6}",
+            "LoCoMo questions, cosine of Int8 to Exact vectors: mean {mean:.6}, min {:.6}",
             cosines[0]
         );
     }

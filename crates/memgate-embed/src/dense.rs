@@ -11,13 +11,14 @@
 //! of [`ROWS`] rows, held in AVX2 registers (FMA), chosen at run time; other
 //! CPUs run the same loop portably.
 //!
-//! On CPUs with AVX-512 BF16 a layer also keeps its weights rounded to
-//! bfloat16 ([`Precision::Bf16`]): half the bytes per pass, and one
-//! `vdpbf16ps` multiplies 32 weights by two inputs, summing in float32. A
-//! query is read through every weight once per pass, so this halves the
-//! encoder's memory traffic; the rounding (8 significant bits, inputs too)
-//! moves a sentence vector by a cosine of ~1e-4 (`examples/encode` prints
-//! it). Float32 stays the exact path.
+//! On CPUs with AVX-512 VNNI a layer also keeps its weights as int8 with
+//! one scale per output ([`Precision::Int8`]), and each input row is
+//! quantised to int8 with its own scale when the layer is applied (dynamic
+//! per-token activations). One `vpdpbusd` multiplies 64 weight bytes by four
+//! inputs into sixteen int32 sums, four times the multiply-adds per
+//! instruction of float32 FMA and a quarter of the weight bytes. Float32
+//! stays the exact path. (A bfloat16 path, `vdpbf16ps`, was measured no
+//! faster than float32 here: notes/recall.md.)
 
 /// Outputs computed together (two AVX2 registers).
 const TILE: usize = 16;
@@ -29,41 +30,64 @@ const ROWS: usize = 4;
 pub enum Precision {
     /// Float32 weights and inputs: the reference.
     Exact,
-    /// Weights and inputs rounded to bfloat16, products summed in float32
-    /// (AVX-512 BF16; [`Precision::Exact`] where the CPU lacks it).
-    Bf16,
+    /// Int8 weights (a scale per output) and int8 inputs (a scale per
+    /// row), products summed exactly in int32 (AVX-512 VNNI;
+    /// [`Precision::Exact`] where the CPU lacks it).
+    Int8,
 }
 
 /// A dense layer, its weight packed by tiles of outputs: tile `t` holds
 /// `Wᵀ[k, t·TILE..(t+1)·TILE]` for every input `k` in turn (zero-padded).
 pub struct Linear {
     packed: Vec<f32>,
-    /// The same weights as bfloat16 ([`bf16_supported`] CPUs only, else
-    /// empty): tile `t`, input pair `p` holds, for each of its [`TILE`]
-    /// outputs, the weights of inputs `2p` and `2p + 1` side by side — the
-    /// pairs `vdpbf16ps` multiplies.
-    packed_bf16: Vec<u16>,
+    /// The same weights as int8 ([`int8_supported`] CPUs only, else empty):
+    /// tile `t`, input quad `q` holds, for each of its [`TILE`] outputs,
+    /// the codes of inputs `4q..4q + 4` side by side — the bytes
+    /// `vpdpbusd` multiplies.
+    packed_i8: Vec<i8>,
+    /// Per output: what one weight code step is worth, and the sum of its
+    /// codes (the correction for inputs shifted into unsigned bytes).
+    weight_scales: Vec<f32>,
+    weight_sums: Vec<i32>,
     bias: Vec<f32>,
     inputs: usize,
     outputs: usize,
 }
 
-/// `x` rounded to the nearest bfloat16 (ties to even; the upper half of
-/// its float32 bits).
-pub fn to_bf16(x: f32) -> u16 {
-    let bits = x.to_bits();
-    ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
-}
-
-/// Whether this CPU runs the bfloat16 kernel.
-pub fn bf16_supported() -> bool {
+/// Whether this CPU runs the int8 kernel.
+pub fn int8_supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bf16")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
+}
+
+/// `v`'s int8 codes (`round(v / scale)`, `scale = max |v| / 127`) through
+/// `code`, and the scale (0 for a zero row, whose codes are not written).
+#[inline(always)]
+fn quantize_row(v: &[f32], mut code: impl FnMut(usize, i8)) -> f32 {
+    let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    if max == 0.0 {
+        return 0.0;
+    }
+    let inverse = 127.0 / max;
+    for (i, x) in v.iter().enumerate() {
+        code(i, round_small(x * inverse).clamp(-127.0, 127.0) as i8);
+    }
+    max / 127.0
+}
+
+/// `x` rounded to the nearest integer, ties to even, for `|x| < 2^22`
+/// (adding and taking away 1.5 × 2^23 leaves no fraction bits): unlike
+/// `f32::round`, a libm call without SSE4.1, it vectorises (`perf`: the
+/// calls were 5% of an int8 query).
+#[inline(always)]
+fn round_small(x: f32) -> f32 {
+    (x + 12_582_912.0) - 12_582_912.0
 }
 
 impl Linear {
@@ -71,26 +95,32 @@ impl Linear {
     pub fn new(weight: &[f32], bias: Vec<f32>, inputs: usize, outputs: usize) -> Self {
         let tiles = outputs.div_ceil(TILE);
         let mut packed = vec![0.0; tiles * inputs * TILE];
-        let pairs = inputs.div_ceil(2);
-        let mut packed_bf16 = if bf16_supported() {
-            vec![0u16; tiles * pairs * 2 * TILE]
-        } else {
-            Vec::new()
-        };
         for (o, row) in weight.chunks_exact(inputs).enumerate() {
             let (tile, lane) = (o / TILE, o % TILE);
             for (i, w) in row.iter().enumerate() {
                 packed[(tile * inputs + i) * TILE + lane] = *w;
-                if let Some(b) =
-                    packed_bf16.get_mut(((tile * pairs + i / 2) * TILE + lane) * 2 + i % 2)
-                {
-                    *b = to_bf16(*w);
-                }
+            }
+        }
+        let (mut packed_i8, mut weight_scales, mut weight_sums) =
+            (Vec::new(), Vec::new(), Vec::new());
+        if int8_supported() {
+            let quads = inputs.div_ceil(4);
+            packed_i8 = vec![0i8; tiles * quads * TILE * 4];
+            for (o, row) in weight.chunks_exact(inputs).enumerate() {
+                let (tile, lane) = (o / TILE, o % TILE);
+                let mut sum = 0;
+                weight_scales.push(quantize_row(row, |i, c| {
+                    packed_i8[((tile * quads + i / 4) * TILE + lane) * 4 + i % 4] = c;
+                    sum += i32::from(c);
+                }));
+                weight_sums.push(sum);
             }
         }
         Self {
             packed,
-            packed_bf16,
+            packed_i8,
+            weight_scales,
+            weight_sums,
             bias,
             inputs,
             outputs,
@@ -111,8 +141,9 @@ impl Linear {
         }
         let x = &x[..n * self.inputs];
         #[cfg(target_arch = "x86_64")]
-        if precision == Precision::Bf16 && !self.packed_bf16.is_empty() {
-            bf16(self, &bf16_pairs(x, self.inputs), n, &mut out);
+        if precision == Precision::Int8 && !self.packed_i8.is_empty() {
+            let rows = QuantizedRows::of(x, self.inputs);
+            int8(self, &rows, n, &mut out);
             return out;
         }
         kernel()(self, x, n, &mut out);
@@ -120,19 +151,27 @@ impl Linear {
     }
 }
 
-/// The rows of `x` (`inputs` wide) as bfloat16 pairs: word `p` of a row
-/// holds inputs `2p` (low half) and `2p + 1` (high half, 0 past the end),
-/// the operand `vdpbf16ps` broadcasts.
-fn bf16_pairs(x: &[f32], inputs: usize) -> Vec<u32> {
-    let pairs = inputs.div_ceil(2);
-    let mut out = Vec::with_capacity(x.len() / inputs.max(1) * pairs);
-    for row in x.chunks_exact(inputs) {
-        for pair in row.chunks(2) {
-            let high = pair.get(1).map_or(0, |v| to_bf16(*v));
-            out.push(u32::from(to_bf16(pair[0])) | u32::from(high) << 16);
+/// Input rows as unsigned bytes for `vpdpbusd`: each row quantised with
+/// its own scale ([`quantize_row`]) and shifted by 128 into `1..=255`,
+/// `4 · inputs.div_ceil(4)` bytes a row (past the end 128, i.e. zero, which
+/// meets zero weights anyway); the kernel reads them four at a time.
+struct QuantizedRows {
+    bytes: Vec<u8>,
+    scales: Vec<f32>,
+}
+
+impl QuantizedRows {
+    fn of(x: &[f32], inputs: usize) -> Self {
+        let width = inputs.div_ceil(4) * 4;
+        let rows = x.len() / inputs.max(1);
+        let mut bytes = vec![128u8; rows * width];
+        let mut scales = Vec::with_capacity(rows);
+        for (row, out) in x.chunks_exact(inputs).zip(bytes.chunks_exact_mut(width)) {
+            let out = &mut out[..inputs];
+            scales.push(quantize_row(row, |i, c| out[i] = (c as u8) ^ 0x80));
         }
+        Self { bytes, scales }
     }
-    out
 }
 
 type Kernel = fn(&Linear, &[f32], usize, &mut [f32]);
@@ -209,59 +248,68 @@ fn avx512(l: &Linear, x: &[f32], n: usize, out: &mut [f32]) {
     });
 }
 
-/// The bfloat16 kernel over `x` as [`bf16_pairs`].
+/// The int8 kernel over `x` quantised as [`QuantizedRows`].
 #[cfg(target_arch = "x86_64")]
-fn bf16(l: &Linear, x: &[u32], n: usize, out: &mut [f32]) {
+fn int8(l: &Linear, x: &QuantizedRows, n: usize, out: &mut [f32]) {
     wide_blocks(l, n, |rows, r0, tile, pair| {
-        // SAFETY: `packed_bf16` is filled only where `bf16_supported`
-        // detected AVX-512F and AVX-512 BF16; `rows ≤ WIDE_ROWS` and `r0 +
-        // rows ≤ n`.
-        unsafe { by_rows_and_tiles!(bf16_block, rows, pair, (l, x, r0, tile, out)) }
+        // SAFETY: `packed_i8` is filled only where `int8_supported`
+        // detected AVX-512F/BW/VNNI; `rows ≤ WIDE_ROWS` and `r0 + rows ≤ n`.
+        unsafe { by_rows_and_tiles!(int8_block, rows, pair, (l, x, r0, tile, out)) }
     });
 }
 
-/// [`avx512_block`] in bfloat16: per input pair, one load of 32 weights
-/// per tile and one `vdpbf16ps` per row and tile (two products per lane,
-/// summed into the float32 accumulator).
+/// [`avx512_block`] in int8: per input quad, one load of 64 weight codes
+/// per tile and one `vpdpbusd` per row and tile (four products per lane,
+/// summed exactly into the int32 accumulator); then per output
+/// `(Σ (x + 128)·w − 128·Σ w) · row scale · weight scale`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn bf16_block<const R: usize, const T: usize>(
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn int8_block<const R: usize, const T: usize>(
     l: &Linear,
-    x: &[u32],
+    x: &QuantizedRows,
     r0: usize,
     tile: usize,
     out: &mut [f32],
 ) {
     use std::arch::x86_64::*;
-    let (pairs, o) = (l.inputs.div_ceil(2), l.outputs);
-    let step = 2 * TILE;
-    let weights = &l.packed_bf16[tile * pairs * step..(tile + T) * pairs * step];
-    let rows = &x[r0 * pairs..(r0 + R) * pairs];
+    let (quads, o) = (l.inputs.div_ceil(4), l.outputs);
+    let step = 4 * TILE;
+    let weights = &l.packed_i8[tile * quads * step..(tile + T) * quads * step];
+    let rows = &x.bytes[r0 * quads * 4..(r0 + R) * quads * 4];
     let (w, a) = (weights.as_ptr(), rows.as_ptr());
-    let mut acc = [[_mm512_setzero_ps(); T]; R];
-    for p in 0..pairs {
-        // SAFETY: tile `t`'s pair `p` is the 32 bfloat16 at `(t·pairs +
-        // p)·2·TILE` of `weights`, row `r`'s pair `p` is `rows[r·pairs +
-        // p]`: both in bounds of the slices taken above. `__m512bh` is 32
-        // bfloat16 in the 64 bytes of an `__m512i`.
-        let wv: [__m512bh; T] = std::array::from_fn(|t| unsafe {
-            std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
-                w.add((t * pairs + p) * step).cast(),
-            ))
+    let mut acc = [[_mm512_setzero_si512(); T]; R];
+    for q in 0..quads {
+        // SAFETY: tile `t`'s quad `q` is the 64 codes at `(t·quads +
+        // q)·4·TILE` of `weights`, row `r`'s quad `q` the four bytes at
+        // `(r·quads + q)·4` of `rows`: both in bounds of the slices taken
+        // above.
+        let wv: [__m512i; T] = std::array::from_fn(|t| unsafe {
+            _mm512_loadu_si512(w.add((t * quads + q) * step).cast())
         });
         for (r, acc) in acc.iter_mut().enumerate() {
             // SAFETY: as above.
-            let v = unsafe {
-                std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
-                    *a.add(r * pairs + p) as i32
-                ))
-            };
+            let quad = unsafe { a.add((r * quads + q) * 4).cast::<i32>().read_unaligned() };
+            let v = _mm512_set1_epi32(quad);
             for t in 0..T {
-                acc[t] = _mm512_dpbf16_ps(acc[t], v, wv[t]);
+                acc[t] = _mm512_dpbusd_epi32(acc[t], v, wv[t]);
             }
         }
     }
-    add_lanes(&acc, r0, tile, o, out);
+    for (r, acc) in acc.iter().enumerate() {
+        let row_scale = x.scales[r0 + r];
+        for (t, acc) in acc.iter().enumerate() {
+            let j0 = (tile + t) * TILE;
+            let width = TILE.min(o - j0);
+            let mut lanes = [0i32; TILE];
+            // SAFETY: `lanes` holds sixteen int32.
+            unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), *acc) };
+            let row = &mut out[(r0 + r) * o + j0..(r0 + r) * o + j0 + width];
+            for (j, (o, a)) in row.iter_mut().zip(lanes).enumerate() {
+                let dot = a - 128 * l.weight_sums[j0 + j];
+                *o += dot as f32 * row_scale * l.weight_scales[j0 + j];
+            }
+        }
+    }
 }
 
 /// Adds the accumulators of rows `r0..` and tiles `tile..` to `out`.
@@ -433,9 +481,9 @@ mod tests {
     }
 
     #[test]
-    fn the_bf16_kernel_multiplies_the_rounded_values_exactly_enough() {
-        // 37 outputs, 29 inputs (an odd count: the last pair half empty);
-        // 7 and 31 rows as above.
+    fn the_int8_kernel_multiplies_the_quantised_values_exactly() {
+        // 37 outputs, 29 inputs (not a multiple of four: the last quad
+        // padded); 7 and 31 rows as above.
         for n in [7, 31] {
             let (k, o) = (29, 37);
             let value = |i: usize| ((i * 7919) % 97) as f32 / 97.0 - 0.5;
@@ -443,45 +491,50 @@ mod tests {
             let bias: Vec<f32> = (0..o).map(|i| value(i + 5)).collect();
             let x: Vec<f32> = (0..n * k).map(|i| value(i + 11)).collect();
             let layer = Linear::new(&weight, bias.clone(), k, o);
-            let got = layer.apply_with(&x, n, Precision::Bf16);
-            if !bf16_supported() {
-                // No bfloat16 kernel: the exact path answers.
+            let got = layer.apply_with(&x, n, Precision::Int8);
+            if !int8_supported() {
+                // No int8 kernel: the exact path answers.
                 assert_eq!(got, layer.apply(&x, n));
                 continue;
             }
-            let round = |v: f32| f32::from_bits(u32::from(to_bf16(v)) << 16);
+            let codes = |row: &[f32]| {
+                let mut c = vec![0i8; row.len()];
+                let scale = quantize_row(row, |i, v| c[i] = v);
+                (c, scale)
+            };
             for r in 0..n {
+                let (xc, xs) = codes(&x[r * k..(r + 1) * k]);
                 for j in 0..o {
-                    let rounded = f64::from(bias[j])
-                        + (0..k)
-                            .map(|i| f64::from(round(x[r * k + i]) * round(weight[j * k + i])))
-                            .sum::<f64>();
+                    let (wc, ws) = codes(&weight[j * k..(j + 1) * k]);
+                    let dot: i32 = xc
+                        .iter()
+                        .zip(&wc)
+                        .map(|(a, b)| i32::from(*a) * i32::from(*b))
+                        .sum();
+                    let want = bias[j] + dot as f32 * xs * ws;
                     let exact = bias[j]
                         + (0..k)
                             .map(|i| x[r * k + i] * weight[j * k + i])
                             .sum::<f32>();
                     let g = got[r * o + j];
-                    assert!(
-                        (f64::from(g) - rounded).abs() < 1e-5,
-                        "{n} rows: {g} vs {rounded}"
-                    );
-                    // Eight significant bits: within 1% of the inputs' scale.
-                    assert!(
-                        (g - exact).abs() < 0.01 * k as f32 * 0.25,
-                        "{g} vs exact {exact}"
-                    );
+                    assert!((g - want).abs() < 1e-5, "{n} rows: {g} vs {want}");
+                    // Codes of 1/127 of each row's largest value.
+                    assert!((g - exact).abs() < 0.02, "{g} vs exact {exact}");
                 }
             }
         }
     }
 
     #[test]
-    fn bf16_rounding_is_to_nearest_even() {
-        assert_eq!(to_bf16(1.0), 0x3f80);
-        // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to the even 1.
-        assert_eq!(to_bf16(1.0 + 1.0 / 256.0), 0x3f80);
-        assert_eq!(to_bf16(1.0 + 3.0 / 256.0), 0x3f82);
-        assert_eq!(to_bf16(-2.5), 0xc020);
+    fn a_zero_row_quantises_to_zero() {
+        let mut codes = [5i8; 3];
+        assert_eq!(quantize_row(&[0.0; 3], |i, c| codes[i] = c), 0.0);
+        assert_eq!(codes, [5; 3], "no code written for a zero row");
+        let layer = Linear::new(&[1.0, 2.0, 3.0, 4.0], vec![0.5, -0.5], 2, 2);
+        assert_eq!(
+            layer.apply_with(&[0.0, 0.0], 1, Precision::Int8),
+            [0.5, -0.5]
+        );
     }
 
     fn agrees_with_the_definition(n: usize, k: usize, o: usize) {

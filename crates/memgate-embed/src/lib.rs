@@ -49,7 +49,7 @@ pub trait Embedder: Send + Sync {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>>;
 
     /// The unit vector of a recall query. Embedders may answer it by a
-    /// cheaper path than [`Embedder::embed`]'s (the local model's bfloat16
+    /// cheaper path than [`Embedder::embed`]'s (the local model's int8
     /// query path) as long as it lands in the same space; by default it is
     /// [`Embedder::embed`] of the one text.
     fn embed_query(&self, text: &str) -> Result<Vec<f32>> {

@@ -9,7 +9,7 @@
 //! (pure Rust, SIMD) for attention and [`crate::dense`] for the dense
 //! layers; nothing else runs native code.
 
-use crate::dense::{bf16_supported, Linear, Precision};
+use crate::dense::{int8_supported, Linear, Precision};
 use crate::wordpiece::WordPiece;
 use crate::{normalize, EmbedError, Embedder, Result};
 use serde::Deserialize;
@@ -61,7 +61,7 @@ pub struct MiniLm {
 /// What recall queries are embedded with where the CPU can
 /// ([`MiniLm::query_precision`]); documents (the indexer) always use
 /// [`Precision::Exact`].
-const QUERY_PRECISION: Precision = Precision::Bf16;
+const QUERY_PRECISION: Precision = Precision::Int8;
 
 /// A tensor's shape and values.
 type Tensor = (Vec<usize>, Vec<f32>);
@@ -193,7 +193,7 @@ impl MiniLm {
             token_type,
             embedding_norm,
             layers,
-            query_precision: if bf16_supported() {
+            query_precision: if int8_supported() {
                 QUERY_PRECISION
             } else {
                 Precision::Exact

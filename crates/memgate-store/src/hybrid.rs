@@ -19,7 +19,7 @@
 use crate::fusion::fuse;
 use crate::ranking::{candidate_pool, load_item, rank, Ranked};
 use crate::store::MemoryStore;
-use crate::vectors::stored_model;
+use crate::vectors::{stored_model, PREFILTER_FACTOR};
 use memgate_core::Result;
 use memgate_embed::Embedder;
 use rusqlite::Connection;
@@ -102,11 +102,13 @@ impl MemoryStore {
             category,
             DEFAULT_FUSION,
             DEFAULT_DENSE_POOL,
+            PREFILTER_FACTOR,
         )
     }
 
-    /// [`Self::ranked_in`] with the fusion and dense pool multiple given
-    /// (the evaluation compares them).
+    /// [`Self::ranked_in`] with the fusion, dense pool multiple and sign
+    /// prefilter factor ([`Self::nearest_items_with`]) given (the
+    /// evaluation compares them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_in(
         &self,
@@ -118,6 +120,7 @@ impl MemoryStore {
         category: Option<&str>,
         fusion: Fusion,
         dense_pool: usize,
+        prefilter: usize,
     ) -> Result<Vec<Ranked>> {
         let (Some(q), Some(v)) = (&vector.0, &self.vectorizer) else {
             return rank(conn, &self.common_terms, scope, query, top_k, category);
@@ -128,8 +131,14 @@ impl MemoryStore {
         let pool = candidate_pool(top_k);
         let lexical = rank(conn, &self.common_terms, scope, query, pool, category)?;
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
-        let (dense, similarity) =
-            self.nearest_items(conn, scope, q, pool * dense_pool.max(1), &lexical_items)?;
+        let (dense, similarity) = self.nearest_items_with(
+            conn,
+            scope,
+            q,
+            pool * dense_pool.max(1),
+            &lexical_items,
+            prefilter,
+        )?;
         v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
         let mut fused = fuse(lexical, &dense, &similarity, fusion);
         for (item, score) in std::mem::take(&mut fused.missing) {

@@ -591,21 +591,10 @@ impl MemoryStore {
 
     /// The `limit` items of `scope` nearest to `query` (a unit vector of
     /// the current model), best first, with their cosine similarity; and
-    /// the similarity of each of `also` that has a vector.
-    pub(crate) fn nearest_items(
-        &self,
-        conn: &Connection,
-        scope: i64,
-        query: &[f32],
-        limit: usize,
-        also: &[i64],
-    ) -> Result<Neighbours> {
-        self.nearest_items_with(conn, scope, query, limit, also, PREFILTER_FACTOR)
-    }
-
-    /// [`Self::nearest_items`] with the sign prefilter keeping `prefilter`
-    /// items per int8 candidate (`usize::MAX`: every item is int8-scanned,
-    /// the ranking before the prefilter); evaluations compare them.
+    /// the similarity of each of `also` that has a vector. The sign
+    /// prefilter keeps `prefilter` items per int8 candidate (recall:
+    /// [`PREFILTER_FACTOR`]; `usize::MAX`: every item is int8-scanned, the
+    /// search before the prefilter; evaluations compare them).
     pub(crate) fn nearest_items_with(
         &self,
         conn: &Connection,
@@ -697,7 +686,7 @@ impl MemoryStore {
 impl MemoryStore {
     /// Evaluations: the `k` items of `scope` nearest to `query` by the exact
     /// cosine over every stored vector of the scope (no int8, no prefilter),
-    /// best first — what [`Self::nearest_items`]' top `k` is compared with.
+    /// best first — what [`Self::nearest_items_with`]' top `k` is compared with.
     pub(crate) fn exact_nearest(
         &self,
         conn: &Connection,
