@@ -1,7 +1,7 @@
 //! `cargo run --release -p memgate-embed --example encode -- MODEL_DIR [N]
 //! [LOCOMO_JSON]`: the local encoder's cost alone — model load time, then N
 //! embeddings of a query-length and of a turn-length text, wall and on-CPU
-//! p50/p99 (on-CPU from `/proc/thread-self/schedstat`, the honest figure on a
+//! p50/p99 (on-CPU from the thread's CPU clock, the honest figure on a
 //! shared machine), at each precision (`Exact`: float32, what documents are
 //! embedded with; `Int8`: the query path where the CPU has AVX-512 VNNI).
 //! With a LoCoMo file, also the token counts of its questions (the lengths
@@ -16,14 +16,22 @@ const TURN: &str = "I went to a LGBTQ support group yesterday and it was so powe
     The transgender stories were so inspiring! I was so happy and thankful for all the \
     support. It made me realise how much I want to keep going with my counseling course.";
 
-/// Nanoseconds this thread has run on a CPU (Linux; `None` elsewhere).
+/// Nanoseconds this thread has run on a CPU (`CLOCK_THREAD_CPUTIME_ID`;
+/// `/proc/thread-self/schedstat` moves in scheduler ticks of 4 ms here).
+#[cfg(unix)]
 fn on_cpu() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+#[cfg(not(unix))]
+fn on_cpu() -> Option<u64> {
+    None
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {

@@ -162,16 +162,53 @@ struct QuantizedRows {
 
 impl QuantizedRows {
     fn of(x: &[f32], inputs: usize) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if int8_supported() {
+            // SAFETY: the features were just detected.
+            return unsafe { Self::of_avx512(x, inputs) };
+        }
+        Self::of_any(x, inputs)
+    }
+
+    /// [`Self::of_any`] compiled for AVX-512 (`perf`: quantising the rows
+    /// was 17% of an int8 query when compiled for the baseline CPU).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn of_avx512(x: &[f32], inputs: usize) -> Self {
+        Self::of_any(x, inputs)
+    }
+
+    #[inline(always)]
+    fn of_any(x: &[f32], inputs: usize) -> Self {
         let width = inputs.div_ceil(4) * 4;
         let rows = x.len() / inputs.max(1);
         let mut bytes = vec![128u8; rows * width];
         let mut scales = Vec::with_capacity(rows);
         for (row, out) in x.chunks_exact(inputs).zip(bytes.chunks_exact_mut(width)) {
-            let out = &mut out[..inputs];
-            scales.push(quantize_row(row, |i, c| out[i] = (c as u8) ^ 0x80));
+            scales.push(quantize_shifted(row, &mut out[..inputs]));
         }
         Self { bytes, scales }
     }
+}
+
+/// [`quantize_row`] of `row` written as `code + 128` into `out`, in a loop
+/// that vectorises: the largest magnitude is taken on the bits (for
+/// numbers, a larger magnitude has larger bits), codes are stored in order.
+#[inline(always)]
+fn quantize_shifted(row: &[f32], out: &mut [u8]) -> f32 {
+    let max_bits = row
+        .iter()
+        .map(|x| x.to_bits() & 0x7fff_ffff)
+        .fold(0, u32::max);
+    let max = f32::from_bits(max_bits);
+    if max == 0.0 {
+        return 0.0;
+    }
+    let inverse = 127.0 / max;
+    for (o, x) in out.iter_mut().zip(row) {
+        *o = (round_small(x * inverse).clamp(-127.0, 127.0) as i32 + 128) as u8;
+    }
+    max / 127.0
 }
 
 type Kernel = fn(&Linear, &[f32], usize, &mut [f32]);
@@ -523,6 +560,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn rows_are_quantised_like_weights() {
+        let row: Vec<f32> = (0..301)
+            .map(|i| ((i * 37) % 101) as f32 / 13.0 - 3.9)
+            .collect();
+        let mut codes = vec![0i8; row.len()];
+        let scale = quantize_row(&row, |i, c| codes[i] = c);
+        let rows = QuantizedRows::of(&row, row.len());
+        assert_eq!(rows.scales, [scale]);
+        let shifted: Vec<i16> = codes.iter().map(|&c| i16::from(c) + 128).collect();
+        let got: Vec<i16> = rows.bytes[..row.len()]
+            .iter()
+            .map(|&b| i16::from(b))
+            .collect();
+        assert_eq!(got, shifted);
+        assert!(
+            rows.bytes[row.len()..].iter().all(|&b| b == 128),
+            "padding is zero"
+        );
     }
 
     #[test]
