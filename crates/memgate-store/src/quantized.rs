@@ -180,7 +180,12 @@ impl Quantized {
             // multiple of 64 as the kernel needs.
             return unsafe { self.scan_vnni(q, slots) };
         }
-        let (dot, dims) = (dot_kernel(), self.dims);
+        self.scan_with(dot_kernel(), q, slots)
+    }
+
+    /// [`Self::scan`] with the dot product given (CPUs without VNNI).
+    fn scan_with(&self, dot: fn(&[i8], &[i8]) -> i32, q: &[i8], slots: &[u32]) -> Vec<(f32, u32)> {
+        let dims = self.dims;
         slots
             .iter()
             .map(|&s| {
@@ -518,12 +523,28 @@ mod tests {
         }
         let (query, mut codes) = (unit(3, 384), vec![0i8; 384]);
         quantize(&query, &mut codes);
-        let scanned = q.scan(&codes, &(0..300).collect::<Vec<u32>>());
-        assert_eq!(scanned.len(), 300);
-        for (score, slot) in scanned {
-            let s = slot as usize;
-            let plain = dot_generic(&q.codes[s * 384..(s + 1) * 384], &codes) as f32 * q.scales[s];
-            assert_eq!(score, plain, "slot {s}");
+        // Every slot, and a subset in the order the sign pass gives.
+        let subset: Vec<u32> = (0..300).filter(|s| s % 7 != 3).collect();
+        for slots in [(0..300).collect::<Vec<u32>>(), subset] {
+            // The scan this CPU runs, and the two the others do.
+            let mut scans = vec![
+                q.scan(&codes, &slots),
+                q.scan_with(dot_generic, &codes, &slots),
+            ];
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                scans.push(q.scan_with(dot_avx2_safe, &codes, &slots));
+            }
+            for scanned in scans {
+                assert_eq!(scanned.len(), slots.len());
+                for ((score, slot), want) in scanned.into_iter().zip(&slots) {
+                    assert_eq!(slot, *want);
+                    let s = slot as usize;
+                    let plain =
+                        dot_generic(&q.codes[s * 384..(s + 1) * 384], &codes) as f32 * q.scales[s];
+                    assert_eq!(score, plain, "slot {s}");
+                }
+            }
         }
     }
 }
