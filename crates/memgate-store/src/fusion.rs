@@ -101,6 +101,36 @@ impl Fused {
     }
 }
 
+/// Thread aggregation (an evaluated variant, not the default): each turn
+/// gains `weight` times the summed scores of the *other* candidates of its
+/// thread, so a thread with several good matches rises as a whole (the
+/// LoCoMo session figure counts threads — sessions — of the top 10).
+/// `ranked` is every fused candidate; returns the best `top_k` again.
+pub fn aggregate_threads(mut ranked: Vec<Ranked>, weight: f64, top_k: usize) -> Vec<Ranked> {
+    let thread_of = |r: &Ranked| match &r.origin {
+        crate::ranking::Origin::Turn { thread, .. } => Some(thread.clone()),
+        crate::ranking::Origin::Memory => None,
+    };
+    let mut totals: HashMap<String, f64> = HashMap::new();
+    for r in &ranked {
+        if let Some(t) = thread_of(r) {
+            *totals.entry(t).or_default() += r.score;
+        }
+    }
+    for r in &mut ranked {
+        if let Some(t) = thread_of(r) {
+            r.score += weight * (totals[&t] - r.score);
+        }
+    }
+    ranked.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.citation.cmp(&b.citation))
+    });
+    ranked.truncate(top_k);
+    ranked
+}
+
 /// Fuses `lexical` (best first) with `dense` (the nearest items best first,
 /// with their cosine); `similarity` holds the cosine of lexical hits that
 /// have a vector.
@@ -203,6 +233,31 @@ mod tests {
         for (r, want) in got.iter().zip([1.0, 0.75, 0.5]) {
             assert!((r.score - want).abs() < 1e-6, "{} {}", r.citation, r.score);
         }
+    }
+
+    #[test]
+    fn thread_aggregation_lifts_a_thread_with_several_matches() {
+        let in_thread = |id: i64, score: f64, thread: &str| {
+            let mut r = turn(id, score);
+            if let Origin::Turn { thread: t, .. } = &mut r.origin {
+                *t = thread.into();
+            }
+            r
+        };
+        // Turn 1 alone in "a" (1.0); turns 2 and 3 in "b" (0.8, 0.7).
+        let ranked = vec![
+            in_thread(1, 1.0, "a"),
+            in_thread(2, 0.8, "b"),
+            in_thread(3, 0.7, "b"),
+        ];
+        let got = aggregate_threads(ranked.clone(), 0.5, 2);
+        let cited: Vec<&str> = got.iter().map(|r| r.citation.as_str()).collect();
+        // 2: 0.8 + 0.5 × 0.7 = 1.15; 3: 0.7 + 0.5 × 0.8 = 1.1; 1 stays 1.0.
+        assert_eq!(cited, ["turn_2", "turn_3"]);
+        assert!((got[0].score - 1.15).abs() < 1e-9);
+        // Weight 0 changes nothing.
+        let same = aggregate_threads(ranked, 0.0, 3);
+        assert_eq!(same[0].citation, "turn_1");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
 
-use crate::fusion::fuse;
+use crate::fusion::{aggregate_threads, fuse};
 use crate::ranking::{candidate_pool, load_item, rank, Ranked};
 use crate::store::MemoryStore;
 use crate::vectors::{stored_model, PREFILTER_FACTOR};
@@ -103,12 +103,14 @@ impl MemoryStore {
             DEFAULT_FUSION,
             DEFAULT_DENSE_POOL,
             PREFILTER_FACTOR,
+            0.0,
         )
     }
 
-    /// [`Self::ranked_in`] with the fusion, dense pool multiple and sign
-    /// prefilter factor ([`Self::nearest_items_with`]) given (the
-    /// evaluation compares them).
+    /// [`Self::ranked_in`] with the fusion, dense pool multiple, sign
+    /// prefilter factor ([`Self::nearest_items_with`]) and thread
+    /// aggregation weight ([`crate::fusion::aggregate_threads`]; 0: off)
+    /// given (the evaluation compares them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_in(
         &self,
@@ -121,6 +123,7 @@ impl MemoryStore {
         fusion: Fusion,
         dense_pool: usize,
         prefilter: usize,
+        thread_weight: f64,
     ) -> Result<Vec<Ranked>> {
         let (Some(q), Some(v)) = (&vector.0, &self.vectorizer) else {
             return rank(conn, &self.common_terms, scope, query, top_k, category);
@@ -146,6 +149,13 @@ impl MemoryStore {
             if let Some(r) = load_item(conn, scope, item, category)? {
                 fused.add(score, r);
             }
+        }
+        if thread_weight > 0.0 {
+            return Ok(aggregate_threads(
+                fused.ranked(usize::MAX),
+                thread_weight,
+                top_k,
+            ));
         }
         Ok(fused.ranked(top_k))
     }

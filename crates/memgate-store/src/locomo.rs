@@ -219,6 +219,9 @@ enum DenseVariant {
     /// LoCoMo scope (~550 turns) is below the default's cut, so these run
     /// it harder than recall at 100k does.
     Prefilter(usize),
+    /// Thread (session) aggregation with this weight
+    /// ([`crate::fusion::aggregate_threads`]).
+    Threads(f64),
 }
 
 /// The dense-side variants of the default fusion the evaluation prints.
@@ -226,6 +229,8 @@ const DENSE_VARIANTS: &[DenseVariant] = &[
     DenseVariant::ReferenceQuery,
     DenseVariant::Prefilter(1),
     DenseVariant::Prefilter(2),
+    DenseVariant::Threads(0.1),
+    DenseVariant::Threads(0.25),
 ];
 
 /// The dense searches compared with the exact ranking, by name: the query
@@ -719,6 +724,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                             *fusion,
                             *pool,
                             PREFILTER_FACTOR,
+                            0.0,
                         ),
                         None => Ok(Vec::new()),
                     })?;
@@ -730,9 +736,10 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 let reference = store.reference_query_vector(question);
                 figures.reference_embed_seconds += started.elapsed().as_secs_f64();
                 for (variant, tally) in DENSE_VARIANTS.iter().zip(dense_variants.iter_mut()) {
-                    let (v, prefilter) = match variant {
-                        DenseVariant::ReferenceQuery => (&reference, PREFILTER_FACTOR),
-                        DenseVariant::Prefilter(f) => (&vector, *f),
+                    let (v, prefilter, threads) = match variant {
+                        DenseVariant::ReferenceQuery => (&reference, PREFILTER_FACTOR, 0.0),
+                        DenseVariant::Prefilter(f) => (&vector, *f, 0.0),
+                        DenseVariant::Threads(w) => (&vector, PREFILTER_FACTOR, *w),
                     };
                     let ranked = store.read(|conn| match key.find(conn)? {
                         Some(scope) => store.fused_in(
@@ -745,6 +752,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                             DEFAULT_FUSION,
                             DEFAULT_DENSE_POOL,
                             prefilter,
+                            threads,
                         ),
                         None => Ok(Vec::new()),
                     })?;
@@ -821,6 +829,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     "questions embedded by the document path (float32)".to_owned()
                 }
                 DenseVariant::Prefilter(f) => format!("sign prefilter x{f}"),
+                DenseVariant::Threads(w) => format!("thread aggregation {w}"),
             };
             report.systems.push(tally.finish(&format!(
                 "memgate hybrid ({}; {DEFAULT_FUSION}, dense pool x{DEFAULT_DENSE_POOL}; {what})",
