@@ -16,7 +16,7 @@
 //! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
 
-use crate::fusion::{aggregate_threads, fuse};
+use crate::fusion::{diversify_threads, fuse};
 use crate::ranking::{candidate_pool, load_item, rank, Ranked};
 use crate::store::MemoryStore;
 use crate::vectors::{stored_model, PREFILTER_FACTOR};
@@ -109,7 +109,7 @@ impl MemoryStore {
 
     /// [`Self::ranked_in`] with the fusion, dense pool multiple, sign
     /// prefilter factor ([`Self::nearest_items_with`]) and thread
-    /// aggregation weight ([`crate::fusion::aggregate_threads`]; 0: off)
+    /// diversity weight ([`crate::fusion::diversify_threads`]; 0: off)
     /// given (the evaluation compares them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_in(
@@ -151,7 +151,7 @@ impl MemoryStore {
             }
         }
         if thread_weight > 0.0 {
-            return Ok(aggregate_threads(
+            return Ok(diversify_threads(
                 fused.ranked(usize::MAX),
                 thread_weight,
                 top_k,

@@ -219,8 +219,8 @@ enum DenseVariant {
     /// LoCoMo scope (~550 turns) is below the default's cut, so these run
     /// it harder than recall at 100k does.
     Prefilter(usize),
-    /// Thread (session) aggregation with this weight
-    /// ([`crate::fusion::aggregate_threads`]).
+    /// Thread (session) diversity with this weight
+    /// ([`crate::fusion::diversify_threads`]).
     Threads(f64),
 }
 
@@ -229,6 +229,7 @@ const DENSE_VARIANTS: &[DenseVariant] = &[
     DenseVariant::ReferenceQuery,
     DenseVariant::Prefilter(1),
     DenseVariant::Prefilter(2),
+    DenseVariant::Threads(0.05),
     DenseVariant::Threads(0.1),
     DenseVariant::Threads(0.25),
 ];
@@ -829,7 +830,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     "questions embedded by the document path (float32)".to_owned()
                 }
                 DenseVariant::Prefilter(f) => format!("sign prefilter x{f}"),
-                DenseVariant::Threads(w) => format!("thread aggregation {w}"),
+                DenseVariant::Threads(w) => format!("thread diversity {w}"),
             };
             report.systems.push(tally.finish(&format!(
                 "memgate hybrid ({}; {DEFAULT_FUSION}, dense pool x{DEFAULT_DENSE_POOL}; {what})",
