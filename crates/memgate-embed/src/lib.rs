@@ -18,6 +18,7 @@ mod endpoint;
 mod minilm;
 mod wordpiece;
 
+pub use dense::Precision;
 pub use endpoint::{EndpointConfig, EndpointEmbedder};
 pub use minilm::MiniLm;
 pub use wordpiece::WordPiece;
@@ -46,6 +47,26 @@ pub trait Embedder: Send + Sync {
 
     /// One unit vector per text, in order.
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>>;
+
+    /// The unit vector of a recall query. Embedders may answer it by a
+    /// cheaper path than [`Embedder::embed`]'s (the local model's int8
+    /// query path) as long as it lands in the same space; by default it is
+    /// [`Embedder::embed`] of the one text.
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        let mut vectors = self.embed(&[text])?;
+        match (vectors.pop(), vectors.is_empty()) {
+            (Some(v), true) => Ok(v),
+            _ => Err(EmbedError::Failed(
+                "the embedder returned a wrong number of vectors".into(),
+            )),
+        }
+    }
+
+    /// How many tokens the model reads `text` as, when the embedder knows
+    /// (benchmarks draw queries of realistic length with it).
+    fn token_count(&self, _text: &str) -> Option<usize> {
+        None
+    }
 }
 
 /// Scales `v` to unit length (a zero vector stays zero).

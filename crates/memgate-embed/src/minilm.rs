@@ -9,7 +9,7 @@
 //! (pure Rust, SIMD) for attention and [`crate::dense`] for the dense
 //! layers; nothing else runs native code.
 
-use crate::dense::Linear;
+use crate::dense::{int8_supported, Linear, Precision};
 use crate::wordpiece::WordPiece;
 use crate::{normalize, EmbedError, Embedder, Result};
 use serde::Deserialize;
@@ -55,7 +55,13 @@ pub struct MiniLm {
     embedding_norm: Norm,
     layers: Vec<Layer>,
     id: String,
+    query_precision: Precision,
 }
+
+/// What recall queries are embedded with where the CPU can
+/// ([`MiniLm::query_precision`]); documents (the indexer) always use
+/// [`Precision::Exact`].
+const QUERY_PRECISION: Precision = Precision::Int8;
 
 /// A tensor's shape and values.
 type Tensor = (Vec<usize>, Vec<f32>);
@@ -187,7 +193,17 @@ impl MiniLm {
             token_type,
             embedding_norm,
             layers,
+            query_precision: if int8_supported() {
+                QUERY_PRECISION
+            } else {
+                Precision::Exact
+            },
         })
+    }
+
+    /// The precision [`Embedder::embed_query`] runs at on this CPU.
+    pub fn query_precision(&self) -> Precision {
+        self.query_precision
     }
 
     /// How many tokens `text` is encoded as (with `[CLS]` and `[SEP]`).
@@ -196,8 +212,15 @@ impl MiniLm {
         self.tokenizer.encode(text, max).len()
     }
 
-    /// The unit vector of one text.
+    /// The unit vector of one text (float32 throughout: the reference, and
+    /// what documents are embedded with).
     pub fn embed_one(&self, text: &str) -> Vec<f32> {
+        self.embed_one_with(text, Precision::Exact)
+    }
+
+    /// [`Self::embed_one`] with the dense layers at `precision` (attention,
+    /// norms and GELU stay float32).
+    pub fn embed_one_with(&self, text: &str, precision: Precision) -> Vec<f32> {
         let max = MAX_TOKENS.min(self.config.max_position_embeddings);
         let ids = self.tokenizer.encode(text, max);
         let (n, h) = (ids.len(), self.config.hidden_size);
@@ -211,7 +234,7 @@ impl MiniLm {
         }
         self.layer_norm(&mut x, &self.embedding_norm);
         for layer in &self.layers {
-            x = self.encode_layer(layer, &x, n);
+            x = self.encode_layer(layer, &x, n, precision);
         }
         let mut pooled = vec![0.0f32; h];
         for row in x.chunks_exact(h) {
@@ -226,13 +249,13 @@ impl MiniLm {
         pooled
     }
 
-    fn encode_layer(&self, layer: &Layer, x: &[f32], n: usize) -> Vec<f32> {
+    fn encode_layer(&self, layer: &Layer, x: &[f32], n: usize, precision: Precision) -> Vec<f32> {
         let h = self.config.hidden_size;
         let heads = self.config.num_attention_heads;
         let d = h / heads;
-        let q = layer.query.apply(x, n);
-        let k = layer.key.apply(x, n);
-        let v = layer.value.apply(x, n);
+        let q = layer.query.apply_with(x, n, precision);
+        let k = layer.key.apply_with(x, n, precision);
+        let v = layer.value.apply_with(x, n, precision);
         let scale = 1.0 / (d as f32).sqrt();
         let mut context = vec![0.0f32; n * h];
         let mut scores = vec![0.0f32; n * n];
@@ -280,14 +303,14 @@ impl MiniLm {
                 );
             }
         }
-        let mut attended = layer.attention_out.apply(&context, n);
+        let mut attended = layer.attention_out.apply_with(&context, n, precision);
         for (a, r) in attended.iter_mut().zip(x) {
             *a += r;
         }
         self.layer_norm(&mut attended, &layer.attention_norm);
-        let mut inner = layer.intermediate.apply(&attended, n);
+        let mut inner = layer.intermediate.apply_with(&attended, n, precision);
         gelu_all(&mut inner);
-        let mut out = layer.output.apply(&inner, n);
+        let mut out = layer.output.apply_with(&inner, n, precision);
         for (o, r) in out.iter_mut().zip(&attended) {
             *o += r;
         }
@@ -406,6 +429,14 @@ impl Embedder for MiniLm {
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         Ok(texts.iter().map(|t| self.embed_one(t)).collect())
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        Ok(self.embed_one_with(text, self.query_precision))
+    }
+
+    fn token_count(&self, text: &str) -> Option<usize> {
+        Some(MiniLm::token_count(self, text))
     }
 }
 

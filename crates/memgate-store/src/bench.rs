@@ -171,6 +171,221 @@ pub struct EmbedderFigures {
     pub dense_scan_p99_ms: f64,
     pub dense_rescore_p50_ms: f64,
     pub dense_rescore_p99_ms: f64,
+    /// The same recalls again with queries of a real question's length
+    /// ([`LOCOMO_QUESTION_TOKENS`]), reported apart (`None`: no timed
+    /// recalls).
+    pub short_queries: Option<ShortQueryFigures>,
+    /// The sign prefilter at several factors, against the exact ranking.
+    pub prefilter: Vec<PrefilterFigure>,
+}
+
+/// Recalls whose queries have the token counts of LoCoMo's questions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ShortQueryFigures {
+    pub recalls: usize,
+    pub mean_tokens: f64,
+    pub recall_p50_ms: f64,
+    pub recall_p99_ms: f64,
+    pub recall_cpu_p50_ms: Option<f64>,
+    pub recall_cpu_p99_ms: Option<f64>,
+    pub query_embed_p50_ms: f64,
+    pub query_embed_p99_ms: f64,
+    pub dense_scan_p50_ms: f64,
+    pub dense_scan_p99_ms: f64,
+}
+
+/// One prefilter setting measured on [`PREFILTER_QUERIES`] queries: the
+/// dense search's top 10 against the exact cosine top 10 of the scope, and
+/// the dense search's cost (scan and exact re-score, wall).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PrefilterFigure {
+    /// Items kept per int8 candidate (`None`: no prefilter, every item
+    /// int8-scanned — the search before the prefilter).
+    pub factor: Option<usize>,
+    pub overlap_at_10: f64,
+    pub search_p50_ms: f64,
+    pub search_p99_ms: f64,
+}
+
+/// Queries the prefilter comparison runs (each also ranked exactly, which
+/// reads every vector of the scope from SQLite).
+const PREFILTER_QUERIES: usize = 40;
+
+/// Factors the prefilter comparison measures (`None`: off).
+const PREFILTER_FACTORS: &[Option<usize>] = &[None, Some(16), Some(8), Some(4), Some(2)];
+
+/// How many of LoCoMo's 762 scored development questions tokenise (with
+/// `[CLS]` and `[SEP]`, all-MiniLM-L6-v2's WordPiece) to each length:
+/// `examples/encode DIR 1 locomo-dev.json` prints it. Mean 13.5, p50 13.
+pub const LOCOMO_QUESTION_TOKENS: &[(usize, usize)] = &[
+    (6, 1),
+    (7, 5),
+    (8, 29),
+    (9, 36),
+    (10, 71),
+    (11, 89),
+    (12, 95),
+    (13, 97),
+    (14, 73),
+    (15, 65),
+    (16, 60),
+    (17, 41),
+    (18, 36),
+    (19, 22),
+    (20, 16),
+    (21, 6),
+    (22, 9),
+    (23, 6),
+    (24, 2),
+    (26, 1),
+    (27, 1),
+    (32, 1),
+];
+
+/// A length drawn from [`LOCOMO_QUESTION_TOKENS`].
+fn question_tokens(rng: &mut SplitMix) -> usize {
+    let total: usize = LOCOMO_QUESTION_TOKENS.iter().map(|(_, n)| n).sum();
+    let mut pick = rng.below(total);
+    for &(tokens, n) in LOCOMO_QUESTION_TOKENS {
+        if pick < n {
+            return tokens;
+        }
+        pick -= n;
+    }
+    13
+}
+
+/// What one batch of timed recalls measured (sorted).
+#[derive(Default)]
+struct Timings {
+    latencies: Vec<Duration>,
+    cpu: Vec<Duration>,
+    no_query: Vec<Duration>,
+    embeds: Vec<Duration>,
+    searches: Vec<Duration>,
+    scans: Vec<Duration>,
+    rescores: Vec<Duration>,
+    items: usize,
+    /// On-CPU p50 of each quarter of the recalls, in the order they ran
+    /// (drift within one run, told apart from drift between runs).
+    cpu_p50_by_quarter_ms: Vec<f64>,
+}
+
+impl Timings {
+    /// On-CPU percentile, when every recall's was read.
+    fn cpu_ms(&self, p: f64) -> Option<f64> {
+        (self.cpu.len() == self.latencies.len()).then(|| percentile_ms(&self.cpu, p))
+    }
+}
+
+/// Times one recall per query (`hybrid`: split each into its parts).
+fn time_recalls(
+    store: &MemoryStore,
+    caller: &Caller,
+    queries: Vec<Option<String>>,
+    hybrid: bool,
+) -> Result<Timings> {
+    let mut t = Timings::default();
+    for query in queries {
+        let request = RecallRequest {
+            caller: caller.clone(),
+            query,
+        };
+        let before = store.retrieval_counts();
+        let cpu_before = thread_cpu_ns();
+        let started = Instant::now();
+        let recall = store.recall(&request)?;
+        let took = started.elapsed();
+        t.latencies.push(took);
+        if request.query.is_none() {
+            t.no_query.push(took);
+        } else if hybrid {
+            let after = store.retrieval_counts();
+            let nanos = |a: u64, b: u64| Duration::from_nanos(a - b);
+            let embed = nanos(after.query_embed_nanos, before.query_embed_nanos);
+            t.scans
+                .push(nanos(after.dense_scan_nanos, before.dense_scan_nanos));
+            t.rescores
+                .push(nanos(after.dense_rescore_nanos, before.dense_rescore_nanos));
+            t.embeds.push(embed);
+            t.searches.push(took.saturating_sub(embed));
+        }
+        if let (Some(a), Some(b)) = (cpu_before, thread_cpu_ns()) {
+            t.cpu.push(Duration::from_nanos(b.saturating_sub(a)));
+        }
+        t.items += recall.items.len();
+    }
+    t.cpu_p50_by_quarter_ms = t
+        .cpu
+        .chunks(t.cpu.len().div_ceil(4).max(1))
+        .map(|quarter| {
+            let mut quarter = quarter.to_vec();
+            quarter.sort_unstable();
+            percentile_ms(&quarter, 0.5)
+        })
+        .collect();
+    for v in [
+        &mut t.latencies,
+        &mut t.cpu,
+        &mut t.no_query,
+        &mut t.embeds,
+        &mut t.searches,
+        &mut t.scans,
+        &mut t.rescores,
+    ] {
+        v.sort_unstable();
+    }
+    Ok(t)
+}
+
+/// The prefilter at each of [`PREFILTER_FACTORS`] on `queries`: overlap@10
+/// with the exact ranking, and the dense search's wall time.
+fn measure_prefilter(
+    store: &MemoryStore,
+    caller: &Caller,
+    queries: &[String],
+) -> Result<Vec<PrefilterFigure>> {
+    let key = crate::scope::ScopeKey::of(caller);
+    let pool = crate::ranking::candidate_pool(store.config().recall_top_k);
+    let vectors: Vec<Vec<f32>> = queries
+        .iter()
+        .filter_map(|q| store.query_vector(q).vector().map(<[f32]>::to_vec))
+        .collect();
+    store.read(|conn| {
+        let Some(scope) = key.find(conn)? else {
+            return Ok(Vec::new());
+        };
+        let exact: Vec<Vec<i64>> = vectors
+            .iter()
+            .map(|v| store.exact_nearest(conn, scope, v, 10))
+            .collect::<Result<_>>()?;
+        let mut out = Vec::new();
+        for &factor in PREFILTER_FACTORS {
+            let (mut overlap, mut took) = (0.0, Vec::new());
+            for (v, exact) in vectors.iter().zip(&exact) {
+                let started = Instant::now();
+                let (nearest, _) = store.nearest_items_with(
+                    conn,
+                    scope,
+                    v,
+                    pool,
+                    &[],
+                    factor.unwrap_or(usize::MAX),
+                )?;
+                took.push(started.elapsed());
+                let found: Vec<i64> = nearest.iter().map(|(i, _)| *i).collect();
+                overlap += crate::vectors::overlap(&found, exact);
+            }
+            took.sort_unstable();
+            out.push(PrefilterFigure {
+                factor,
+                overlap_at_10: overlap / vectors.len().max(1) as f64,
+                search_p50_ms: percentile_ms(&took, 0.5),
+                search_p99_ms: percentile_ms(&took, 0.99),
+            });
+        }
+        Ok(out)
+    })
 }
 
 /// The benchmark report (`--json` serializes it).
@@ -399,6 +614,11 @@ impl Workload {
 
     /// A realistic recall query: a few words of an earlier message plus a
     /// couple of unrelated words, and one time in 20 none at all.
+    /// The captured sentences queries are drawn from.
+    pub fn samples(&self) -> &[String] {
+        &self.samples
+    }
+
     pub fn query(&self, rng: &mut SplitMix) -> Option<String> {
         self.sourced_query(rng).map(|(q, _)| q)
     }
@@ -547,6 +767,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     let path = dir.path().join("bench.sqlite3");
     let mut store = MemoryStore::open(&path, LocalConfig::default())?;
     let mut embedder = None;
+    let mut tokens_of = None;
     if let Some(settings) = &opts.embedder {
         let started = Instant::now();
         let built = settings.build()?;
@@ -565,7 +786,10 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
             dense_scan_p99_ms: 0.0,
             dense_rescore_p50_ms: 0.0,
             dense_rescore_p99_ms: 0.0,
+            short_queries: None,
+            prefilter: Vec::new(),
         });
+        tokens_of = Some(std::sync::Arc::clone(&built));
         store = store.with_embedder(built);
     }
     let batch = opts.capture_batch.max(1);
@@ -654,58 +878,67 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         std::fs::metadata(PathBuf::from(wal)).map_or(0, |m| m.len()) as f64 / (1024.0 * 1024.0)
     };
     let usage_before = rusage_counts();
-    let mut latencies = Vec::with_capacity(opts.recall_queries);
-    let mut cpu_times = Vec::with_capacity(opts.recall_queries);
-    let mut recalled_items = 0usize;
-    let (mut no_query, mut embeds, mut searches) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut scans, mut rescores) = (Vec::new(), Vec::new());
-    let mut asked = Vec::new();
-    for _ in 0..opts.recall_queries {
-        let asking = query(rng);
-        let request = RecallRequest {
-            caller: user.clone(),
-            query: asking.as_ref().map(|(q, _)| q.clone()),
-        };
-        let before = store.retrieval_counts();
-        let cpu_before = thread_cpu_ns();
-        let started = Instant::now();
-        let recall = store.recall(&request)?;
-        let took = started.elapsed();
-        latencies.push(took);
-        if request.query.is_none() {
-            no_query.push(took);
-        } else if embedder.is_some() {
-            let after = store.retrieval_counts();
-            let embed = Duration::from_nanos(after.query_embed_nanos - before.query_embed_nanos);
-            scans.push(Duration::from_nanos(
-                after.dense_scan_nanos - before.dense_scan_nanos,
-            ));
-            rescores.push(Duration::from_nanos(
-                after.dense_rescore_nanos - before.dense_rescore_nanos,
-            ));
-            embeds.push(embed);
-            searches.push(took.saturating_sub(embed));
-        }
-        if let (Some(a), Some(b)) = (cpu_before, thread_cpu_ns()) {
-            cpu_times.push(Duration::from_nanos(b.saturating_sub(a)));
-        }
-        recalled_items += recall.items.len();
-        asked.extend(asking);
-    }
+    let queries: Vec<Option<(String, &str)>> =
+        (0..opts.recall_queries).map(|_| query(rng)).collect();
+    let asked: Vec<(String, &str)> = queries
+        .iter()
+        .flatten()
+        .take(OVERLAP_QUERIES)
+        .cloned()
+        .collect();
+    let queries = queries.into_iter().map(|q| q.map(|(q, _)| q)).collect();
+    let timed = time_recalls(&store, &user, queries, embedder.is_some())?;
     let usage_after = rusage_counts();
     // A single client always gets the same pooled reader back.
     let (reader_cache_hits, reader_cache_misses) =
         store.read(|conn| Ok(page_cache_counts(conn)))?;
-    asked.truncate(OVERLAP_QUERIES);
     let overlaps = store.read(|conn| budget_quality(conn, &user, &asked))?;
-    let recall_cpu_p50_by_quarter_ms = cpu_times
-        .chunks(cpu_times.len().div_ceil(4).max(1))
-        .map(|quarter| {
-            let mut quarter = quarter.to_vec();
-            quarter.sort_unstable();
-            percentile_ms(&quarter, 0.5)
-        })
-        .collect();
+    let recall_cpu_p50_by_quarter_ms = timed.cpu_p50_by_quarter_ms.clone();
+    let mut prefilter_queries = Vec::new();
+    // Queries of a real question's length: consecutive words of an earlier
+    // message, as many as fit a token count drawn from LoCoMo's questions.
+    if let (Some(figures), Some(model)) = (embedder.as_mut(), &tokens_of) {
+        let tokens = |q: &str| model.token_count(q).unwrap_or(q.split(' ').count() + 2);
+        let (mut short, mut total_tokens) = (Vec::new(), 0);
+        while short.len() < opts.recall_queries && !workload.samples().is_empty() {
+            let target = question_tokens(rng);
+            let words: Vec<&str> = workload.samples()[rng.below(workload.samples().len())]
+                .split(' ')
+                .collect();
+            let start = rng.below(words.len());
+            let mut q = format!("{}?", words[start]);
+            for w in &words[start + 1..] {
+                let longer = format!("{} {w}?", q.trim_end_matches('?'));
+                if tokens(&longer) > target {
+                    break;
+                }
+                q = longer;
+            }
+            total_tokens += tokens(&q);
+            short.push(Some(q));
+        }
+        let recalls = short.len();
+        let short_texts: Vec<String> = short
+            .iter()
+            .flatten()
+            .take(PREFILTER_QUERIES)
+            .cloned()
+            .collect();
+        let t = time_recalls(&store, &user, short, true)?;
+        figures.short_queries = (recalls > 0).then(|| ShortQueryFigures {
+            recalls,
+            mean_tokens: total_tokens as f64 / recalls as f64,
+            recall_p50_ms: percentile_ms(&t.latencies, 0.50),
+            recall_p99_ms: percentile_ms(&t.latencies, 0.99),
+            recall_cpu_p50_ms: t.cpu_ms(0.50),
+            recall_cpu_p99_ms: t.cpu_ms(0.99),
+            query_embed_p50_ms: percentile_ms(&t.embeds, 0.50),
+            query_embed_p99_ms: percentile_ms(&t.embeds, 0.99),
+            dense_scan_p50_ms: percentile_ms(&t.scans, 0.50),
+            dense_scan_p99_ms: percentile_ms(&t.scans, 0.99),
+        });
+        prefilter_queries = short_texts;
+    }
     // The first-turn block after a write: one new turn, then a recall
     // without a query (only the recall is timed).
     let mut rebuilt = Vec::with_capacity(REBUILT_BLOCK_RECALLS);
@@ -725,25 +958,25 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         rebuilt.push(started.elapsed());
     }
     rebuilt.sort_unstable();
-    latencies.sort_unstable();
-    cpu_times.sort_unstable();
-    no_query.sort_unstable();
-    embeds.sort_unstable();
-    searches.sort_unstable();
-    scans.sort_unstable();
-    rescores.sort_unstable();
+    let t = &timed;
     if let Some(figures) = embedder.as_mut() {
-        figures.query_embed_p50_ms = percentile_ms(&embeds, 0.50);
-        figures.query_embed_p99_ms = percentile_ms(&embeds, 0.99);
-        figures.search_p50_ms = percentile_ms(&searches, 0.50);
-        figures.search_p99_ms = percentile_ms(&searches, 0.99);
-        figures.dense_scan_p50_ms = percentile_ms(&scans, 0.50);
-        figures.dense_scan_p99_ms = percentile_ms(&scans, 0.99);
-        figures.dense_rescore_p50_ms = percentile_ms(&rescores, 0.50);
-        figures.dense_rescore_p99_ms = percentile_ms(&rescores, 0.99);
+        figures.query_embed_p50_ms = percentile_ms(&t.embeds, 0.50);
+        figures.query_embed_p99_ms = percentile_ms(&t.embeds, 0.99);
+        figures.search_p50_ms = percentile_ms(&t.searches, 0.50);
+        figures.search_p99_ms = percentile_ms(&t.searches, 0.99);
+        figures.dense_scan_p50_ms = percentile_ms(&t.scans, 0.50);
+        figures.dense_scan_p99_ms = percentile_ms(&t.scans, 0.99);
+        figures.dense_rescore_p50_ms = percentile_ms(&t.rescores, 0.50);
+        figures.dense_rescore_p99_ms = percentile_ms(&t.rescores, 0.99);
     }
-    let cpu = |p: f64| (cpu_times.len() == latencies.len()).then(|| percentile_ms(&cpu_times, p));
 
+    // The peak of the recall path: the prefilter comparison below reads
+    // every vector of the scope for its exact ranking (SQLite's page cache
+    // grows by it), which no recall does.
+    let peak_rss_mb = vm_hwm_mb();
+    if let Some(figures) = embedder.as_mut() {
+        figures.prefilter = measure_prefilter(&store, &user, &prefilter_queries)?;
+    }
     let report = SizeReport {
         items,
         turns,
@@ -756,15 +989,15 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         replay_turns_per_sec,
         remember_per_sec,
         recall_queries: opts.recall_queries,
-        recall_p50_ms: percentile_ms(&latencies, 0.50),
-        recall_p99_ms: percentile_ms(&latencies, 0.99),
-        recall_max_ms: percentile_ms(&latencies, 1.0),
-        recall_cpu_p50_ms: cpu(0.50),
-        recall_cpu_p99_ms: cpu(0.99),
-        recall_mean_items: recalled_items as f64 / opts.recall_queries.max(1) as f64,
-        no_query_recalls: no_query.len(),
-        no_query_p50_ms: percentile_ms(&no_query, 0.50),
-        no_query_p99_ms: percentile_ms(&no_query, 0.99),
+        recall_p50_ms: percentile_ms(&t.latencies, 0.50),
+        recall_p99_ms: percentile_ms(&t.latencies, 0.99),
+        recall_max_ms: percentile_ms(&t.latencies, 1.0),
+        recall_cpu_p50_ms: t.cpu_ms(0.50),
+        recall_cpu_p99_ms: t.cpu_ms(0.99),
+        recall_mean_items: t.items as f64 / opts.recall_queries.max(1) as f64,
+        no_query_recalls: t.no_query.len(),
+        no_query_p50_ms: percentile_ms(&t.no_query, 0.50),
+        no_query_p99_ms: percentile_ms(&t.no_query, 0.99),
         rebuilt_block_recalls: rebuilt.len(),
         rebuilt_block_p50_ms: percentile_ms(&rebuilt, 0.50),
         rebuilt_block_p99_ms: percentile_ms(&rebuilt, 0.99),
@@ -780,7 +1013,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         recall_minor_faults: usage_after.0.saturating_sub(usage_before.0),
         recall_involuntary_switches: usage_after.1.saturating_sub(usage_before.1),
         database_mb: file_mb(&path),
-        peak_rss_mb: vm_hwm_mb(),
+        peak_rss_mb,
         peak_rss_reset,
         embedder,
     };
@@ -932,6 +1165,40 @@ impl fmt::Display for BenchReport {
                     e.dense_rescore_p50_ms,
                     e.dense_rescore_p99_ms
                 )?;
+                if let Some(q) = &e.short_queries {
+                    let ms =
+                        |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |m| format!("{m:.3}"));
+                    writeln!(
+                        f,
+                        "{:>8} | hybrid, {} queries of LoCoMo question length ({:.1} tokens mean): \
+                         recall p50 {:.3} / p99 {:.3} ms, cpu p50 {} / p99 {} ms; query \
+                         embedding p50 {:.3} / p99 {:.3} ms; int8 scan p50 {:.3} / p99 {:.3} ms",
+                        s.items,
+                        q.recalls,
+                        q.mean_tokens,
+                        q.recall_p50_ms,
+                        q.recall_p99_ms,
+                        ms(q.recall_cpu_p50_ms),
+                        ms(q.recall_cpu_p99_ms),
+                        q.query_embed_p50_ms,
+                        q.query_embed_p99_ms,
+                        q.dense_scan_p50_ms,
+                        q.dense_scan_p99_ms
+                    )?;
+                }
+                for p in &e.prefilter {
+                    writeln!(
+                        f,
+                        "{:>8} | dense search, sign prefilter {}: overlap@10 with the exact \
+                         ranking {:.3}; search (scan + exact re-score) p50 {:.3} / p99 {:.3} ms",
+                        s.items,
+                        p.factor
+                            .map_or_else(|| "off".to_owned(), |f| format!("x{f}")),
+                        p.overlap_at_10,
+                        p.search_p50_ms,
+                        p.search_p99_ms
+                    )?;
+                }
             }
         }
         write!(

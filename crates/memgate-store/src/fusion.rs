@@ -101,6 +101,52 @@ impl Fused {
     }
 }
 
+/// Thread diversity (an evaluated variant, not the default): the top
+/// `top_k` are picked one at a time, each candidate's score lowered by
+/// `weight` × the best score for every turn of its thread already picked,
+/// so the list spreads over more threads (the LoCoMo session figure counts
+/// the threads — sessions — of the top 10; adding the scores of a thread
+/// instead, measured first, lost 0.05 of it). `ranked` is every fused
+/// candidate, best first.
+pub fn diversify_threads(ranked: Vec<Ranked>, weight: f64, top_k: usize) -> Vec<Ranked> {
+    let best = ranked.first().map_or(0.0, |r| r.score);
+    let thread_of = |r: &Ranked| match &r.origin {
+        crate::ranking::Origin::Turn { thread, .. } => Some(thread.clone()),
+        crate::ranking::Origin::Memory => None,
+    };
+    let mut left: Vec<Option<Ranked>> = ranked.into_iter().map(Some).collect();
+    let mut picked_in: HashMap<String, usize> = HashMap::new();
+    let mut out = Vec::with_capacity(top_k);
+    while out.len() < top_k {
+        let adjusted = |r: &Ranked| {
+            let n = thread_of(r)
+                .and_then(|t| picked_in.get(&t).copied())
+                .unwrap_or(0);
+            r.score - weight * best * n as f64
+        };
+        let Some(i) = (0..left.len())
+            .filter(|&i| left[i].is_some())
+            .max_by(|&a, &b| {
+                let (ra, rb) = (left[a].as_ref().unwrap(), left[b].as_ref().unwrap());
+                adjusted(ra)
+                    .total_cmp(&adjusted(rb))
+                    .then_with(|| rb.citation.cmp(&ra.citation))
+            })
+        else {
+            break;
+        };
+        let mut r = left[i]
+            .take()
+            .unwrap_or_else(|| unreachable!("filtered on is_some"));
+        r.score = adjusted(&r);
+        if let Some(t) = thread_of(&r) {
+            *picked_in.entry(t).or_default() += 1;
+        }
+        out.push(r);
+    }
+    out
+}
+
 /// Fuses `lexical` (best first) with `dense` (the nearest items best first,
 /// with their cosine); `similarity` holds the cosine of lexical hits that
 /// have a vector.
@@ -203,6 +249,32 @@ mod tests {
         for (r, want) in got.iter().zip([1.0, 0.75, 0.5]) {
             assert!((r.score - want).abs() < 1e-6, "{} {}", r.citation, r.score);
         }
+    }
+
+    #[test]
+    fn thread_diversity_lets_another_thread_in() {
+        let in_thread = |id: i64, score: f64, thread: &str| {
+            let mut r = turn(id, score);
+            if let Origin::Turn { thread: t, .. } = &mut r.origin {
+                *t = thread.into();
+            }
+            r
+        };
+        // Turns 1 and 2 in "a" (1.0, 0.9), turn 3 in "b" (0.8).
+        let ranked = vec![
+            in_thread(1, 1.0, "a"),
+            in_thread(2, 0.9, "a"),
+            in_thread(3, 0.8, "b"),
+        ];
+        let got = diversify_threads(ranked.clone(), 0.25, 3);
+        let cited: Vec<&str> = got.iter().map(|r| r.citation.as_str()).collect();
+        // After turn 1, turn 2 counts 0.9 - 0.25 = 0.65 < 0.8.
+        assert_eq!(cited, ["turn_1", "turn_3", "turn_2"]);
+        assert!((got[2].score - 0.65).abs() < 1e-9);
+        // Weight 0 keeps the order.
+        let same = diversify_threads(ranked, 0.0, 3);
+        let cited: Vec<&str> = same.iter().map(|r| r.citation.as_str()).collect();
+        assert_eq!(cited, ["turn_1", "turn_2", "turn_3"]);
     }
 
     #[test]

@@ -41,6 +41,7 @@ use crate::config::{EmbedderSettings, LocalConfig};
 use crate::hybrid::{DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS};
 use crate::ranking::Origin;
 use crate::store::MemoryStore;
+use crate::vectors::PREFILTER_FACTOR;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, MemoryError, Message, Recall, RecallRequest, Result, Role,
 };
@@ -200,7 +201,52 @@ pub struct EmbeddingFigures {
     pub search_seconds: f64,
     /// Hybrid rankings that fell back to lexical.
     pub embedder_failures: u64,
+    /// The questions embedded again by the embedder's document path (the
+    /// float32 reference of a cheaper query path), and its time.
+    pub reference_embed_seconds: f64,
+    /// The dense side alone: overlap@10 of each search's top 10 with the
+    /// exact cosine top 10 of the float32 query ([`DENSE_OVERLAPS`]).
+    pub dense_overlap: Vec<(String, f64)>,
 }
+
+/// How the default fusion's dense side is varied beside it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum DenseVariant {
+    /// The question embedded by the document path (float32 for the local
+    /// model) instead of the query path.
+    ReferenceQuery,
+    /// The sign prefilter keeping this many items per int8 candidate. A
+    /// LoCoMo scope (~550 turns) is below the default's cut, so these run
+    /// it harder than recall at 100k does.
+    Prefilter(usize),
+    /// Thread (session) diversity with this weight
+    /// ([`crate::fusion::diversify_threads`]).
+    Threads(f64),
+}
+
+/// The dense-side variants of the default fusion the evaluation prints.
+const DENSE_VARIANTS: &[DenseVariant] = &[
+    DenseVariant::ReferenceQuery,
+    DenseVariant::Prefilter(1),
+    DenseVariant::Prefilter(2),
+    DenseVariant::Threads(0.05),
+    DenseVariant::Threads(0.1),
+    DenseVariant::Threads(0.25),
+];
+
+/// The dense searches compared with the exact ranking, by name: the query
+/// vector (query path or reference) and the prefilter factor.
+const DENSE_OVERLAPS: &[(&str, bool, usize)] = &[
+    (
+        "query path, prefilter default (as recall)",
+        false,
+        PREFILTER_FACTOR,
+    ),
+    ("float32 query, prefilter default", true, PREFILTER_FACTOR),
+    ("float32 query, prefilter x1", true, 1),
+    ("float32 query, prefilter x2", true, 2),
+    ("float32 query, no prefilter", true, usize::MAX),
+];
 
 /// The lexical ranking alone (what recall does with no embedder).
 fn lexical(
@@ -558,6 +604,11 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         .map(|_| SystemTally::default())
         .collect();
     let mut plain = SystemTally::default();
+    let mut dense_variants: Vec<SystemTally> = DENSE_VARIANTS
+        .iter()
+        .map(|_| SystemTally::default())
+        .collect();
+    let mut overlaps = vec![0.0f64; DENSE_OVERLAPS.len()];
 
     for (i, sample) in samples.iter().enumerate() {
         let field = format!("[{i}]");
@@ -664,14 +715,73 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 for ((fusion, pool), tally) in EVALUATED_FUSIONS.iter().zip(hybrid.iter_mut()) {
                     let started = std::time::Instant::now();
                     let ranked = store.read(|conn| match key.find(conn)? {
-                        Some(scope) => store
-                            .fused_in(conn, scope, question, &vector, DEPTH, None, *fusion, *pool),
+                        Some(scope) => store.fused_in(
+                            conn,
+                            scope,
+                            question,
+                            &vector,
+                            DEPTH,
+                            None,
+                            *fusion,
+                            *pool,
+                            PREFILTER_FACTOR,
+                            0.0,
+                        ),
                         None => Ok(Vec::new()),
                     })?;
                     figures.search_seconds += started.elapsed().as_secs_f64();
                     figures.rankings += 1;
                     tally.add(category, &dia_ids(ranked), &evidence.ids);
                 }
+                let started = std::time::Instant::now();
+                let reference = store.reference_query_vector(question);
+                figures.reference_embed_seconds += started.elapsed().as_secs_f64();
+                for (variant, tally) in DENSE_VARIANTS.iter().zip(dense_variants.iter_mut()) {
+                    let (v, prefilter, threads) = match variant {
+                        DenseVariant::ReferenceQuery => (&reference, PREFILTER_FACTOR, 0.0),
+                        DenseVariant::Prefilter(f) => (&vector, *f, 0.0),
+                        DenseVariant::Threads(w) => (&vector, PREFILTER_FACTOR, *w),
+                    };
+                    let ranked = store.read(|conn| match key.find(conn)? {
+                        Some(scope) => store.fused_in(
+                            conn,
+                            scope,
+                            question,
+                            v,
+                            DEPTH,
+                            None,
+                            DEFAULT_FUSION,
+                            DEFAULT_DENSE_POOL,
+                            prefilter,
+                            threads,
+                        ),
+                        None => Ok(Vec::new()),
+                    })?;
+                    tally.add(category, &dia_ids(ranked), &evidence.ids);
+                }
+                let pool = crate::ranking::candidate_pool(DEPTH) * DEFAULT_DENSE_POOL;
+                store.read(|conn| {
+                    let (Some(scope), Some(exact_query)) = (key.find(conn)?, reference.vector())
+                    else {
+                        return Ok(());
+                    };
+                    let exact = store.exact_nearest(conn, scope, exact_query, DEPTH)?;
+                    for ((_, reference_query, prefilter), sum) in
+                        DENSE_OVERLAPS.iter().zip(overlaps.iter_mut())
+                    {
+                        let q = if *reference_query {
+                            &reference
+                        } else {
+                            &vector
+                        };
+                        let Some(q) = q.vector() else { continue };
+                        let (nearest, _) =
+                            store.nearest_items_with(conn, scope, q, pool, &[], *prefilter)?;
+                        let found: Vec<i64> = nearest.iter().map(|(i, _)| *i).collect();
+                        *sum += crate::vectors::overlap(&found, &exact);
+                    }
+                    Ok(())
+                })?;
             }
             all_evidence.extend(evidence.ids.iter().copied());
             if let Some(b) = &baseline {
@@ -714,6 +824,25 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 figures.model
             )));
         }
+        for (variant, tally) in DENSE_VARIANTS.iter().zip(&dense_variants) {
+            let what = match variant {
+                DenseVariant::ReferenceQuery => {
+                    "questions embedded by the document path (float32)".to_owned()
+                }
+                DenseVariant::Prefilter(f) => format!("sign prefilter x{f}"),
+                DenseVariant::Threads(w) => format!("thread diversity {w}"),
+            };
+            report.systems.push(tally.finish(&format!(
+                "memgate hybrid ({}; {DEFAULT_FUSION}, dense pool x{DEFAULT_DENSE_POOL}; {what})",
+                figures.model
+            )));
+        }
+        let mut figures = figures;
+        figures.dense_overlap = DENSE_OVERLAPS
+            .iter()
+            .zip(&overlaps)
+            .map(|((name, _, _), sum)| ((*name).to_owned(), sum / figures.queries.max(1) as f64))
+            .collect();
         report.embedding = Some(figures);
     }
     if options.baseline {
@@ -811,6 +940,17 @@ impl fmt::Display for LocomoReport {
                 1000.0 * e.search_seconds / e.rankings.max(1) as f64,
                 e.embedder_failures
             )?;
+            writeln!(
+                f,
+                "Reference (document path) question embedding: mean {:.2} ms each",
+                1000.0 * e.reference_embed_seconds / e.queries.max(1) as f64
+            )?;
+            for (name, overlap) in &e.dense_overlap {
+                writeln!(
+                    f,
+                    "Dense top 10, {name}: overlap@10 with the exact float32 ranking {overlap:.3}"
+                )?;
+            }
         }
         writeln!(f)?;
         write!(

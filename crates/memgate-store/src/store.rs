@@ -12,7 +12,7 @@ use crate::first_turn::BlockCache;
 use crate::index::IndexWrites;
 use crate::ranking::CommonTerms;
 use crate::schema::{self, db_error};
-use crate::vectors::{RetrievalStats, VectorCache, Vectorizer};
+use crate::vectors::Vectorizer;
 use memgate_core::{KeepHiddenHook, MemoryError, Redactor, Result};
 use memgate_embed::Embedder;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
@@ -96,12 +96,7 @@ impl MemoryStore {
 
     /// Turns on hybrid recall with `embedder` (see [`crate::vectors`]).
     pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
-        self.vectorizer = Some(Vectorizer {
-            embedder,
-            cache: VectorCache::default(),
-            stats: RetrievalStats::default(),
-            indexing: Default::default(),
-        });
+        self.vectorizer = Some(Vectorizer::new(embedder));
         self
     }
 

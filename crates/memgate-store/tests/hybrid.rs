@@ -517,3 +517,73 @@ fn a_turn_is_embedded_with_the_turn_before_it_and_its_speaker() {
         ]
     );
 }
+
+/// Fake embedder for the prefilter test (named as one): 64 dimensions;
+/// a text that mentions a cat (or a pet) points along one fixed direction, every other
+/// text gets a vector drawn from its hash ([`DigestEmbedder`]'s, four
+/// times over).
+struct CatEmbedder;
+
+impl Embedder for CatEmbedder {
+    fn model(&self) -> &str {
+        "cat/64"
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                // The embedded text of a turn starts with the turn before it.
+                let own = t.rsplit('\n').next().unwrap_or(t).to_lowercase();
+                let mut v: Vec<f32> = if ["cat", "kitten", "pet"].iter().any(|w| own.contains(w)) {
+                    (0..64)
+                        .map(|d| if d % 3 == 0 { 1.0 } else { -0.5 })
+                        .collect()
+                } else {
+                    (0..4)
+                        .flat_map(|i| DigestEmbedder::vector(&format!("{i}{t}")))
+                        .collect()
+                };
+                memgate_embed::normalize(&mut v);
+                v
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn the_sign_prefilter_of_a_large_scope_finds_its_nearest_turn_and_no_other_scope() {
+    // 3,400 turns: above the 3,200 the sign prefilter keeps for a recall
+    // of 10 (50 × 4 × 16), so the pass runs; the one turn about a cat is
+    // the 3,351st (past the first 3,200) and shares no word with the question. Bob's scope holds
+    // a turn about a cat too, which Alice's recall must never see.
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with(dir.path(), Arc::new(CatEmbedder));
+    let filler: Vec<Message> = (0..3400)
+        .map(|i| {
+            if i == 3350 {
+                Message::human("We adopted a kitten called Miso")
+            } else {
+                Message::human(format!("note number {i} about the weekly report"))
+            }
+            .with_id(format!("m{i}"))
+        })
+        .collect();
+    store.capture(&capture(&alice(), "long", filler)).unwrap();
+    let bob = Caller::new("bob");
+    store
+        .capture(&capture(
+            &bob,
+            "b",
+            vec![Message::human("Bob's cat sleeps all day")],
+        ))
+        .unwrap();
+    assert_eq!(store.index_all_vectors(500).unwrap(), 3401);
+    let got = texts(&store, &alice(), "Which pet do I own?");
+    assert_eq!(got[0], "We adopted a kitten called Miso", "{got:?}");
+    assert!(got.iter().all(|t| !t.contains("Bob")), "{got:?}");
+    assert_eq!(
+        texts(&store, &bob, "Which pet?")[0],
+        "Bob's cat sleeps all day"
+    );
+}
