@@ -319,17 +319,12 @@ impl PostgresBackend {
         let query = self.redactor.redact(query).text.into_owned();
         let embedder = Arc::clone(&v.embedder);
         let started = Instant::now();
-        let embedded = tokio::task::spawn_blocking(move || embedder.embed(&[query.as_str()])).await;
+        let embedded = tokio::task::spawn_blocking(move || embedder.embed_query(&query)).await;
         v.stats
             .query_embed_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         match embedded {
-            Ok(Ok(mut vectors)) if vectors.len() == 1 => vectors.pop(),
-            Ok(Ok(_)) => {
-                v.stats.embedder_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("embedder returned no query vector; recall is lexical");
-                None
-            }
+            Ok(Ok(vector)) => Some(vector),
             Ok(Err(e)) => {
                 v.stats.embedder_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "embedder failed; recall is lexical");
