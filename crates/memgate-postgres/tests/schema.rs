@@ -1,6 +1,7 @@
 //! The schema on a real PostgreSQL: created once under the advisory lock
 //! when replicas start together, a foreign or newer schema refused with
-//! nothing changed, doctor figures, and no password in any error.
+//! nothing changed, doctor figures, no password in any error, and fresh
+//! planner statistics after a bulk import.
 
 mod common;
 
@@ -203,4 +204,64 @@ async fn dropping_one_memgate_schema_leaves_the_others_indexes() {
     .await
     .unwrap();
     sql(&dsn, &format!("DROP SCHEMA {second} CASCADE")).await;
+}
+
+/// When `table` of `schema` was last analysed by a statement (not by
+/// autovacuum), if ever.
+async fn analysed(dsn: &str, schema: &str, table: &str) -> bool {
+    common::connect(dsn)
+        .await
+        .query_one(
+            "SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables
+             WHERE schemaname = $1 AND relname = $2",
+            &[&schema, &table],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn a_bulk_import_refreshes_the_planners_statistics_and_a_small_one_does_not() {
+    let dsn = common::dsn();
+    let schema = common::unique_schema("analyse");
+    let b = common::backend(&dsn, &schema);
+    let alice = Caller::new("alice").with_agent("coder");
+    let messages = (0..1_000)
+        .map(|i| {
+            memgate_core::Message::human(format!("turn {i} about kettles")).with_id(format!("m{i}"))
+        })
+        .collect();
+    b.capture(&memgate_core::CaptureRequest {
+        caller: alice.clone().with_thread("t1"),
+        messages,
+        kind: memgate_core::CaptureKind::AfterTurn,
+        trace_id: None,
+    })
+    .await
+    .unwrap();
+    let mut export = b.export(&alice).await.unwrap();
+    let bulk = export.clone();
+    export.turns.truncate(2);
+    b.import(&Caller::new("bob").with_agent("coder"), &export)
+        .await
+        .unwrap();
+    for table in ["memories", "turns"] {
+        assert!(
+            !analysed(&dsn, &schema, table).await,
+            "{table} after 2 rows"
+        );
+    }
+    let report = b
+        .import(&Caller::new("carol").with_agent("coder"), &bulk)
+        .await
+        .unwrap();
+    assert_eq!(report.turns_imported, 1_000);
+    for table in ["memories", "turns"] {
+        assert!(
+            analysed(&dsn, &schema, table).await,
+            "{table} after 1,000 rows"
+        );
+    }
 }
