@@ -1,8 +1,11 @@
 //! Hybrid recall: the lexical ranking fused with dense retrieval.
 //!
 //! With an embedder configured and the file's vectors of its model, a query
-//! is embedded (redacted, before any connection is taken) and its nearest
-//! [`candidate_pool`] items of the scope join the lexical candidates. Every
+//! is embedded (redacted, on a thread of its own, started before any
+//! connection is taken, so the lexical ranking runs on the recall's thread
+//! meanwhile: on two cores the model's time hides the lexical ranking's) and
+//! its nearest [`candidate_pool`] items of the scope join the lexical
+//! candidates. Every
 //! candidate then gets both scores and the two are added
 //! ([`Fusion::Score`], the default): the lexical score divided by the best
 //! lexical score of the query, plus `lambda` times the cosine similarity
@@ -19,67 +22,136 @@
 use crate::fusion::{diversify_threads, fuse};
 use crate::ranking::{candidate_pool, load_item, rank, Ranked};
 use crate::store::MemoryStore;
+use crate::vectors::RetrievalStats;
 use crate::vectors::{stored_model, PREFILTER_FACTOR};
 use memgate_core::Result;
 use memgate_embed::Embedder;
 use rusqlite::Connection;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 pub use crate::fusion::{Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS, RRF_K};
 
-/// A query's vector, or `None` when recall stays lexical.
-pub struct QueryVector(Option<Vec<f32>>);
+/// A query's vector, or `None` when recall stays lexical; possibly still
+/// being embedded on its own thread until [`QueryVector::vector`] is asked.
+pub struct QueryVector {
+    vector: OnceLock<Option<Vec<f32>>>,
+    embedding: Mutex<Option<JoinHandle<Option<Vec<f32>>>>>,
+}
 
 impl QueryVector {
+    fn ready(vector: Option<Vec<f32>>) -> Self {
+        Self {
+            vector: OnceLock::from(vector),
+            embedding: Mutex::new(None),
+        }
+    }
+
+    /// The vector, waiting for its embedding if that is still running.
     pub(crate) fn vector(&self) -> Option<&[f32]> {
-        self.0.as_deref()
+        self.vector
+            .get_or_init(|| {
+                let running = self
+                    .embedding
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                running.and_then(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        tracing::warn!("query embedding panicked; recall is lexical");
+                        None
+                    })
+                })
+            })
+            .as_deref()
+    }
+
+    /// False once it is known that there is no vector (no embedder, or it
+    /// failed), without waiting for a running embedding.
+    fn may_have_vector(&self) -> bool {
+        self.vector.get().is_none_or(Option::is_some)
+    }
+}
+
+/// Embeds `query` and counts the time, or the failure (logged, and the
+/// recall stays lexical).
+fn embed_counted(
+    embedder: &dyn Embedder,
+    stats: &RetrievalStats,
+    query: &str,
+    embed: impl FnOnce(&dyn Embedder, &str) -> memgate_embed::Result<Vec<f32>>,
+) -> Option<Vec<f32>> {
+    let started = Instant::now();
+    let embedded = embed(embedder, query);
+    stats
+        .query_embed_nanos
+        .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    match embedded {
+        Ok(vector) => Some(vector),
+        Err(e) => {
+            stats.embedder_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, "embedder failed; recall is lexical");
+            None
+        }
     }
 }
 
 impl MemoryStore {
-    /// Embeds `query` for [`Self::ranked_in`], redacted first (an
-    /// endpoint embedder is another service; stored text is redacted too,
-    /// so nothing is lost); an embedder failure is counted and logged, and
-    /// ranking stays lexical.
+    /// Starts embedding `query` for [`Self::ranked_in`] on a thread of its
+    /// own, redacted first (an endpoint embedder is another service; stored
+    /// text is redacted too, so nothing is lost); an embedder failure is
+    /// counted and logged, and ranking stays lexical. Where no thread can
+    /// be started, the query is embedded here.
     pub fn query_vector(&self, query: &str) -> QueryVector {
-        self.vector_of(query, |e, q| e.embed_query(q))
+        let Some(v) = &self.vectorizer else {
+            return QueryVector::ready(None);
+        };
+        let text = self.redactor.redact(query).text.into_owned();
+        let job = {
+            let (embedder, stats, text) =
+                (Arc::clone(&v.embedder), Arc::clone(&v.stats), text.clone());
+            move || embed_counted(embedder.as_ref(), &stats, &text, |e, q| e.embed_query(q))
+        };
+        match std::thread::Builder::new()
+            .name("memgate-query-embed".into())
+            .spawn(job)
+        {
+            Ok(running) => QueryVector {
+                vector: OnceLock::new(),
+                embedding: Mutex::new(Some(running)),
+            },
+            Err(_) => QueryVector::ready(embed_counted(
+                v.embedder.as_ref(),
+                &v.stats,
+                &text,
+                |e, q| e.embed_query(q),
+            )),
+        }
     }
 
     /// Evaluations: [`Self::query_vector`] by the embedder's document path
     /// ([`Embedder::embed`], float32 for the local model), the reference
-    /// a cheaper query path is measured against.
+    /// a cheaper query path is measured against; embedded here.
     pub(crate) fn reference_query_vector(&self, query: &str) -> QueryVector {
-        self.vector_of(query, |e, q| {
-            let mut v = e.embed(&[q])?;
-            v.pop().filter(|_| v.is_empty()).ok_or_else(|| {
-                memgate_embed::EmbedError::Failed("the embedder returned no query vector".into())
-            })
-        })
-    }
-
-    fn vector_of(
-        &self,
-        query: &str,
-        embed: impl FnOnce(&dyn Embedder, &str) -> memgate_embed::Result<Vec<f32>>,
-    ) -> QueryVector {
         let Some(v) = &self.vectorizer else {
-            return QueryVector(None);
+            return QueryVector::ready(None);
         };
-        let query = self.redactor.redact(query).text;
-        let started = Instant::now();
-        let embedded = embed(v.embedder.as_ref(), query.as_ref());
-        v.stats
-            .query_embed_nanos
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        match embedded {
-            Ok(vector) => QueryVector(Some(vector)),
-            Err(e) => {
-                v.stats.embedder_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, "embedder failed; recall is lexical");
-                QueryVector(None)
-            }
-        }
+        let text = self.redactor.redact(query).text;
+        QueryVector::ready(embed_counted(
+            v.embedder.as_ref(),
+            &v.stats,
+            &text,
+            |e, q| {
+                let mut v = e.embed(&[q])?;
+                v.pop().filter(|_| v.is_empty()).ok_or_else(|| {
+                    memgate_embed::EmbedError::Failed(
+                        "the embedder returned no query vector".into(),
+                    )
+                })
+            },
+        ))
     }
 
     /// The ranking of `query` in `scope`: hybrid ([`DEFAULT_FUSION`]) when
@@ -125,14 +197,24 @@ impl MemoryStore {
         prefilter: usize,
         thread_weight: f64,
     ) -> Result<Vec<Ranked>> {
-        let (Some(q), Some(v)) = (&vector.0, &self.vectorizer) else {
-            return rank(conn, &self.common_terms, scope, query, top_k, category);
+        let lexical_only = || rank(conn, &self.common_terms, scope, query, top_k, category);
+        let Some(v) = self
+            .vectorizer
+            .as_ref()
+            .filter(|_| vector.may_have_vector())
+        else {
+            return lexical_only();
         };
         if stored_model(conn)?.is_some_and(|m| m != v.key()) {
-            return rank(conn, &self.common_terms, scope, query, top_k, category);
+            return lexical_only();
         }
         let pool = candidate_pool(top_k);
+        // Ranked while the query may still be embedding on its own thread.
         let lexical = rank(conn, &self.common_terms, scope, query, pool, category)?;
+        let Some(q) = vector.vector() else {
+            // The embedder failed: exactly the lexical answer.
+            return lexical_only();
+        };
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
         let (dense, similarity) = self.nearest_items_with(
             conn,

@@ -176,7 +176,8 @@ pub fn describe_key(key: &str) -> String {
 pub struct Vectorizer {
     pub embedder: Arc<dyn Embedder>,
     pub cache: VectorCache,
-    pub stats: RetrievalStats,
+    /// Shared with the thread that embeds a recall's query.
+    pub stats: Arc<RetrievalStats>,
     /// Held for one indexer step, so the background indexer and an explicit
     /// `memgate reembed` never embed the same pending rows twice.
     pub indexing: Mutex<()>,
@@ -191,7 +192,7 @@ impl Vectorizer {
             key: vector_key(embedder.model()),
             embedder,
             cache: VectorCache::default(),
-            stats: RetrievalStats::default(),
+            stats: Arc::default(),
             indexing: Mutex::default(),
         }
     }
