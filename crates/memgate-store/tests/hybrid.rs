@@ -587,3 +587,45 @@ fn the_sign_prefilter_of_a_large_scope_finds_its_nearest_turn_and_no_other_scope
         "Bob's cat sleeps all day"
     );
 }
+
+/// Fake embedder (named as one): [`ConceptEmbedder`]'s vectors, recording
+/// the name of the thread each call ran on.
+struct ThreadRecorder {
+    inner: Arc<dyn Embedder>,
+    threads: Mutex<Vec<Option<String>>>,
+}
+
+impl Embedder for ThreadRecorder {
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let name = std::thread::current().name().map(str::to_owned);
+        self.threads.lock().unwrap().push(name);
+        self.inner.embed(texts)
+    }
+}
+
+#[test]
+fn a_recalls_query_is_embedded_on_its_own_thread_while_the_recall_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let recorder = Arc::new(ThreadRecorder {
+        inner: ConceptEmbedder::new("concepts/5"),
+        threads: Mutex::default(),
+    });
+    let store = store_with(dir.path(), recorder.clone());
+    seed(&store, &alice());
+    store.index_all_vectors(2).unwrap();
+    let indexed = recorder.threads.lock().unwrap().len();
+    let got = texts(&store, &alice(), "Which cat do I own?");
+    // The dense leg found what shares no word with the query ...
+    assert_eq!(got[0], "I adopted a kitten last spring", "{got:?}");
+    // ... from a vector made off the recall's thread.
+    let threads = recorder.threads.lock().unwrap();
+    assert_eq!(
+        threads[indexed..],
+        [Some("memgate-query-embed".to_owned())],
+        "{threads:?}"
+    );
+}
