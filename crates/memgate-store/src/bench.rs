@@ -642,9 +642,11 @@ impl Workload {
     }
 }
 
-/// Nanoseconds this thread has spent on a CPU (`CLOCK_THREAD_CPUTIME_ID`).
+/// Nanoseconds this thread has spent on a CPU (`CLOCK_THREAD_CPUTIME_ID`;
+/// finer than `/proc/thread-self/schedstat`, which moves in scheduler
+/// ticks here). Shared with the encoder example.
 #[cfg(unix)]
-fn thread_cpu_ns() -> Option<u64> {
+pub fn thread_cpu_ns() -> Option<u64> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -655,7 +657,7 @@ fn thread_cpu_ns() -> Option<u64> {
 }
 
 #[cfg(not(unix))]
-fn thread_cpu_ns() -> Option<u64> {
+pub fn thread_cpu_ns() -> Option<u64> {
     None
 }
 

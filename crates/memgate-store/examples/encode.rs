@@ -1,4 +1,4 @@
-//! `cargo run --release -p memgate-embed --example encode -- MODEL_DIR [N]
+//! `cargo run --release -p memgate-store --example encode -- MODEL_DIR [N]
 //! [LOCOMO_JSON]`: the local encoder's cost alone — model load time, then N
 //! embeddings of a query-length and of a turn-length text, wall and on-CPU
 //! p50/p99 (on-CPU from the thread's CPU clock, the honest figure on a
@@ -9,30 +9,13 @@
 //! the int8 vectors are from the float32 ones (cosine).
 
 use memgate_embed::{MiniLm, Precision};
+use memgate_store::bench::thread_cpu_ns;
 use std::time::{Duration, Instant};
 
 const QUERY: &str = "When did Caroline go to the LGBTQ support group?";
 const TURN: &str = "I went to a LGBTQ support group yesterday and it was so powerful. \
     The transgender stories were so inspiring! I was so happy and thankful for all the \
     support. It made me realise how much I want to keep going with my counseling course.";
-
-/// Nanoseconds this thread has run on a CPU (`CLOCK_THREAD_CPUTIME_ID`;
-/// `/proc/thread-self/schedstat` moves in scheduler ticks of 4 ms here).
-#[cfg(unix)]
-fn on_cpu() -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
-}
-
-#[cfg(not(unix))]
-fn on_cpu() -> Option<u64> {
-    None
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -64,10 +47,10 @@ fn timed(texts: &[&str], rounds: usize, embed: impl Fn(&str) -> Vec<f32>) -> Str
     let (mut wall, mut cpu) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         for text in texts {
-            let (t, c) = (Instant::now(), on_cpu());
+            let (t, c) = (Instant::now(), thread_cpu_ns());
             std::hint::black_box(embed(text));
             wall.push(t.elapsed());
-            if let (Some(a), Some(b)) = (c, on_cpu()) {
+            if let (Some(a), Some(b)) = (c, thread_cpu_ns()) {
                 cpu.push(Duration::from_nanos(b - a));
             }
         }
