@@ -245,15 +245,13 @@ impl ServerStats {
             .unwrap();
     }
 
-    /// Prints the statements of the one recall run since the last reset,
-    /// costliest first: which plan it took, and where its time went.
-    /// With the query's words' counts in `schema` (the plan's inputs).
-    async fn print_one(&self, schema: &str, timed: Duration, again: Duration, query: &str) {
-        let rows = self
-            .client
+    /// This database's statements since the last reset, costliest first:
+    /// calls, total, mean and max execution time (ms), and the label.
+    async fn statements(&self) -> Vec<tokio_postgres::Row> {
+        self.client
             .query(
                 &format!(
-                    "SELECT calls, total_exec_time, {STATEMENT_LABEL}
+                    "SELECT calls, total_exec_time, mean_exec_time, max_exec_time, {STATEMENT_LABEL}
                      FROM pg_stat_statements
                      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
                        AND query NOT LIKE '%pg_stat_statements%'
@@ -262,7 +260,14 @@ impl ServerStats {
                 &[],
             )
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Prints the statements of the one recall run since the last reset,
+    /// costliest first: which plan it took, and where its time went.
+    /// With the query's words' counts in `schema` (the plan's inputs).
+    async fn print_one(&self, schema: &str, timed: Duration, again: Duration, query: &str) {
+        let rows = self.statements().await;
         let counts: String = self
             .client
             .query_one(
@@ -288,27 +293,14 @@ impl ServerStats {
                 "    calls={} total={:>8.3} ms  {}",
                 r.get::<_, i64>(0),
                 r.get::<_, f64>(1),
-                r.get::<_, String>(2)
+                r.get::<_, String>(4)
             );
         }
     }
 
     /// Prints the server's execution time per recall and the costliest statements.
     async fn print(&self, recalls: usize) {
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "SELECT calls, total_exec_time, mean_exec_time, max_exec_time, {STATEMENT_LABEL}
-                     FROM pg_stat_statements
-                     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-                       AND query NOT LIKE '%pg_stat_statements%'
-                     ORDER BY total_exec_time DESC"
-                ),
-                &[],
-            )
-            .await
-            .unwrap();
+        let rows = self.statements().await;
         let total: f64 = rows.iter().map(|r| r.get::<_, f64>(1)).sum();
         println!(
             "postgres server execution: {:.2} ms per recall (pg_stat_statements, {} statements)",

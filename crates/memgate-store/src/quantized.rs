@@ -373,20 +373,30 @@ mod tests {
         assert_eq!(quantize(&[0.0; 4], &mut [1; 4]), 0.0);
     }
 
-    #[test]
-    fn candidates_hold_the_exact_nearest_items() {
+    /// `vectors` indexed by position, and (exact cosine, position) of each,
+    /// best first.
+    fn indexed_with_exact_order(
+        vectors: &[Vec<f32>],
+        query: &[f32],
+    ) -> (Quantized, Vec<(f32, i64)>) {
         let mut q = Quantized::default();
-        let vectors: Vec<Vec<f32>> = (0..2000).map(|i| unit(10 + i, 64)).collect();
         for (i, v) in vectors.iter().enumerate() {
             q.upsert(i as i64, v);
         }
-        let query = unit(7, 64);
         let mut exact: Vec<(f32, i64)> = vectors
             .iter()
             .enumerate()
-            .map(|(i, v)| (v.iter().zip(&query).map(|(x, y)| x * y).sum(), i as i64))
+            .map(|(i, v)| (v.iter().zip(query).map(|(x, y)| x * y).sum(), i as i64))
             .collect();
         exact.sort_by(|a, b| b.0.total_cmp(&a.0));
+        (q, exact)
+    }
+
+    #[test]
+    fn candidates_hold_the_exact_nearest_items() {
+        let vectors: Vec<Vec<f32>> = (0..2000).map(|i| unit(10 + i, 64)).collect();
+        let query = unit(7, 64);
+        let (mut q, exact) = indexed_with_exact_order(&vectors, &query);
         // Four times as many candidates as wanted hold the exact top 10.
         let found = q.candidates(&query, 40, usize::MAX);
         assert_eq!(found.len(), 40);
@@ -489,16 +499,7 @@ mod tests {
             memgate_embed::normalize(&mut v);
             v
         }));
-        let mut q = Quantized::default();
-        for (i, v) in vectors.iter().enumerate() {
-            q.upsert(i as i64, v);
-        }
-        let mut exact: Vec<(f32, i64)> = vectors
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (v.iter().zip(&query).map(|(x, y)| x * y).sum(), i as i64))
-            .collect();
-        exact.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let (q, exact) = indexed_with_exact_order(&vectors, &query);
         let found = q.candidates(&query, 40, 200);
         assert_eq!(found.len(), 40);
         for (_, item) in &exact[..10] {
