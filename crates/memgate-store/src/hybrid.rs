@@ -22,8 +22,7 @@
 use crate::fusion::{diversify_threads, fuse};
 use crate::ranking::{candidate_pool, load_item, rank, Ranked};
 use crate::store::MemoryStore;
-use crate::vectors::RetrievalStats;
-use crate::vectors::{stored_model, PREFILTER_FACTOR};
+use crate::vectors::{stored_model, RetrievalStats, PREFILTER_FACTOR};
 use memgate_core::Result;
 use memgate_embed::Embedder;
 use rusqlite::Connection;
@@ -58,12 +57,8 @@ impl QueryVector {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .take();
-                running.and_then(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        tracing::warn!("query embedding panicked; recall is lexical");
-                        None
-                    })
-                })
+                // The thread catches the embedder's panics (`embed_counted`).
+                running.and_then(|h| h.join().ok().flatten())
             })
             .as_deref()
     }
@@ -76,7 +71,8 @@ impl QueryVector {
 }
 
 /// Embeds `query` and counts the time, or the failure (logged, and the
-/// recall stays lexical).
+/// recall stays lexical); an embedder that panics is a failure like any
+/// other, on whichever thread it ran.
 fn embed_counted(
     embedder: &dyn Embedder,
     stats: &RetrievalStats,
@@ -84,7 +80,13 @@ fn embed_counted(
     embed: impl FnOnce(&dyn Embedder, &str) -> memgate_embed::Result<Vec<f32>>,
 ) -> Option<Vec<f32>> {
     let started = Instant::now();
-    let embedded = embed(embedder, query);
+    let embedded =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| embed(embedder, query)))
+            .unwrap_or_else(|_| {
+                Err(memgate_embed::EmbedError::Failed(
+                    "the embedder panicked".into(),
+                ))
+            });
     stats
         .query_embed_nanos
         .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);

@@ -629,3 +629,36 @@ fn a_recalls_query_is_embedded_on_its_own_thread_while_the_recall_ranks() {
         "{threads:?}"
     );
 }
+
+/// Fake embedder (named as one): [`ConceptEmbedder`]'s documents, and a
+/// panic for every query.
+struct PanickingQueries(Arc<dyn Embedder>);
+
+impl Embedder for PanickingQueries {
+    fn model(&self) -> &str {
+        self.0.model()
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.0.embed(texts)
+    }
+
+    fn embed_query(&self, _: &str) -> Result<Vec<f32>, EmbedError> {
+        panic!("a broken model");
+    }
+}
+
+#[test]
+fn an_embedder_that_panics_on_a_query_is_a_counted_failure_and_recall_is_lexical() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with(
+        dir.path(),
+        Arc::new(PanickingQueries(ConceptEmbedder::new("concepts/5"))),
+    );
+    seed(&store, &alice());
+    store.index_all_vectors(8).unwrap();
+    let got = texts(&store, &alice(), "piano evening");
+    assert_eq!(got[0], "Practising piano every evening");
+    assert_eq!(store.retrieval_counts().embedder_failures, 1);
+    assert_eq!(store.retrieval_counts().hybrid, 0);
+}
