@@ -180,14 +180,19 @@ async fn the_background_indexer_catches_up_by_itself() {
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
+    // The counter is bumped after the batch's commit, so a reader can see the
+    // rows a moment before the count: wait for both, under one deadline.
     loop {
         let p = b.vector_progress().await.unwrap();
-        if p.embedded == 40 {
+        let written = b.retrieval_counts().vectors_written;
+        if p.embedded == 40 && written >= 40 {
             assert_eq!(p.total, 40);
             break;
         }
-        assert!(Instant::now() < deadline, "indexer stuck at {p:?}");
+        assert!(
+            Instant::now() < deadline,
+            "indexer stuck at {p:?}, {written} vectors counted"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(b.retrieval_counts().vectors_written >= 40);
 }
