@@ -334,44 +334,26 @@ impl RecallPhases {
     }
 
     /// The mean of `all` (their count in `recalls`).
-    fn mean<'a>(all: impl IntoIterator<Item = &'a RecallPhases>) -> Self {
-        let mut m = Self::default();
-        let mut cpu = Some(0.0);
-        for r in all {
-            m.recalls += 1;
-            m.no_query += r.no_query;
-            m.newest += r.newest;
-            m.terms += r.terms;
-            m.counted += r.counted;
-            m.plan_n += r.plan_n;
-            m.wall_ms += r.wall_ms;
-            cpu = cpu.zip(r.cpu_ms).map(|(a, b)| a + b);
-            m.plan_ms += r.plan_ms;
-            m.candidates_ms += r.candidates_ms;
-            m.places_ms += r.places_ms;
-            m.neighbours_ms += r.neighbours_ms;
-            m.rows_ms += r.rows_ms;
-            m.rest_ms += r.rest_ms;
+    fn mean(all: &[RecallPhases]) -> Self {
+        let n = all.len().max(1) as f64;
+        let avg = |field: fn(&RecallPhases) -> f64| all.iter().map(field).sum::<f64>() / n;
+        let cpu: Option<f64> = all.iter().map(|r| r.cpu_ms).sum();
+        Self {
+            recalls: all.len(),
+            no_query: avg(|r| r.no_query),
+            newest: avg(|r| r.newest),
+            terms: avg(|r| r.terms),
+            counted: avg(|r| r.counted),
+            plan_n: avg(|r| r.plan_n),
+            wall_ms: avg(|r| r.wall_ms),
+            cpu_ms: cpu.filter(|_| !all.is_empty()).map(|c| c / n),
+            plan_ms: avg(|r| r.plan_ms),
+            candidates_ms: avg(|r| r.candidates_ms),
+            places_ms: avg(|r| r.places_ms),
+            neighbours_ms: avg(|r| r.neighbours_ms),
+            rows_ms: avg(|r| r.rows_ms),
+            rest_ms: avg(|r| r.rest_ms),
         }
-        let n = m.recalls.max(1) as f64;
-        for v in [
-            &mut m.no_query,
-            &mut m.newest,
-            &mut m.terms,
-            &mut m.counted,
-            &mut m.plan_n,
-            &mut m.wall_ms,
-            &mut m.plan_ms,
-            &mut m.candidates_ms,
-            &mut m.places_ms,
-            &mut m.neighbours_ms,
-            &mut m.rows_ms,
-            &mut m.rest_ms,
-        ] {
-            *v /= n;
-        }
-        m.cpu_ms = cpu.filter(|_| m.recalls > 0).map(|c| c / n);
-        m
     }
 
     /// The text report's figures.
