@@ -141,6 +141,8 @@ pub struct SizeReport {
     /// involuntary context switches (preempted while recalling).
     pub recall_minor_faults: u64,
     pub recall_involuntary_switches: u64,
+    /// Where the time of the slowest timed recalls went, against all.
+    pub recall_tail: RecallTail,
     pub database_mb: f64,
     /// Peak resident set size of the process (VmHWM), when readable.
     pub peak_rss_mb: Option<f64>,
@@ -269,12 +271,140 @@ struct Timings {
     /// On-CPU p50 of each quarter of the recalls, in the order they ran
     /// (drift within one run, told apart from drift between runs).
     cpu_p50_by_quarter_ms: Vec<f64>,
+    /// Each recall's ranking profile, in the order they ran.
+    phases: Vec<RecallPhases>,
 }
 
 impl Timings {
     /// On-CPU percentile, when every recall's was read.
     fn cpu_ms(&self, p: f64) -> Option<f64> {
         (self.cpu.len() == self.latencies.len()).then(|| percentile_ms(&self.cpu, p))
+    }
+}
+
+/// Share of the timed recalls, slowest by on-CPU time, that
+/// [`RecallTail`] describes.
+const TAIL_SHARE: f64 = 0.02;
+
+/// One recall (or the mean of several): what its rankings did
+/// ([`crate::ranking::RankProfile`]) and where its time went, in ms.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RecallPhases {
+    pub recalls: usize,
+    /// Recalls without a query (the first-turn block, no ranking).
+    pub no_query: f64,
+    /// Rankings whose terms were all common (newest first, no BM25).
+    pub newest: f64,
+    pub terms: f64,
+    /// Postings counts read from the index (the other terms were known).
+    pub counted: f64,
+    /// Documents the BM25 plan scores.
+    pub plan_n: f64,
+    pub wall_ms: f64,
+    pub cpu_ms: Option<f64>,
+    pub plan_ms: f64,
+    pub candidates_ms: f64,
+    pub places_ms: f64,
+    pub neighbours_ms: f64,
+    pub rows_ms: f64,
+    /// The recall outside its rankings (standing memories, the block).
+    pub rest_ms: f64,
+}
+
+impl RecallPhases {
+    fn of(wall: Duration, cpu: Option<Duration>, p: &crate::ranking::RankProfile) -> Self {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let ranking = p.plan + p.candidates + p.places + p.neighbours + p.rows;
+        Self {
+            recalls: 1,
+            no_query: f64::from(u8::from(p.rankings == 0)),
+            newest: p.newest as f64,
+            terms: p.terms as f64,
+            counted: p.counted as f64,
+            plan_n: p.plan_n as f64,
+            wall_ms: ms(wall),
+            cpu_ms: cpu.map(ms),
+            plan_ms: ms(p.plan),
+            candidates_ms: ms(p.candidates),
+            places_ms: ms(p.places),
+            neighbours_ms: ms(p.neighbours),
+            rows_ms: ms(p.rows),
+            rest_ms: ms(wall.saturating_sub(ranking)),
+        }
+    }
+
+    /// The mean of `all` (their count in `recalls`).
+    fn mean(all: &[RecallPhases]) -> Self {
+        let n = all.len().max(1) as f64;
+        let avg = |field: fn(&RecallPhases) -> f64| all.iter().map(field).sum::<f64>() / n;
+        let cpu: Option<f64> = all.iter().map(|r| r.cpu_ms).sum();
+        Self {
+            recalls: all.len(),
+            no_query: avg(|r| r.no_query),
+            newest: avg(|r| r.newest),
+            terms: avg(|r| r.terms),
+            counted: avg(|r| r.counted),
+            plan_n: avg(|r| r.plan_n),
+            wall_ms: avg(|r| r.wall_ms),
+            cpu_ms: cpu.filter(|_| !all.is_empty()).map(|c| c / n),
+            plan_ms: avg(|r| r.plan_ms),
+            candidates_ms: avg(|r| r.candidates_ms),
+            places_ms: avg(|r| r.places_ms),
+            neighbours_ms: avg(|r| r.neighbours_ms),
+            rows_ms: avg(|r| r.rows_ms),
+            rest_ms: avg(|r| r.rest_ms),
+        }
+    }
+
+    /// The text report's figures.
+    fn line(&self) -> String {
+        let cpu = self
+            .cpu_ms
+            .map_or_else(|| "n/a".to_owned(), |c| format!("{c:.3}"));
+        format!(
+            "{} recalls ({:.0}% without a query, {:.0}% newest-first): {:.1} terms, {:.1} \
+             counted, plan n {:.0}; ms wall {:.3} / cpu {cpu}: plan {:.3}, candidates {:.3}, \
+             places {:.3}, neighbours {:.3}, rows {:.3}, rest {:.3}",
+            self.recalls,
+            100.0 * self.no_query,
+            100.0 * self.newest,
+            self.terms,
+            self.counted,
+            self.plan_n,
+            self.wall_ms,
+            self.plan_ms,
+            self.candidates_ms,
+            self.places_ms,
+            self.neighbours_ms,
+            self.rows_ms,
+            self.rest_ms
+        )
+    }
+}
+
+/// The slowest [`TAIL_SHARE`] of the timed recalls by on-CPU time (wall
+/// time without a CPU clock), against the mean of all: which recalls the
+/// tail is made of.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RecallTail {
+    pub slowest: RecallPhases,
+    pub all: RecallPhases,
+    /// Each of the slowest, slowest first.
+    pub slowest_each: Vec<RecallPhases>,
+}
+
+impl RecallTail {
+    fn of(phases: &[RecallPhases]) -> Self {
+        let key = |r: &RecallPhases| r.cpu_ms.unwrap_or(r.wall_ms);
+        let mut by_time: Vec<&RecallPhases> = phases.iter().collect();
+        by_time.sort_by(|a, b| key(b).total_cmp(&key(a)));
+        let n = ((phases.len() as f64 * TAIL_SHARE).ceil() as usize).min(phases.len());
+        let slowest_each: Vec<RecallPhases> = by_time[..n].iter().map(|r| (*r).clone()).collect();
+        Self {
+            slowest: RecallPhases::mean(&slowest_each),
+            all: RecallPhases::mean(phases),
+            slowest_each,
+        }
     }
 }
 
@@ -294,7 +424,8 @@ fn time_recalls(
         let before = store.retrieval_counts();
         let cpu_before = thread_cpu_ns();
         let started = Instant::now();
-        let recall = store.recall(&request)?;
+        let (recall, profile) = crate::ranking::profiled(|| store.recall(&request));
+        let recall = recall?;
         let took = started.elapsed();
         t.latencies.push(took);
         if request.query.is_none() {
@@ -310,9 +441,11 @@ fn time_recalls(
             t.embeds.push(embed);
             t.searches.push(took.saturating_sub(embed));
         }
-        if let (Some(a), Some(b)) = (cpu_before, thread_cpu_ns()) {
-            t.cpu.push(Duration::from_nanos(b.saturating_sub(a)));
-        }
+        let cpu = cpu_before
+            .zip(thread_cpu_ns())
+            .map(|(a, b)| Duration::from_nanos(b.saturating_sub(a)));
+        t.cpu.extend(cpu);
+        t.phases.push(RecallPhases::of(took, cpu, &profile));
         t.items += recall.items.len();
     }
     t.cpu_p50_by_quarter_ms = t
@@ -703,12 +836,12 @@ fn budget_quality(
     user: &Caller,
     queries: &[(String, &str)],
 ) -> Result<[f64; 4]> {
-    use crate::ranking::{rank_within, CommonTerms, POSTINGS_BUDGET};
+    use crate::ranking::{rank_within, TermCounts, POSTINGS_BUDGET};
     let Some(scope) = crate::scope::ScopeKey::of(user).find(conn)? else {
         return Ok([0.0; 4]);
     };
     let budgets = [POSTINGS_BUDGET, EARLIER_BUDGET, UNPRUNED];
-    let common = budgets.map(|_| CommonTerms::default());
+    let common = budgets.map(|_| TermCounts::default());
     let mut sums = [0.0; 4];
     for (query, source) in queries {
         let mut tops = Vec::with_capacity(budgets.len());
@@ -1014,6 +1147,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         wal_mb_at_recall,
         recall_minor_faults: usage_after.0.saturating_sub(usage_before.0),
         recall_involuntary_switches: usage_after.1.saturating_sub(usage_before.1),
+        recall_tail: RecallTail::of(&t.phases),
         database_mb: file_mb(&path),
         peak_rss_mb,
         peak_rss_reset,
@@ -1143,6 +1277,19 @@ impl fmt::Display for BenchReport {
                 s.wal_mb_at_recall,
                 s.recall_minor_faults,
                 s.recall_involuntary_switches
+            )?;
+            writeln!(
+                f,
+                "{:>8} | slowest {:.0}% of the timed recalls by on-CPU time, means: {}",
+                s.items,
+                100.0 * TAIL_SHARE,
+                s.recall_tail.slowest.line()
+            )?;
+            writeln!(
+                f,
+                "{:>8} | all timed recalls, means: {}",
+                s.items,
+                s.recall_tail.all.line()
             )?;
             if let Some(e) = &s.embedder {
                 writeln!(

@@ -8,8 +8,9 @@
 //!    weight). When even the rarest term is over budget, the query carries
 //!    no discriminating word: the two rarest terms are required together
 //!    (`AND`) and the newest matching memories, then turns, are taken,
-//!    without BM25. Small scopes are never pruned. Terms found over the budget
-//!    are remembered ([`CommonTerms`]) and not counted again.
+//!    without BM25. Small scopes are never pruned. Counts are remembered
+//!    ([`TermCounts`]): exactly, until the scope is next written to, and
+//!    terms found over the budget for the life of the store.
 //! 1. FTS5 BM25 over the scope's terms ([`RANK_FUNCTION`]: `body` weighted
 //!    1.0, `context` — speaker, date, memory kind — 0.5); the best
 //!    [`candidate_pool`] rows are taken.
@@ -31,12 +32,15 @@
 
 use crate::facts;
 use crate::schema::db_error;
+use crate::schema::write_generation;
 use crate::terms::{query_phrases, scope_tag};
 use memgate_core::Result;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// FTS5's rank function: BM25 with per-column weights (body, context).
 /// Passed with every query (`rank MATCH ?`), so it is code, not schema.
@@ -52,30 +56,183 @@ pub const MEMORY_WEIGHT: f64 = 1.5;
 /// large scopes.
 pub const POSTINGS_BUDGET: usize = 600;
 
-/// Most terms [`CommonTerms`] remembers before it starts over.
+/// Most over-budget terms [`TermCounts`] remembers before it starts over.
 const MAX_COMMON_TERMS: usize = 100_000;
+/// Most exact counts [`TermCounts`] keeps, over all scopes, before it
+/// starts over (a few MB).
+const MAX_EXACT_COUNTS: usize = 100_000;
 
-/// Query terms already seen matching more than [`POSTINGS_BUDGET`]
-/// documents of their scope, so they need not be counted again. A term only
-/// becomes rarer when memories are retired, so the verdict is kept for the
-/// life of the store (an approximation that only affects large scopes).
+/// Postings counts of query terms already read, so a recall does not count
+/// again what an earlier recall of the scope counted.
+///
+/// - Exact counts, per scope, read in the scope's current write generation
+///   ([`write_generation`]: it moves in the transaction of every write to
+///   the scope, as for the cached first-turn block). A term's count depends
+///   only on its scope's rows (terms carry the scope tag), so a count read
+///   in the same generation is the one a fresh count would give: plans are
+///   the same with the cache as without. A write drops the scope's counts.
+/// - Terms seen matching more than the budget, kept for the life of the
+///   store: a term only becomes rarer when memories are retired, so the
+///   verdict is an approximation that only affects large scopes.
+///
+/// One instance serves one postings budget.
 #[derive(Debug, Default)]
-pub struct CommonTerms(Mutex<HashSet<String>>);
+pub struct TermCounts(Mutex<KnownCounts>);
 
-impl CommonTerms {
-    fn contains(&self, phrase: &str) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(phrase)
+#[derive(Debug, Default)]
+struct KnownCounts {
+    over_budget: HashSet<String>,
+    scopes: HashMap<i64, ScopeCounts>,
+    /// Exact counts held over all scopes.
+    exact: usize,
+}
+
+/// The exact counts of one scope in one write generation: MATCH
+/// expression → (the limit it was counted to, the count).
+#[derive(Debug)]
+struct ScopeCounts {
+    generation: i64,
+    counts: HashMap<String, (usize, usize)>,
+}
+
+impl TermCounts {
+    fn lock(&self) -> std::sync::MutexGuard<'_, KnownCounts> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn insert(&self, phrase: &str) {
-        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if set.len() >= MAX_COMMON_TERMS {
-            set.clear();
+    fn is_over_budget(&self, phrase: &str) -> bool {
+        self.lock().over_budget.contains(phrase)
+    }
+
+    fn insert_over_budget(&self, phrase: &str) {
+        let mut known = self.lock();
+        if known.over_budget.len() >= MAX_COMMON_TERMS {
+            known.over_budget.clear();
         }
-        set.insert(phrase.to_owned());
+        known.over_budget.insert(phrase.to_owned());
+    }
+
+    /// The count of `expr` (to `limit`) in `scope` at `generation`, if read.
+    fn exact(&self, scope: i64, generation: i64, expr: &str, limit: usize) -> Option<usize> {
+        let known = self.lock();
+        let scope = known.scopes.get(&scope)?;
+        let &(counted_to, n) = scope.counts.get(expr)?;
+        (scope.generation == generation && counted_to == limit).then_some(n)
+    }
+
+    /// Keeps a count read in `generation` of `scope`. A newer generation
+    /// drops the scope's older counts; a count from an older snapshot (a
+    /// reader that started before the last write) is not kept.
+    fn insert_exact(&self, scope: i64, generation: i64, expr: &str, limit: usize, n: usize) {
+        let mut known = self.lock();
+        if known.exact >= MAX_EXACT_COUNTS {
+            known.scopes.clear();
+            known.exact = 0;
+        }
+        let KnownCounts { scopes, exact, .. } = &mut *known;
+        let entry = scopes.entry(scope).or_insert_with(|| ScopeCounts {
+            generation,
+            counts: HashMap::new(),
+        });
+        if entry.generation > generation {
+            return;
+        }
+        if entry.generation < generation {
+            *exact -= entry.counts.len();
+            entry.counts.clear();
+            entry.generation = generation;
+        }
+        if entry.counts.insert(expr.to_owned(), (limit, n)).is_none() {
+            *exact += 1;
+        }
+    }
+}
+
+/// What the rankings of one recall did and where their time went (the
+/// bench's tail diagnostics). Recorded only inside [`profiled`], so a
+/// ranking otherwise reads no clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RankProfile {
+    pub rankings: usize,
+    /// Query terms (folded, distinct).
+    pub terms: usize,
+    /// Postings counts read from the index (not already known).
+    pub counted: usize,
+    /// Documents a BM25 plan lets FTS5 score (the kept terms' counts).
+    pub plan_n: usize,
+    /// Rankings whose terms were all common (newest first, no BM25).
+    pub newest: usize,
+    pub plan: Duration,
+    pub candidates: Duration,
+    pub places: Duration,
+    pub neighbours: Duration,
+    pub rows: Duration,
+}
+
+impl RankProfile {
+    fn add(&mut self, other: &RankProfile) {
+        self.rankings += other.rankings;
+        self.terms += other.terms;
+        self.counted += other.counted;
+        self.plan_n += other.plan_n;
+        self.newest += other.newest;
+        self.plan += other.plan;
+        self.candidates += other.candidates;
+        self.places += other.places;
+        self.neighbours += other.neighbours;
+        self.rows += other.rows;
+    }
+}
+
+thread_local! {
+    static PROFILE: Cell<Option<RankProfile>> = const { Cell::new(None) };
+}
+
+/// Runs `work` with the rankings it does on this thread profiled.
+pub fn profiled<T>(work: impl FnOnce() -> T) -> (T, RankProfile) {
+    let outer = PROFILE.replace(Some(RankProfile::default()));
+    let value = work();
+    let profile = PROFILE.replace(outer).unwrap_or_default();
+    (value, profile)
+}
+
+/// One ranking's [`RankProfile`], added to the thread's on drop; inert
+/// (no clock read) unless the thread is [`profiled`].
+struct Stopwatch {
+    at: Option<Instant>,
+    profile: RankProfile,
+}
+
+impl Stopwatch {
+    fn start() -> Self {
+        let on = PROFILE.get().is_some();
+        Self {
+            at: on.then(Instant::now),
+            profile: RankProfile {
+                rankings: 1,
+                ..RankProfile::default()
+            },
+        }
+    }
+
+    /// Adds the time since the last lap to `phase`.
+    fn lap(&mut self, phase: fn(&mut RankProfile) -> &mut Duration) {
+        if let Some(at) = self.at {
+            let now = Instant::now();
+            *phase(&mut self.profile) += now - at;
+            self.at = Some(now);
+        }
+    }
+}
+
+impl Drop for Stopwatch {
+    fn drop(&mut self) {
+        if self.at.is_some() {
+            if let Some(mut total) = PROFILE.get() {
+                total.add(&self.profile);
+                PROFILE.set(Some(total));
+            }
+        }
     }
 }
 
@@ -172,34 +329,44 @@ enum Rows {
 /// the cut.
 pub fn rank(
     conn: &Connection,
-    common: &CommonTerms,
+    counts: &TermCounts,
     scope: i64,
     query: &str,
     top_k: usize,
     category: Option<&str>,
 ) -> Result<Vec<Ranked>> {
-    rank_within(conn, common, POSTINGS_BUDGET, scope, query, top_k, category)
+    rank_within(conn, counts, POSTINGS_BUDGET, scope, query, top_k, category)
 }
 
 /// [`rank`] with another postings budget (the benchmark compares rankings
-/// across budgets; `common` must only ever be used with one budget).
+/// across budgets; `counts` must only ever be used with one budget).
 pub(crate) fn rank_within(
     conn: &Connection,
-    common: &CommonTerms,
+    counts: &TermCounts,
     budget: usize,
     scope: i64,
     query: &str,
     top_k: usize,
     category: Option<&str>,
 ) -> Result<Vec<Ranked>> {
+    let mut clock = Stopwatch::start();
     let phrases = query_phrases(&scope_tag(scope), query);
-    let Some(plan) = plan_query(conn, common, budget, &phrases)? else {
+    let mut counter = Counter::new(conn, counts, scope);
+    let plan = plan_query(&mut counter, budget, &phrases)?;
+    clock.profile.terms = phrases.len();
+    clock.profile.counted = counter.counted;
+    clock.lap(|p| &mut p.plan);
+    let Some((plan, plan_n)) = plan else {
         return Ok(Vec::new());
     };
     let pool = candidate_pool(top_k);
     let candidates = match &plan {
-        Plan::Scored(expr) => candidates(conn, scope, expr, Rows::Scored, category, pool)?,
+        Plan::Scored(expr) => {
+            clock.profile.plan_n = plan_n;
+            candidates(conn, scope, expr, Rows::Scored, category, pool)?
+        }
         Plan::Newest(expr) => {
+            clock.profile.newest = 1;
             // Memories first (the user asked for them), then turns; the
             // order becomes a small descending score.
             let mut c = candidates(conn, scope, expr, Rows::NewestMemories, category, pool)?;
@@ -219,22 +386,20 @@ pub(crate) fn rank_within(
             c
         }
     };
+    clock.lap(|p| &mut p.candidates);
     // FTS5 ranks are negated BM25 scores (lower is better).
     let mut ranked = placed(conn, scope, candidates)?;
+    clock.lap(|p| &mut p.places);
     if let Plan::Scored(_) = plan {
         // Recency order has no scores for neighbours to share.
         add_neighbours(conn, scope, &mut ranked)?;
         smooth_neighbours(&mut ranked);
     }
+    clock.lap(|p| &mut p.neighbours);
     ranked.sort_by(|a, b| b.score.total_cmp(&a.score));
     ranked.truncate(top_k);
-    let mut out = Vec::with_capacity(ranked.len());
-    for c in ranked {
-        out.extend(match c.place {
-            Some(_) => load_turn(conn, scope, c.item, c.score)?,
-            None => load_memory(conn, scope, -c.item, c.score)?,
-        });
-    }
+    let out = loaded(conn, scope, ranked)?;
+    clock.lap(|p| &mut p.rows);
     Ok(out)
 }
 
@@ -250,26 +415,22 @@ struct Candidate {
 }
 
 /// The candidates of `scope` among `hits` (rowid, FTS5 rank), in order,
-/// with their places: one read for all turns. Defence in depth: a row of
-/// another scope, or a memory no longer active, is dropped.
+/// with their places: one read for all turns, one for all memories.
+/// Defence in depth: a row of another scope, or a memory no longer active,
+/// is dropped.
 fn placed(conn: &Connection, scope: i64, hits: Vec<(i64, f64)>) -> Result<Vec<Candidate>> {
     let turns: Vec<i64> = hits.iter().map(|h| h.0).filter(|&i| i > 0).collect();
+    let memories: Vec<i64> = hits.iter().map(|h| -h.0).filter(|&m| m > 0).collect();
     let mut places: HashMap<i64, (String, i64)> = HashMap::with_capacity(turns.len());
-    if !turns.is_empty() {
-        conn.prepare_cached(PLACES_OF_TURNS)
-            .and_then(|mut s| {
-                let ids = serde_json::Value::from(turns).to_string();
-                let rows = s.query_map(params![ids, scope], |r| {
-                    Ok((r.get(0)?, (r.get(1)?, r.get(2)?)))
-                })?;
-                for row in rows {
-                    let (id, place) = row?;
-                    places.insert(id, place);
-                }
-                Ok(())
-            })
-            .map_err(db_error)?;
-    }
+    for_each_row(conn, PLACES_OF_TURNS, &turns, scope, |r| {
+        places.insert(r.get(0)?, (r.get(1)?, r.get(2)?));
+        Ok(())
+    })?;
+    let mut active = HashSet::with_capacity(memories.len());
+    for_each_row(conn, ACTIVE_MEMORIES, &memories, scope, |r| {
+        active.insert(r.get::<_, i64>(0)?);
+        Ok(())
+    })?;
     let mut out = Vec::with_capacity(hits.len());
     for (item, rank) in hits {
         let score = -rank;
@@ -281,7 +442,7 @@ fn placed(conn: &Connection, scope: i64, hits: Vec<(i64, f64)>) -> Result<Vec<Ca
                     place: Some(place),
                 });
             }
-        } else if memory_is_active(conn, scope, -item)? {
+        } else if active.contains(&-item) {
             out.push(Candidate {
                 item,
                 score: score * MEMORY_WEIGHT,
@@ -290,6 +451,62 @@ fn placed(conn: &Connection, scope: i64, hits: Vec<(i64, f64)>) -> Result<Vec<Ca
         }
     }
     Ok(out)
+}
+
+/// Runs `sql` over `ids` (bound as a JSON array, `?1`) of `scope` (`?2`),
+/// handing each row to `row`; nothing to read when `ids` is empty.
+fn for_each_row(
+    conn: &Connection,
+    sql: &str,
+    ids: &[i64],
+    scope: i64,
+    mut row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<()>,
+) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let ids = serde_json::Value::from(ids).to_string();
+    conn.prepare_cached(sql)
+        .and_then(|mut s| {
+            let mut rows = s.query(params![ids, scope])?;
+            while let Some(r) = rows.next()? {
+                row(r)?;
+            }
+            Ok(())
+        })
+        .map_err(db_error)
+}
+
+/// The final entries of `ranked`, in its order, read in full: one read for
+/// all turns, one for all memories (only the active ones are read).
+fn loaded(conn: &Connection, scope: i64, ranked: Vec<Candidate>) -> Result<Vec<Ranked>> {
+    let turns: Vec<i64> = ranked
+        .iter()
+        .filter(|c| c.place.is_some())
+        .map(|c| c.item)
+        .collect();
+    let memories: Vec<i64> = ranked
+        .iter()
+        .filter(|c| c.place.is_none())
+        .map(|c| -c.item)
+        .collect();
+    let mut rows: HashMap<i64, Ranked> = HashMap::with_capacity(ranked.len());
+    for_each_row(conn, TURNS_IN_FULL, &turns, scope, |r| {
+        rows.insert(r.get(0)?, turn_from_row(r, 0.0)?);
+        Ok(())
+    })?;
+    for_each_row(conn, MEMORIES_IN_FULL, &memories, scope, |r| {
+        rows.insert(-r.get::<_, i64>(0)?, memory_from_row(r, 0.0)?);
+        Ok(())
+    })?;
+    Ok(ranked
+        .into_iter()
+        .filter_map(|c| {
+            let mut entry = rows.remove(&c.item)?;
+            entry.score = c.score;
+            Some(entry)
+        })
+        .collect())
 }
 
 /// Thread and position of the turns `?1` (a JSON array of ids) of scope
@@ -306,13 +523,31 @@ const TURNS_AT_PLACES: &str = "SELECT t.id, t.thread, t.seq FROM json_each(?1) A
      CROSS JOIN turns AS t ON t.scope_id = ?2 AND t.thread = w.value ->> 0
                            AND t.seq = w.value ->> 1";
 
-fn memory_is_active(conn: &Connection, scope: i64, id: i64) -> Result<bool> {
-    conn.prepare_cached(
-        "SELECT 1 FROM memories WHERE id = ?1 AND scope_id = ?2 AND state = 'active'",
-    )
-    .and_then(|mut s| s.exists(params![id, scope]))
-    .map_err(db_error)
+/// The columns of a ranked turn ([`turn_from_row`]), as a literal for
+/// `concat!`.
+macro_rules! turn_columns {
+    () => {
+        "t.id, t.thread, t.seq, t.message_id, t.role, t.speaker, t.occurred_at, t.text"
+    };
 }
+
+/// The active memories of scope `?2` among `?1` (a JSON array of ids),
+/// the list outermost (as [`PLACES_OF_TURNS`]).
+const ACTIVE_MEMORIES: &str = "SELECT m.id FROM json_each(?1) AS w
+     CROSS JOIN memories AS m ON m.id = w.value WHERE m.scope_id = ?2 AND m.state = 'active'";
+
+/// The turns `?1` (a JSON array of ids) of scope `?2`, every column of a
+/// ranked entry.
+const TURNS_IN_FULL: &str = concat!(
+    "SELECT ",
+    turn_columns!(),
+    " FROM json_each(?1) AS w CROSS JOIN turns AS t ON t.id = w.value WHERE t.scope_id = ?2"
+);
+
+/// The active memories `?1` (a JSON array of ids) of scope `?2`: id, kind,
+/// text.
+const MEMORIES_IN_FULL: &str = "SELECT m.id, m.kind, m.text FROM json_each(?1) AS w
+     CROSS JOIN memories AS m ON m.id = w.value WHERE m.scope_id = ?2 AND m.state = 'active'";
 
 /// The best `pool` (rowid, FTS5 rank) pairs of one candidate query.
 fn candidates(
@@ -383,23 +618,65 @@ fn bounded_count(conn: &Connection, expr: &str, limit: usize) -> Result<usize> {
     .map_err(db_error)
 }
 
-/// The plan for `phrases` (see the module doc), or `None` when no query
-/// term occurs in the scope.
+/// Reads postings counts for one ranking, through the [`TermCounts`] of
+/// its store.
+struct Counter<'a> {
+    conn: &'a Connection,
+    known: &'a TermCounts,
+    scope: i64,
+    /// The scope's write generation in this snapshot, once needed.
+    generation: Option<i64>,
+    /// Counts read from the index (the rest were known).
+    counted: usize,
+}
+
+impl<'a> Counter<'a> {
+    fn new(conn: &'a Connection, known: &'a TermCounts, scope: i64) -> Self {
+        Self {
+            conn,
+            known,
+            scope,
+            generation: None,
+            counted: 0,
+        }
+    }
+
+    /// [`bounded_count`] of `expr`, remembered for this generation of the
+    /// scope.
+    fn count(&mut self, expr: &str, limit: usize) -> Result<usize> {
+        let generation = match self.generation {
+            Some(g) => g,
+            None => *self
+                .generation
+                .insert(write_generation(self.conn, self.scope)?),
+        };
+        if let Some(n) = self.known.exact(self.scope, generation, expr, limit) {
+            return Ok(n);
+        }
+        let n = bounded_count(self.conn, expr, limit)?;
+        self.counted += 1;
+        self.known
+            .insert_exact(self.scope, generation, expr, limit, n);
+        Ok(n)
+    }
+}
+
+/// The plan for `phrases` (see the module doc) with the documents a BM25
+/// plan scores, or `None` when no query term occurs in the scope.
 fn plan_query(
-    conn: &Connection,
-    common: &CommonTerms,
+    counter: &mut Counter<'_>,
     budget: usize,
     phrases: &[String],
-) -> Result<Option<Plan>> {
+) -> Result<Option<(Plan, usize)>> {
     let mut counted = Vec::with_capacity(phrases.len());
     for phrase in phrases {
-        let n = if common.contains(phrase) {
+        let n = if counter.known.is_over_budget(phrase) {
             budget + 1
         } else {
-            bounded_count(conn, phrase, budget + 1)?
+            counter.count(phrase, budget + 1)?
         };
         if n > budget {
-            common.insert(phrase);
+            counter.known.insert_over_budget(phrase);
         }
         if n > 0 {
             counted.push((n, phrase.as_str()));
@@ -419,20 +696,20 @@ fn plan_query(
         kept.push(*phrase);
     }
     if !kept.is_empty() {
-        return Ok(Some(Plan::Scored(kept.join(" OR "))));
+        return Ok(Some((Plan::Scored(kept.join(" OR ")), total)));
     }
     // Every term is common: the newest documents with the two rarest terms
     // together, else with the rarest alone.
     if let [(_, first), (_, second), ..] = counted[..] {
         let pair = format!("{first} AND {second}");
-        if bounded_count(conn, &pair, 1)? > 0 {
-            return Ok(Some(Plan::Newest(pair)));
+        if counter.count(&pair, 1)? > 0 {
+            return Ok(Some((Plan::Newest(pair), 0)));
         }
     }
-    Ok(Some(Plan::Newest(counted[0].1.to_owned())))
+    Ok(Some((Plan::Newest(counted[0].1.to_owned()), 0)))
 }
 
-const TURN_COLUMNS: &str = "id, thread, seq, message_id, role, speaker, occurred_at, text";
+const TURN_COLUMNS: &str = turn_columns!();
 
 fn turn_from_row(r: &rusqlite::Row<'_>, score: f64) -> rusqlite::Result<Ranked> {
     Ok(Ranked {
@@ -453,7 +730,7 @@ fn turn_from_row(r: &rusqlite::Row<'_>, score: f64) -> rusqlite::Result<Ranked> 
 
 fn load_turn(conn: &Connection, scope: i64, id: i64, score: f64) -> Result<Option<Ranked>> {
     conn.prepare_cached(&format!(
-        "SELECT {TURN_COLUMNS} FROM turns WHERE id = ?1 AND scope_id = ?2"
+        "SELECT {TURN_COLUMNS} FROM turns AS t WHERE t.id = ?1 AND t.scope_id = ?2"
     ))
     .and_then(|mut s| {
         s.query_row(params![id, scope], |r| turn_from_row(r, score))
@@ -465,7 +742,7 @@ fn load_turn(conn: &Connection, scope: i64, id: i64, score: f64) -> Result<Optio
 /// The newest `limit` turns of `scope`, newest first, unscored.
 pub(crate) fn newest_turns(conn: &Connection, scope: i64, limit: usize) -> Result<Vec<Ranked>> {
     conn.prepare_cached(&format!(
-        "SELECT {TURN_COLUMNS} FROM turns WHERE scope_id = ?1 ORDER BY id DESC LIMIT {limit}"
+        "SELECT {TURN_COLUMNS} FROM turns AS t WHERE t.scope_id = ?1 ORDER BY t.id DESC LIMIT {limit}"
     ))
     .and_then(|mut s| {
         s.query_map(params![scope], |r| turn_from_row(r, 0.0))?
@@ -563,21 +840,24 @@ fn add_neighbours(conn: &Connection, scope: i64, ranked: &mut Vec<Candidate>) ->
 
 fn load_memory(conn: &Connection, scope: i64, id: i64, score: f64) -> Result<Option<Ranked>> {
     conn.prepare_cached(
-        "SELECT kind, text FROM memories WHERE id = ?1 AND scope_id = ?2 AND state = 'active'",
+        "SELECT id, kind, text FROM memories WHERE id = ?1 AND scope_id = ?2 AND state = 'active'",
     )
     .and_then(|mut s| {
-        s.query_row(params![id, scope], |r| {
-            Ok(Ranked {
-                citation: facts::citation(id),
-                kind: r.get(0)?,
-                text: r.get(1)?,
-                score,
-                origin: Origin::Memory,
-            })
-        })
-        .optional()
+        s.query_row(params![id, scope], |r| memory_from_row(r, score))
+            .optional()
     })
     .map_err(db_error)
+}
+
+/// A ranked memory from a row of (id, kind, text).
+fn memory_from_row(r: &rusqlite::Row<'_>, score: f64) -> rusqlite::Result<Ranked> {
+    Ok(Ranked {
+        citation: facts::citation(r.get(0)?),
+        kind: r.get(1)?,
+        text: r.get(2)?,
+        score,
+        origin: Origin::Memory,
+    })
 }
 
 /// What neighbour smoothing needs of a ranked entry: its place (thread and
@@ -720,6 +1000,160 @@ mod tests {
             .unwrap();
     }
 
+    /// Captures one turn per text into thread `thread` of `user`'s scope.
+    fn capture_texts(store: &MemoryStore, user: &Caller, thread: &str, texts: &[&str]) {
+        let messages = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Message::human(*t).with_id(format!("{thread}-{i}")))
+            .collect();
+        store
+            .capture(&CaptureRequest {
+                caller: user.clone().with_thread(thread),
+                messages,
+                kind: CaptureKind::AfterTurn,
+                trace_id: None,
+            })
+            .unwrap();
+    }
+
+    /// The plan of `query` with `known` counts and a postings budget of 3,
+    /// and how many counts it read from the index.
+    fn plan_with(
+        store: &MemoryStore,
+        user: &Caller,
+        known: &TermCounts,
+        query: &str,
+    ) -> (Option<(Plan, usize)>, usize) {
+        store
+            .read(|conn| {
+                let scope = crate::scope::ScopeKey::of(user).find(conn)?.unwrap();
+                let phrases = query_phrases(&scope_tag(scope), query);
+                let mut counter = Counter::new(conn, known, scope);
+                let plan = plan_query(&mut counter, 3, &phrases)?;
+                Ok((plan, counter.counted))
+            })
+            .unwrap()
+    }
+
+    /// Known counts give the very plan fresh counts give: a repeated query
+    /// counts nothing again, and a capture to the scope makes it count
+    /// again (here a term crosses the budget of 3, which changes the plan).
+    #[test]
+    fn known_counts_give_the_plan_of_fresh_counts_until_the_scope_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
+        let user = Caller::new("u");
+        capture_texts(
+            &store,
+            &user,
+            "a",
+            &["alpha beta", "alpha gamma", "alpha delta"],
+        );
+        let known = TermCounts::default();
+        let query = "alpha";
+        let (first, counted) = plan_with(&store, &user, &known, query);
+        assert_eq!(counted, 1);
+        assert!(matches!(first, Some((Plan::Scored(_), 3))), "{first:?}");
+        let (again, counted) = plan_with(&store, &user, &known, query);
+        assert_eq!(counted, 0, "the count was known");
+        assert_eq!(again, first);
+        assert_eq!(
+            again,
+            plan_with(&store, &user, &TermCounts::default(), query).0
+        );
+
+        capture_texts(&store, &user, "b", &["alpha epsilon"]);
+        let (after, counted) = plan_with(&store, &user, &known, query);
+        assert_eq!(counted, 1, "a write drops the scope's counts");
+        assert!(matches!(after, Some((Plan::Newest(_), 0))), "{after:?}");
+        assert_eq!(
+            after,
+            plan_with(&store, &user, &TermCounts::default(), query).0
+        );
+    }
+
+    /// A recall's ranking is the same with the store's known counts as
+    /// with none, before and after a write to the scope.
+    #[test]
+    fn rankings_with_known_counts_equal_rankings_counted_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
+        let user = Caller::new("u");
+        let texts: Vec<String> = (0..60)
+            .map(|i| format!("word{} topic{} tomatoes", i % 13, i % 7))
+            .collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        capture_texts(&store, &user, "t", &texts);
+        let ranked = |known: &TermCounts, budget: usize| {
+            store
+                .read(|conn| {
+                    let scope = crate::scope::ScopeKey::of(&user).find(conn)?.unwrap();
+                    rank_within(
+                        conn,
+                        known,
+                        budget,
+                        scope,
+                        "word3 topic2 tomatoes",
+                        10,
+                        None,
+                    )
+                })
+                .unwrap()
+        };
+        for budget in [5, 20, POSTINGS_BUDGET] {
+            let known = TermCounts::default();
+            let first = ranked(&known, budget);
+            assert!(!first.is_empty());
+            assert_eq!(ranked(&known, budget), first, "budget {budget}");
+            capture_texts(
+                &store,
+                &user,
+                &format!("more{budget}"),
+                &["word3 topic2"; 4],
+            );
+            assert_eq!(
+                ranked(&known, budget),
+                ranked(&TermCounts::default(), budget),
+                "budget {budget}, after a capture"
+            );
+        }
+    }
+
+    /// Counts are only handed out for the generation and limit they were
+    /// read with; a count from an older snapshot never replaces newer ones.
+    #[test]
+    fn known_counts_hold_for_their_generation_and_limit_only() {
+        let known = TermCounts::default();
+        known.insert_exact(1, 5, "x", 601, 10);
+        assert_eq!(known.exact(1, 5, "x", 601), Some(10));
+        assert_eq!(known.exact(1, 5, "x", 2), None);
+        assert_eq!(known.exact(1, 6, "x", 601), None);
+        assert_eq!(known.exact(2, 5, "x", 601), None);
+        known.insert_exact(1, 4, "x", 601, 3);
+        assert_eq!(known.exact(1, 5, "x", 601), Some(10), "an older count");
+        known.insert_exact(1, 6, "y", 601, 7);
+        assert_eq!(known.exact(1, 5, "x", 601), None);
+        assert_eq!(known.exact(1, 6, "y", 601), Some(7));
+        assert_eq!(
+            known.lock().exact,
+            1,
+            "the older generation's count dropped"
+        );
+    }
+
+    /// The lines of `sql`'s query plan (its two parameters bound).
+    fn query_plan(conn: &Connection, sql: &str) -> Result<Vec<String>> {
+        conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .and_then(|mut s| {
+                s.query_map(params!["[]", 1], |r| r.get::<_, String>(3))?
+                    .collect()
+            })
+            .map_err(db_error)
+    }
+
     /// The batched reads of candidates look each one up by index; a plan
     /// that walks the scope's turns made a 100k-item recall take seconds.
     #[test]
@@ -729,14 +1163,16 @@ mod tests {
             MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
         store
             .read(|conn| {
+                for sql in [ACTIVE_MEMORIES, TURNS_IN_FULL, MEMORIES_IN_FULL] {
+                    let plan = query_plan(conn, sql)?;
+                    assert!(plan[0].starts_with("SCAN w"), "{sql}: {plan:?}");
+                    assert!(
+                        plan[1].contains("USING INTEGER PRIMARY KEY (rowid=?)"),
+                        "{sql}: {plan:?}"
+                    );
+                }
                 for sql in [PLACES_OF_TURNS, TURNS_AT_PLACES] {
-                    let plan: Vec<String> = conn
-                        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                        .and_then(|mut s| {
-                            s.query_map(params!["[]", 1], |r| r.get::<_, String>(3))?
-                                .collect()
-                        })
-                        .map_err(db_error)?;
+                    let plan = query_plan(conn, sql)?;
                     assert!(plan[0].starts_with("SCAN w"), "{sql}: {plan:?}");
                     assert!(plan[1].starts_with("SEARCH t USING"), "{sql}: {plan:?}");
                     assert!(!plan[1].contains("(scope_id=?)"), "{sql}: {plan:?}");

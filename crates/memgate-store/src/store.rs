@@ -10,7 +10,7 @@
 use crate::config::LocalConfig;
 use crate::first_turn::BlockCache;
 use crate::index::IndexWrites;
-use crate::ranking::CommonTerms;
+use crate::ranking::TermCounts;
 use crate::schema::{self, db_error};
 use crate::vectors::Vectorizer;
 use memgate_core::{KeepHiddenHook, MemoryError, Redactor, Result};
@@ -30,7 +30,8 @@ pub struct MemoryStore {
     pub(crate) keep_hidden: Option<KeepHiddenHook>,
     /// Applied to turn and memory text after signatures are computed.
     pub(crate) redactor: Arc<Redactor>,
-    pub(crate) common_terms: CommonTerms,
+    /// Query terms' postings counts already read (see [`TermCounts`]).
+    pub(crate) common_terms: TermCounts,
     /// First-turn blocks of scopes not written to since they were built.
     pub(crate) first_turn_blocks: BlockCache,
     /// The embedder of hybrid recall, if one is configured.
@@ -71,7 +72,7 @@ impl MemoryStore {
             config,
             keep_hidden: None,
             redactor: Redactor::shared_default(),
-            common_terms: CommonTerms::default(),
+            common_terms: TermCounts::default(),
             first_turn_blocks: BlockCache::default(),
             vectorizer: None,
             writer: Mutex::new(Some(writer)),
