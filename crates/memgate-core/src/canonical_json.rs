@@ -13,11 +13,12 @@ use serde_json::Value;
 /// compact separators and `ensure_ascii=False`.
 pub fn to_python_json(value: &Value) -> String {
     let mut out = String::new();
-    write_value(&mut out, value);
+    write_python_json(&mut out, value);
     out
 }
 
-fn write_value(out: &mut String, value: &Value) {
+/// Appends [`to_python_json`]'s encoding of `value` to `out`.
+pub fn write_python_json(out: &mut String, value: &Value) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
@@ -36,7 +37,7 @@ fn write_value(out: &mut String, value: &Value) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_value(out, item);
+                write_python_json(out, item);
             }
             out.push(']');
         }
@@ -50,7 +51,7 @@ fn write_value(out: &mut String, value: &Value) {
                 }
                 write_json_string(out, k);
                 out.push(':');
-                write_value(out, v);
+                write_python_json(out, v);
             }
             out.push('}');
         }
