@@ -19,6 +19,7 @@ use memgate_core::{
     KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, RememberRequest,
     SearchQuery, UserId, WarmStatus,
 };
+use memgate_openviking::capture::on_callers_thread;
 use memgate_openviking::{BegunCapture, OpenVikingBackend};
 use memgate_store::{LocalBackend, Streamed};
 use pyo3::exceptions::PyValueError;
@@ -468,15 +469,17 @@ impl Backend {
         let report = match self.read_capture(who, parse_kind(kind)?, messages, trace_id)? {
             // Run on this (detached) thread: a capture with nothing to send
             // then never leaves it, and one that sends hands off only its
-            // requests, not its start and its answer.
+            // requests and the save after them, not its start, its answer
+            // or the intent saved before them (`on_callers_thread`).
             Read::Whole(ticket, request) => {
                 let backend = &self.inner;
-                py.detach(|| runtime().block_on(backend.capture_admitted(ticket, &request)))
+                let capture = on_callers_thread(backend.capture_admitted(ticket, &request));
+                py.detach(|| runtime().block_on(capture))
             }
             Read::Streamed(task) => py.detach(|| runtime().block_on(outcome(task))),
             Read::Begun(ticket, begun) => {
-                let backend = &self.inner;
-                py.detach(|| runtime().block_on(begun.run(backend, ticket)))
+                let capture = on_callers_thread(begun.run(&self.inner, ticket));
+                py.detach(|| runtime().block_on(capture))
             }
         };
         Ok(report_tuple(&report.map_err(errors::to_py)?))

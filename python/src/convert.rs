@@ -118,6 +118,17 @@ struct Fields<'py> {
 /// message wire form.
 const FIELD_NAMES: &[&str] = memgate_core::message::MESSAGE_FIELDS;
 
+/// [`FIELD_NAMES`] as interned Python strings, in the same order.
+fn interned_field_names(py: Python<'_>) -> &[Py<PyString>] {
+    static NAMES: pyo3::sync::PyOnceLock<Vec<Py<PyString>>> = pyo3::sync::PyOnceLock::new();
+    NAMES.get_or_init(py, || {
+        FIELD_NAMES
+            .iter()
+            .map(|name| PyString::intern(py, name).unbind())
+            .collect()
+    })
+}
+
 impl<'py> Fields<'py> {
     fn set(&mut self, key: &str, value: Bound<'py, PyAny>) {
         let slot = match key {
@@ -141,11 +152,20 @@ impl<'py> Fields<'py> {
     }
 
     /// One pass over a mapping's items (a dict message, or a pydantic
-    /// model's `__dict__`): no per-field lookups, no exceptions.
+    /// model's `__dict__`): no per-field lookups, no exceptions. Attribute
+    /// names are interned, so a key is first matched by identity against
+    /// the interned field names; only other keys are read as text.
     fn from_dict(dict: &Bound<'py, PyDict>) -> PyResult<Self> {
+        let names = interned_field_names(dict.py());
         let mut fields = Self::default();
         for (key, value) in dict.iter() {
-            if let Ok(key) = key.cast::<PyString>() {
+            if let Some(&name) = FIELD_NAMES
+                .iter()
+                .zip(names)
+                .find_map(|(name, interned)| key.is(interned).then_some(name))
+            {
+                fields.set(name, value);
+            } else if let Ok(key) = key.cast::<PyString>() {
                 fields.set(key.to_str()?, value);
             }
         }

@@ -16,11 +16,13 @@ use std::cell::RefCell;
 /// Lowercase hex of a byte string.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let digits: Vec<u8> = bytes
-        .iter()
-        .flat_map(|b| [DIGITS[(b >> 4) as usize], DIGITS[(b & 0xf) as usize]])
-        .collect();
-    String::from_utf8(digits).expect("hex digits are ASCII")
+    // Sized once: every signature and digest goes through here.
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[(b >> 4) as usize]));
+        out.push(char::from(DIGITS[(b & 0xf) as usize]));
+    }
+    out
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
