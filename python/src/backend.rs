@@ -158,7 +158,7 @@ enum Read {
     Streamed(Capturing),
     /// An OpenViking capture begun under its session's lock and read
     /// against its cursor, admitted, not started yet.
-    Begun(Ticket, Begun),
+    Begun(Ticket, Box<Begun>),
 }
 
 /// An OpenViking capture read against its cursor: the head the cursor
@@ -178,7 +178,11 @@ impl Begun {
     /// Runs the capture. If the cursor moved under the head (an interrupted
     /// capture reconciled to a prefix this transcript does not have), the
     /// head's messages are read whole after all and captured the usual way.
-    async fn run(self, backend: &AssembledBackend, ticket: Ticket) -> memgate_core::Result<CaptureReport> {
+    async fn run(
+        self,
+        backend: &AssembledBackend,
+        ticket: Ticket,
+    ) -> memgate_core::Result<CaptureReport> {
         let captured = backend
             .run_admitted(
                 ticket,
@@ -293,7 +297,7 @@ impl Backend {
                 trace_id,
                 transcript: messages.clone().unbind(),
             };
-            return Ok(Read::Begun(ticket, begun));
+            return Ok(Read::Begun(ticket, Box::new(begun)));
         }
         let local = self.local.as_ref().filter(|_| backend.gates().captures());
         let Some(local) = local else {

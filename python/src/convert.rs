@@ -11,12 +11,12 @@
 use memgate_core::message::truthy;
 use memgate_core::signature::{message_signature, signature_of, ContentRef, SignatureFields};
 use memgate_core::{Content, KnownHead, Message, Role, ToolCall};
-use std::borrow::Cow;
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
+use std::borrow::Cow;
 
 /// Nesting deeper than this is refused (a self-referencing list would
 /// otherwise never end; `json.dumps` refuses it too).
@@ -477,7 +477,8 @@ pub fn read_against_prefix(
     let mut rest = Vec::with_capacity(len - count);
     for (i, item) in values.try_iter()?.enumerate() {
         let item = item?;
-        let at = |e: PyErr| PyValueError::new_err(format!("messages[{i}]: {}", e.value(values.py())));
+        let at =
+            |e: PyErr| PyValueError::new_err(format!("messages[{i}]: {}", e.value(values.py())));
         if head.len() == count {
             rest.push(message(&item).map_err(at)?);
             continue;

@@ -1,6 +1,8 @@
 //! `OpenVikingBackend`: the memory contract over one OpenViking USER key.
 
-use crate::capture::{capture_session, load_session_cursor, CaptureOutcome, CaptureTarget, Transcript};
+use crate::capture::{
+    capture_session, load_session_cursor, CaptureOutcome, CaptureTarget, Transcript,
+};
 use crate::client::OpenVikingClient;
 use crate::config::OpenVikingConfig;
 use crate::delivery::{blocking, deliver_session};
@@ -16,8 +18,8 @@ use memgate_core::capture::{captureable, is_captureable};
 use memgate_core::cursor::TranscriptCursor;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, Diagnostic,
-    Figure, KeepHiddenHook, MemoryBackend, MemoryError, MemoryMode, Recall, RecallRequest,
-    KnownHead, Message, RecalledItem, Redactor, Result, SearchHit, SearchQuery, StartupPolicy,
+    Figure, KeepHiddenHook, KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, Recall,
+    RecallRequest, RecalledItem, Redactor, Result, SearchHit, SearchQuery, StartupPolicy,
     WarmStatus,
 };
 use serde_json::{Map, Value};

@@ -49,8 +49,8 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const PENDING_COMMIT_FAILED: &str =
@@ -326,8 +326,7 @@ fn loaded_prefix(
 fn same_prefix_decision(a: &TranscriptCursor, b: &TranscriptCursor, signatures: &[String]) -> bool {
     a.submitted_prefix_count == b.submitted_prefix_count
         && a.submitted_prefix_digest == b.submitted_prefix_digest
-        && a
-            .submitted_prefix_count
+        && a.submitted_prefix_count
             .and_then(|c| usize::try_from(c).ok())
             .is_some_and(|c| c <= signatures.len())
 }
@@ -1012,7 +1011,16 @@ async fn queue_behind(
     let Some(prepared) = prepare(&plan, whole, target) else {
         return needs_whole(path, loaded, cursor, sid).await;
     };
-    queue_plan(target, outbox, path, loaded, &cursor, &plan, queued_form(&prepared)).await
+    queue_plan(
+        target,
+        outbox,
+        path,
+        loaded,
+        &cursor,
+        &plan,
+        queued_form(&prepared),
+    )
+    .await
 }
 
 /// Queues `payloads` (the plan's pending messages) without a request and

@@ -1478,7 +1478,10 @@ async fn a_begun_capture_sends_only_the_messages_after_the_known_head() {
         .capture(&capture_request(&alice(), history.clone()))
         .await
         .unwrap();
-    let begun = s.backend.try_begin_capture(&alice()).expect("a free session");
+    let begun = s
+        .backend
+        .try_begin_capture(&alice())
+        .expect("a free session");
     let sigs: Vec<String> = history.iter().map(message_signature).collect();
     let digest = sequence_digest(&sigs);
     assert_eq!(begun.known_prefix(), Some((6, digest.as_str())));
@@ -1497,7 +1500,10 @@ async fn a_begun_capture_sends_only_the_messages_after_the_known_head() {
         (report.stored, report.already_known, report.filtered),
         (1, 6, 1)
     );
-    assert_eq!(s.fake.batches().last().unwrap(), &vec!["one more".to_owned()]);
+    assert_eq!(
+        s.fake.batches().last().unwrap(),
+        &vec!["one more".to_owned()]
+    );
 
     // The cursor is the one a whole capture of the same transcript leaves.
     let whole = setup(|_| {}).await;
@@ -1553,7 +1559,10 @@ async fn a_capture_is_begun_only_on_a_free_session_of_an_allowed_caller() {
     let other = alice().with_thread("thread-2");
     assert!(s.backend.try_begin_capture(&other).is_some());
     drop(begun);
-    assert!(s.backend.try_begin_capture(&alice()).is_some(), "free again");
+    assert!(
+        s.backend.try_begin_capture(&alice()).is_some(),
+        "free again"
+    );
     assert!(s.backend.try_begin_capture(&Caller::new("bob")).is_none());
     assert!(s
         .backend
