@@ -19,11 +19,9 @@
 //!    that last save, so its rename is not fsynced. Nothing new: no write at
 //!    all unless the cursor itself changes.
 //!
-//! Step 5 cannot be abandoned: once messages are on their way, a caller
+//! Step 5 runs in its own task: once messages are on their way, a caller
 //! that stops waiting (a host timeout) does not stop the cursor from being
-//! saved, so confirmed messages are never sent twice because of it (the
-//! step is polled in place while awaited and spawned onto the runtime if
-//! dropped unfinished: `Unabandoned`).
+//! saved, so confirmed messages are never sent twice because of it.
 //!
 //! Reconciliation relies on OpenViking 0.5's `total_message_count`, which
 //! counts every message the session ever received, committed or not (pinned
@@ -46,11 +44,8 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::fmt::Display;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const PENDING_COMMIT_FAILED: &str =
@@ -739,7 +734,7 @@ pub async fn capture_session(
     with_intent.in_flight = Some(intent.clone());
     save(path.clone(), with_intent, SaveMode::Durable, sid).await?;
 
-    let task = Unabandoned::new(async move {
+    let task = tokio::spawn(async move {
         // The lock and the operation both live until the cursor is saved:
         // no other capture of this session reads a stale cursor, and
         // shutdown waits for the save.
@@ -839,57 +834,7 @@ pub async fn capture_session(
         }
     });
     task.await
-}
-
-/// The record-and-save step of a capture, which must finish even when its
-/// caller stops waiting (a host timeout, the total deadline): confirmed
-/// messages are never sent twice for want of a saved cursor. While awaited
-/// it is polled in place, so a caller that waits anyway does not hand it to
-/// a runtime worker and back; dropped unfinished, it is spawned onto the
-/// runtime and runs to its end there. A panic in it is a failed capture.
-struct Unabandoned {
-    step: Option<Pin<Box<dyn Future<Output = Result<CaptureOutcome>> + Send>>>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl Unabandoned {
-    /// Must be called inside the runtime (a capture always is).
-    fn new(step: impl Future<Output = Result<CaptureOutcome>> + Send + 'static) -> Self {
-        Self {
-            step: Some(Box::pin(step)),
-            runtime: tokio::runtime::Handle::current(),
-        }
-    }
-}
-
-impl Future for Unabandoned {
-    type Output = Result<CaptureOutcome>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(step) = self.step.as_mut() else {
-            return Poll::Ready(Err(MemoryError::Backend(
-                "OpenViking capture step polled after it ended".into(),
-            )));
-        };
-        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| step.as_mut().poll(cx)));
-        let ended = match polled {
-            Ok(Poll::Pending) => return Poll::Pending,
-            Ok(Poll::Ready(outcome)) => outcome,
-            Err(_) => Err(MemoryError::Backend(
-                "OpenViking capture task failed: it panicked".into(),
-            )),
-        };
-        self.step = None;
-        Poll::Ready(ended)
-    }
-}
-
-impl Drop for Unabandoned {
-    fn drop(&mut self) {
-        if let Some(step) = self.step.take() {
-            self.runtime.spawn(step);
-        }
-    }
+        .map_err(|e| MemoryError::Backend(format!("OpenViking capture task failed: {e}")))?
 }
 
 /// The payloads of the pending messages, converted and redacted: what is
