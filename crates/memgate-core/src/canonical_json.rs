@@ -17,6 +17,19 @@ pub fn to_python_json(value: &Value) -> String {
     out
 }
 
+/// Appends the encoding of a list of `items` to `out` (a borrowed list:
+/// message content blocks are signed without building a `Value` for them).
+pub fn write_python_json_array(out: &mut String, items: &[Value]) {
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_python_json(out, item);
+    }
+    out.push(']');
+}
+
 /// Appends [`to_python_json`]'s encoding of `value` to `out`.
 pub fn write_python_json(out: &mut String, value: &Value) {
     match value {
@@ -31,16 +44,7 @@ pub fn write_python_json(out: &mut String, value: &Value) {
             }
         }
         Value::String(s) => write_json_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_python_json(out, item);
-            }
-            out.push(']');
-        }
+        Value::Array(items) => write_python_json_array(out, items),
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));

@@ -7,7 +7,7 @@
 //! is never stored, only this hash. The sequence digest hashes an ordered
 //! list of signatures (the transcript prefix a cursor has handled).
 
-use crate::canonical_json::{write_json_string, write_python_json};
+use crate::canonical_json::{write_json_string, write_python_json, write_python_json_array};
 use crate::message::{truthy, Content, Message, ToolCall};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -117,7 +117,7 @@ fn write_payload(out: &mut String, m: &SignatureFields<'_>) {
     out.push_str("{\"content\":");
     match m.content {
         ContentRef::Text(s) => write_json_string(out, s),
-        ContentRef::Blocks(blocks) => write_blocks(out, blocks),
+        ContentRef::Blocks(blocks) => write_python_json_array(out, blocks),
     }
     out.push_str(",\"id\":");
     write_optional(out, m.id);
@@ -158,18 +158,6 @@ fn write_payload(out: &mut String, m: &SignatureFields<'_>) {
     out.push_str(",\"tool_status\":");
     write_optional(out, m.tool_status);
     out.push('}');
-}
-
-/// Content blocks as the canonical encoder writes a JSON list.
-fn write_blocks(out: &mut String, blocks: &[Value]) {
-    out.push('[');
-    for (i, block) in blocks.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write_python_json(out, block);
-    }
-    out.push(']');
 }
 
 /// A non-empty string, or `null` (absent and empty read the same).
