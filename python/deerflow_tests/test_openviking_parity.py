@@ -8,6 +8,10 @@ Needs no server: construction and the id functions do no network I/O."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
@@ -172,3 +176,64 @@ def test_a_caller_who_is_not_the_owner_is_refused_the_same_way(user, tmp_path):
         finally:
             manager.close()
     assert results[1] == results[0]
+
+
+@pytest.mark.parametrize("index", range(len(MESSAGES)))
+def test_converted_message_signatures_match_too(index):
+    """The signature a capture computes for a message it converts (the ones
+    it sends) is DeerFlow's too, as is the one signed in place above."""
+    message = MESSAGES[index]
+    assert _native.converted_message_signature(message) == builtin_session._message_signature(message)
+
+
+def _deerflow_cursor(storage) -> dict:
+    """The DeerFlow keys of the one cursor file under a manager's storage."""
+    (path,) = (storage / "openviking" / "sessions").glob("*.json")
+    state = json.loads(path.read_text())
+    return {k: state.get(k) for k in ("schema_version", "submitted_signatures", "commit_pending",
+                                      "submitted_prefix_count", "submitted_prefix_digest")}
+
+
+def test_captures_read_against_the_cursor_leave_deerflows_cursor(tmp_path, monkeypatch):
+    """memgate reads a transcript against its cursor: the head the cursor
+    holds is signed in place (no message converted), only the rest is
+    converted. Whatever the transcript does next (unchanged, grown, a hidden
+    message inside the head, an edit inside the head, compaction below the
+    prefix) the cursor's DeerFlow keys stay those DeerFlow's own manager
+    writes for the same captures (its recorder replaced by an in-process one)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from capture_cost import FakeRecorder, FakeServer
+
+    monkeypatch.setenv("PARITY_OV_KEY", KEY)
+    server = FakeServer()
+    managers = []
+    try:
+        config = dict(GOOD, base_url=server.url)
+        builtin = BuiltinOpenViking.from_config(dict(config, storage_path=str(tmp_path / "builtin")))
+        builtin._recorder.close()
+        builtin._recorder = FakeRecorder()
+        ours = MemgateOpenViking.from_config(dict(config, storage_path=str(tmp_path / "memgate")))
+        managers = [builtin, ours]
+        base = [HumanMessage(f"question {i}", id=f"h{i}") if i % 2 == 0 else
+                AIMessage(f"answer {i}", id=f"a{i}", tool_calls=[{"name": "f", "args": {"i": i}, "id": f"c{i}"}])
+                for i in range(8)]
+        hidden = HumanMessage("<memory>", id="x__memory", additional_kwargs={"hide_from_ui": True})
+        edited = base[:2] + [HumanMessage("question 2, edited", id="h2")] + base[3:]
+        steps = {
+            "first": base,
+            "unchanged": base,
+            "grown": base + [HumanMessage("more", id="h8")],
+            "hidden inside the head": base[:3] + [hidden] + base[3:] + [HumanMessage("more", id="h8"), AIMessage("ok", id="a9")],
+            "edit inside the head": edited + [HumanMessage("more", id="h8"), AIMessage("ok", id="a9")],
+            "compacted": edited[6:] + [HumanMessage("after", id="h10")],
+            "grown after compaction": edited[6:] + [HumanMessage("after", id="h10"), AIMessage("fine", id="a11")],
+            "a tuple": tuple(edited[6:] + [HumanMessage("after", id="h10"), AIMessage("fine", id="a11")]),
+        }
+        for step, transcript in steps.items():
+            for manager in managers:
+                manager.add("t-1", transcript if isinstance(transcript, tuple) else list(transcript), user_id="alice")
+            assert _deerflow_cursor(tmp_path / "memgate") == _deerflow_cursor(tmp_path / "builtin"), step
+    finally:
+        for manager in managers:
+            manager.close()
+        server.stop()

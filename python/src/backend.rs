@@ -16,12 +16,15 @@ use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::tool::call_remember;
 use memgate_core::{
     Caller, CaptureKind, CaptureReport, CaptureRequest, FactPatch, ForgetTarget, KeepHiddenHook,
-    MemoryBackend, MemoryError, MemoryMode, RecallRequest, RememberRequest, SearchQuery, UserId,
-    WarmStatus,
+    KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, RememberRequest,
+    SearchQuery, UserId, WarmStatus,
 };
+use memgate_openviking::capture::on_callers_thread;
+use memgate_openviking::{BegunCapture, OpenVikingBackend};
 use memgate_store::{LocalBackend, Streamed};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
@@ -97,6 +100,9 @@ pub struct Backend {
     inner: Arc<AssembledBackend>,
     /// The local store's own handle, for streamed captures.
     local: Option<Arc<LocalBackend>>,
+    /// The OpenViking backend's own handle, for captures read against
+    /// their cursor.
+    openviking: Option<OpenVikingBackend>,
     keep_hook: Arc<KeepHook>,
     /// Reports background capture failures to Python (`(code, message)`).
     on_background_error: Option<Py<PyAny>>,
@@ -150,11 +156,84 @@ enum Read {
     Whole(Ticket, CaptureRequest),
     /// A streamed local capture, already running on the runtime.
     Streamed(Capturing),
+    /// An OpenViking capture begun under its session's lock and read
+    /// against its cursor, admitted, not started yet.
+    Begun(Ticket, Box<Begun>),
+}
+
+/// An OpenViking capture read against its cursor: the head the cursor
+/// holds as signatures, the messages after it converted, and what
+/// capturing the whole transcript instead needs.
+struct Begun {
+    capture: BegunCapture,
+    head: KnownHead,
+    rest: Vec<Message>,
+    caller: Caller,
+    kind: CaptureKind,
+    trace_id: Option<String>,
+    transcript: Py<PyAny>,
+}
+
+impl Begun {
+    /// Runs the capture. If the cursor moved under the head (an interrupted
+    /// capture reconciled to a prefix this transcript does not have), the
+    /// head's messages are read whole after all and captured the usual way.
+    async fn run(
+        self,
+        backend: &AssembledBackend,
+        ticket: Ticket,
+    ) -> memgate_core::Result<CaptureReport> {
+        let captured = backend
+            .run_admitted(
+                ticket,
+                Operation::Capture,
+                self.capture.capture(self.head, &self.rest),
+            )
+            .await;
+        match captured {
+            Ok(Some(report)) => return Ok(report),
+            Ok(None) => {}
+            Err(err) => return backend.soften_write_deadline(Err(err)),
+        }
+        let messages = Python::try_attach(|py| {
+            convert::messages(self.transcript.bind(py))
+                .map_err(|e| MemoryError::invalid("messages", e.value(py).to_string()))
+        })
+        .unwrap_or_else(|| Err(MemoryError::Closed("the Python interpreter".into())))?;
+        let request = CaptureRequest {
+            caller: self.caller,
+            messages,
+            kind: self.kind,
+            trace_id: self.trace_id,
+        };
+        backend.capture_admitted(backend.admit()?, &request).await
+    }
 }
 
 /// A capture report as Python gets it: `(stored, already_known, filtered)`.
 fn report_tuple(report: &CaptureReport) -> (usize, usize, usize) {
     (report.stored, report.already_known, report.filtered)
+}
+
+/// Reads a transcript for a begun OpenViking capture: when it is a list or
+/// tuple and the cursor holds a prefix, the head is signed in place and
+/// only the rest converted; otherwise (no prefix, a one-pass iterable, a
+/// transcript that does not start with the prefix) every message is
+/// converted.
+fn read_against_cursor(
+    capture: &BegunCapture,
+    messages: &Bound<'_, PyAny>,
+) -> PyResult<(KnownHead, Vec<Message>)> {
+    let rereadable = messages.is_instance_of::<PyList>() || messages.is_instance_of::<PyTuple>();
+    if let Some((count, digest)) = capture.known_prefix().filter(|&(count, _)| count > 0) {
+        if rereadable {
+            let keeps = |m: &Message| capture.keeps(m);
+            if let Some(read) = convert::read_against_prefix(messages, count, digest, keeps)? {
+                return Ok(read);
+            }
+        }
+    }
+    Ok((KnownHead::default(), convert::messages(messages)?))
 }
 
 /// Messages per hand-off to a streamed local capture: few enough that the
@@ -186,6 +265,9 @@ impl Backend {
                 runtime().spawn(async move { backend.capture_admitted(ticket, &request).await })
             ),
             Read::Streamed(task) => Ok(task),
+            Read::Begun(ticket, begun) => {
+                Ok(runtime().spawn(async move { begun.run(&backend, ticket).await }))
+            }
         }
     }
 
@@ -200,6 +282,23 @@ impl Backend {
     ) -> PyResult<Read> {
         let ticket = self.inner.admit().map_err(errors::to_py)?;
         let backend = Arc::clone(&self.inner);
+        let openviking = self
+            .openviking
+            .as_ref()
+            .filter(|_| backend.gates().captures());
+        if let Some(capture) = openviking.and_then(|ov| ov.try_begin_capture(&who)) {
+            let (head, rest) = read_against_cursor(&capture, messages)?;
+            let begun = Begun {
+                capture,
+                head,
+                rest,
+                caller: who,
+                kind,
+                trace_id,
+                transcript: messages.clone().unbind(),
+            };
+            return Ok(Read::Begun(ticket, Box::new(begun)));
+        }
         let local = self.local.as_ref().filter(|_| backend.gates().captures());
         let Some(local) = local else {
             let request = CaptureRequest {
@@ -317,6 +416,7 @@ impl Backend {
         Ok(Self {
             inner: opened.backend,
             local: opened.local,
+            openviking: opened.openviking,
             keep_hook,
             on_background_error,
         })
@@ -373,12 +473,18 @@ impl Backend {
         let report = match self.read_capture(who, parse_kind(kind)?, messages, trace_id)? {
             // Run on this (detached) thread: a capture with nothing to send
             // then never leaves it, and one that sends hands off only its
-            // requests, not its start and its answer.
+            // requests and the save after them, not its start, its answer
+            // or the intent saved before them (`on_callers_thread`).
             Read::Whole(ticket, request) => {
                 let backend = &self.inner;
-                py.detach(|| runtime().block_on(backend.capture_admitted(ticket, &request)))
+                let capture = on_callers_thread(backend.capture_admitted(ticket, &request));
+                py.detach(|| runtime().block_on(capture))
             }
             Read::Streamed(task) => py.detach(|| runtime().block_on(outcome(task))),
+            Read::Begun(ticket, begun) => {
+                let capture = on_callers_thread(begun.run(&self.inner, ticket));
+                py.detach(|| runtime().block_on(capture))
+            }
         };
         Ok(report_tuple(&report.map_err(errors::to_py)?))
     }

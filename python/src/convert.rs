@@ -8,12 +8,15 @@
 //! cannot hold become their `str()`, as `json.dumps(default=str)` does, so
 //! signatures match the host's byte for byte.
 
-use memgate_core::{Content, Message, Role, ToolCall};
+use memgate_core::message::truthy;
+use memgate_core::signature::{message_signature, signature_of, ContentRef, SignatureFields};
+use memgate_core::{Content, KnownHead, Message, Role, ToolCall};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
+use std::borrow::Cow;
 
 /// Nesting deeper than this is refused (a self-referencing list would
 /// otherwise never end; `json.dumps` refuses it too).
@@ -115,6 +118,17 @@ struct Fields<'py> {
 /// message wire form.
 const FIELD_NAMES: &[&str] = memgate_core::message::MESSAGE_FIELDS;
 
+/// [`FIELD_NAMES`] as interned Python strings, in the same order.
+fn interned_field_names(py: Python<'_>) -> &[Py<PyString>] {
+    static NAMES: pyo3::sync::PyOnceLock<Vec<Py<PyString>>> = pyo3::sync::PyOnceLock::new();
+    NAMES.get_or_init(py, || {
+        FIELD_NAMES
+            .iter()
+            .map(|name| PyString::intern(py, name).unbind())
+            .collect()
+    })
+}
+
 impl<'py> Fields<'py> {
     fn set(&mut self, key: &str, value: Bound<'py, PyAny>) {
         let slot = match key {
@@ -138,11 +152,20 @@ impl<'py> Fields<'py> {
     }
 
     /// One pass over a mapping's items (a dict message, or a pydantic
-    /// model's `__dict__`): no per-field lookups, no exceptions.
+    /// model's `__dict__`): no per-field lookups, no exceptions. Attribute
+    /// names are interned, so a key is first matched by identity against
+    /// the interned field names; only other keys are read as text.
     fn from_dict(dict: &Bound<'py, PyDict>) -> PyResult<Self> {
+        let names = interned_field_names(dict.py());
         let mut fields = Self::default();
         for (key, value) in dict.iter() {
-            if let Ok(key) = key.cast::<PyString>() {
+            if let Some(&name) = FIELD_NAMES
+                .iter()
+                .zip(names)
+                .find_map(|(name, interned)| key.is(interned).then_some(name))
+            {
+                fields.set(name, value);
+            } else if let Ok(key) = key.cast::<PyString>() {
                 fields.set(key.to_str()?, value);
             }
         }
@@ -159,13 +182,118 @@ impl<'py> Fields<'py> {
         }
         Ok(fields)
     }
+
+    /// A message's fields, from a dict, a pydantic model's `__dict__`, or
+    /// any other object by attribute.
+    fn read(value: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(dict) = value.cast::<PyDict>() {
+            return Self::from_dict(dict);
+        }
+        match value.getattr_opt(intern!(value.py(), "__dict__"))? {
+            Some(attrs) if attrs.is_instance_of::<PyDict>() => {
+                Self::from_dict(attrs.cast::<PyDict>()?)
+            }
+            _ => Self::from_attributes(value),
+        }
+    }
+
+    /// The role: `type`, else `role` (non-empty).
+    fn role(&self) -> PyResult<&str> {
+        let kind = optional_str(&self.kind, "type")?.filter(|s| !s.is_empty());
+        let role = optional_str(&self.role, "role")?.filter(|s| !s.is_empty());
+        kind.or(role)
+            .ok_or_else(|| PyValueError::new_err("message needs a non-empty `type` or `role`"))
+    }
+
+    /// The id: a string, or an integer as its decimal text.
+    fn id(&self) -> PyResult<Option<Cow<'_, str>>> {
+        match &self.id {
+            None => Ok(None),
+            Some(v) if v.is_instance_of::<PyString>() => {
+                Ok(Some(Cow::Borrowed(v.cast::<PyString>()?.to_str()?)))
+            }
+            Some(v) if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() => {
+                Ok(Some(Cow::Owned(v.str()?.to_str()?.to_owned())))
+            }
+            Some(_) => Err(PyValueError::new_err("message `id` must be a string")),
+        }
+    }
+
+    /// The content: a string (read in place), or what [`to_json`] makes of
+    /// anything else, which must be a string or a list of blocks.
+    fn content(&self) -> PyResult<ContentRead<'_>> {
+        let Some(v) = &self.content else {
+            return Ok(ContentRead::Text(""));
+        };
+        if let Ok(s) = v.cast::<PyString>() {
+            return Ok(ContentRead::Text(s.to_str()?));
+        }
+        match to_json(v)? {
+            Value::String(s) => Ok(ContentRead::Owned(Content::Text(s))),
+            Value::Array(blocks) => Ok(ContentRead::Owned(Content::Blocks(blocks))),
+            _ => Err(PyValueError::new_err(
+                "message `content` must be a string or a list of blocks",
+            )),
+        }
+    }
+
+    fn tool_calls(&self) -> PyResult<Vec<ToolCall>> {
+        match &self.tool_calls {
+            None => Ok(Vec::new()),
+            Some(v) => tool_calls(v),
+        }
+    }
+
+    fn tool_call_id(&self) -> PyResult<Option<&str>> {
+        Ok(optional_str(&self.tool_call_id, "tool_call_id")?
+            .or(optional_str(&self.tool_id, "tool_id")?))
+    }
+
+    fn name(&self) -> PyResult<Option<&str>> {
+        Ok(optional_str(&self.name, "name")?.or(optional_str(&self.tool_name, "tool_name")?))
+    }
+
+    fn status(&self) -> PyResult<Option<&str>> {
+        Ok(optional_str(&self.status, "status")?
+            .or(optional_str(&self.tool_status, "tool_status")?))
+    }
+
+    /// `additional_kwargs` when it is a dict (anything else reads as empty).
+    fn kwargs(&self) -> Option<&Bound<'py, PyDict>> {
+        self.additional_kwargs
+            .as_ref()
+            .and_then(|v| v.cast::<PyDict>().ok())
+    }
 }
 
-fn optional_string(value: Option<Bound<'_, PyAny>>, field: &str) -> PyResult<Option<String>> {
+/// Content as read: a string in place, or converted.
+enum ContentRead<'a> {
+    Text(&'a str),
+    Owned(Content),
+}
+
+impl ContentRead<'_> {
+    fn as_ref(&self) -> ContentRef<'_> {
+        match self {
+            ContentRead::Text(s) => ContentRef::Text(s),
+            ContentRead::Owned(Content::Text(s)) => ContentRef::Text(s),
+            ContentRead::Owned(Content::Blocks(blocks)) => ContentRef::Blocks(blocks),
+        }
+    }
+
+    fn into_owned(self) -> Content {
+        match self {
+            ContentRead::Text(s) => Content::Text(s.to_owned()),
+            ContentRead::Owned(content) => content,
+        }
+    }
+}
+
+fn optional_str<'a>(value: &'a Option<Bound<'_, PyAny>>, field: &str) -> PyResult<Option<&'a str>> {
     match value {
         None => Ok(None),
         Some(v) => match v.cast::<PyString>() {
-            Ok(s) => Ok(Some(s.to_str()?.to_owned())),
+            Ok(s) => Ok(Some(s.to_str()?)),
             Err(_) => Err(PyValueError::new_err(format!(
                 "message `{field}` must be a string"
             ))),
@@ -178,68 +306,79 @@ fn optional_string(value: Option<Bound<'_, PyAny>>, field: &str) -> PyResult<Opt
 /// else `role` (non-empty); `None` anywhere reads as absent; a non-dict
 /// `additional_kwargs` reads as empty.
 pub fn message(value: &Bound<'_, PyAny>) -> PyResult<Message> {
-    let py = value.py();
-    let fields = if let Ok(dict) = value.cast::<PyDict>() {
-        Fields::from_dict(dict)?
-    } else {
-        match value.getattr_opt(intern!(py, "__dict__"))? {
-            Some(attrs) if attrs.is_instance_of::<PyDict>() => {
-                Fields::from_dict(attrs.cast::<PyDict>()?)?
-            }
-            _ => Fields::from_attributes(value)?,
-        }
-    };
-    let kind = optional_string(fields.kind, "type")?.filter(|s| !s.is_empty());
-    let role = optional_string(fields.role, "role")?.filter(|s| !s.is_empty());
-    let role = kind
-        .or(role)
-        .ok_or_else(|| PyValueError::new_err("message needs a non-empty `type` or `role`"))?;
-    let id = match fields.id {
-        None => None,
-        Some(v) if v.is_instance_of::<PyString>() => {
-            Some(v.cast::<PyString>()?.to_str()?.to_owned())
-        }
-        Some(v) if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() => {
-            Some(v.str()?.to_str()?.to_owned())
-        }
-        Some(_) => return Err(PyValueError::new_err("message `id` must be a string")),
-    };
-    let content = match fields.content {
-        None => Content::default(),
-        Some(v) => match to_json(&v)? {
-            Value::String(s) => Content::Text(s),
-            Value::Array(blocks) => Content::Blocks(blocks),
-            _ => {
-                return Err(PyValueError::new_err(
-                    "message `content` must be a string or a list of blocks",
-                ))
-            }
-        },
-    };
-    let tool_calls = match fields.tool_calls {
-        None => Vec::new(),
-        Some(v) => tool_calls(&v)?,
-    };
-    let additional_kwargs = match fields.additional_kwargs {
-        Some(v) if v.is_instance_of::<PyDict>() => match to_json(&v)? {
+    let fields = Fields::read(value)?;
+    let role = fields.role()?.to_owned();
+    let id = fields.id()?.map(Cow::into_owned);
+    let content = fields.content()?.into_owned();
+    let tool_calls = fields.tool_calls()?;
+    let additional_kwargs = match fields.kwargs() {
+        Some(kwargs) => match to_json(kwargs)? {
             Value::Object(map) => map,
             _ => Map::new(),
         },
-        _ => Map::new(),
+        None => Map::new(),
     };
     Ok(Message {
         id,
         role: Role::new(role),
         content,
         tool_calls,
-        tool_call_id: optional_string(fields.tool_call_id, "tool_call_id")?
-            .or(optional_string(fields.tool_id, "tool_id")?),
-        name: optional_string(fields.name, "name")?
-            .or(optional_string(fields.tool_name, "tool_name")?),
-        status: optional_string(fields.status, "status")?
-            .or(optional_string(fields.tool_status, "tool_status")?),
+        tool_call_id: fields.tool_call_id()?.map(str::to_owned),
+        name: fields.name()?.map(str::to_owned),
+        status: fields.status()?.map(str::to_owned),
         additional_kwargs,
     })
+}
+
+/// A message's signature, read in place from the host's object: no
+/// `Message` is built, and the strings are not copied. Every field the
+/// signature covers is read with [`message`]'s rules and errors; of
+/// `additional_kwargs` only `hide_from_ui` and `tool_calls` are read.
+/// `None` for a hidden message: the capture filter (the host's keep-hook)
+/// needs it whole.
+pub fn visible_signature(value: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    sign_in_place(value, false)
+}
+
+/// [`visible_signature`] for any message, hidden or not.
+pub fn signature(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(sign_in_place(value, true)?.unwrap_or_default())
+}
+
+/// The signature read in place; `None` only for a hidden message when
+/// `sign_hidden` is false.
+fn sign_in_place(value: &Bound<'_, PyAny>, sign_hidden: bool) -> PyResult<Option<String>> {
+    let fields = Fields::read(value)?;
+    let role = fields.role()?;
+    let id = fields.id()?;
+    let content = fields.content()?;
+    let tool_calls = fields.tool_calls()?;
+    let py = value.py();
+    let kwargs = fields.kwargs();
+    let flag = |key: &Bound<'_, PyString>| -> PyResult<Option<Value>> {
+        match kwargs {
+            Some(kwargs) => kwargs.get_item(key)?.map(|v| to_json(&v)).transpose(),
+            None => Ok(None),
+        }
+    };
+    if !sign_hidden && flag(intern!(py, "hide_from_ui"))?.is_some_and(|v| truthy(&v)) {
+        return Ok(None);
+    }
+    let legacy = if tool_calls.is_empty() {
+        flag(intern!(py, "tool_calls"))?
+    } else {
+        None
+    };
+    Ok(Some(signature_of(&SignatureFields {
+        id: id.as_deref(),
+        role,
+        content: content.as_ref(),
+        tool_calls: &tool_calls,
+        legacy_tool_calls: legacy.as_ref(),
+        tool_call_id: fields.tool_call_id()?,
+        tool_name: fields.name()?,
+        tool_status: fields.status()?,
+    })))
 }
 
 /// LangChain tool calls (`{name, args, id, type}` dicts) read directly;
@@ -314,6 +453,52 @@ pub fn for_each_message(values: &Bound<'_, PyAny>, mut each: impl FnMut(Message)
         })?);
     }
     Ok(())
+}
+
+/// Reads a transcript (a list or tuple) against a cursor's prefix of
+/// `count` captured messages with sequence digest `digest`: the first
+/// `count` captured messages are signed in place into a [`KnownHead`]
+/// (hidden ones are read whole and go through `keeps`, the capture
+/// filter), every message after them is converted. `None` when the
+/// transcript does not start with that prefix (it is shorter, or its
+/// digest differs: compaction, an edit); the caller then reads it whole.
+/// Errors name the message index.
+pub fn read_against_prefix(
+    values: &Bound<'_, PyAny>,
+    count: usize,
+    digest: &str,
+    keeps: impl Fn(&Message) -> bool,
+) -> PyResult<Option<(KnownHead, Vec<Message>)>> {
+    let len = values.len()?;
+    if len < count {
+        return Ok(None);
+    }
+    let mut head = KnownHead::with_capacity(count);
+    let mut rest = Vec::with_capacity(len - count);
+    for (i, item) in values.try_iter()?.enumerate() {
+        let item = item?;
+        let at =
+            |e: PyErr| PyValueError::new_err(format!("messages[{i}]: {}", e.value(values.py())));
+        if head.len() == count {
+            rest.push(message(&item).map_err(at)?);
+            continue;
+        }
+        match visible_signature(&item).map_err(at)? {
+            Some(signature) => head.push(signature),
+            None => {
+                let hidden = message(&item).map_err(at)?;
+                if keeps(&hidden) {
+                    head.push(message_signature(&hidden));
+                } else {
+                    head.skip();
+                }
+            }
+        }
+        if head.len() == count && head.digest() != digest {
+            return Ok(None);
+        }
+    }
+    Ok((head.len() == count).then_some((head, rest)))
 }
 
 /// A JSON value as a Python object (dicts, lists, str, int, float, bool, None).

@@ -5,9 +5,18 @@
 use crate::{convert, errors};
 use pyo3::prelude::*;
 
-/// SHA-256 hex of a message's canonical payload (DeerFlow's `_message_signature`).
+/// SHA-256 hex of a message's canonical payload (DeerFlow's `_message_signature`),
+/// read in place the way a capture signs the head its cursor holds.
 #[pyfunction]
 pub fn message_signature(message: &Bound<'_, PyAny>) -> PyResult<String> {
+    convert::signature(message)
+}
+
+/// The same signature through a converted `Message` (the way a capture
+/// signs the messages it sends): the parity tests hold both forms to
+/// DeerFlow's.
+#[pyfunction]
+pub fn converted_message_signature(message: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(memgate_core::signature::message_signature(
         &convert::message(message)?,
     ))

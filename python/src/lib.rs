@@ -31,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<backend::Environment>()?;
     m.add_function(wrap_pyfunction!(backend::remember_tool_spec, m)?)?;
     m.add_function(wrap_pyfunction!(ids::message_signature, m)?)?;
+    m.add_function(wrap_pyfunction!(ids::converted_message_signature, m)?)?;
     m.add_function(wrap_pyfunction!(ids::signature_payload, m)?)?;
     m.add_function(wrap_pyfunction!(ids::sequence_digest, m)?)?;
     m.add_function(wrap_pyfunction!(ids::openviking_session_id, m)?)?;

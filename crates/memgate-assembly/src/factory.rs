@@ -14,6 +14,7 @@ use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::{
     BackendContext, KeepHiddenHook, MemoryBackend, MemoryError, MemoryMode, Result,
 };
+use memgate_openviking::OpenVikingBackend;
 use memgate_store::LocalBackend;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -37,6 +38,10 @@ pub struct Opened {
     /// transcript into it (the Python extension); its work still goes through
     /// [`AssembledBackend::run_admitted`].
     pub local: Option<Arc<LocalBackend>>,
+    /// The same backend again when it is `openviking`, for callers that read
+    /// a transcript against its cursor first (the Python extension); its
+    /// work still goes through [`AssembledBackend::run_admitted`].
+    pub openviking: Option<OpenVikingBackend>,
 }
 
 impl BackendSetup {
@@ -75,12 +80,13 @@ pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<A
     Ok(open(memory, setup)?.backend)
 }
 
-/// [`open_backend`], keeping the local store's own handle.
+/// [`open_backend`], keeping the local and OpenViking backends' own handles.
 pub fn open(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Opened> {
-    let (backend, local) = build(memory, setup)?;
+    let built = build(memory, setup)?;
     Ok(Opened {
-        backend: assemble(backend, memory)?,
-        local,
+        backend: assemble(built.backend, memory)?,
+        local: built.local,
+        openviking: built.openviking,
     })
 }
 
@@ -102,7 +108,12 @@ pub fn assemble(
     )))
 }
 
-type Built = (Arc<dyn MemoryBackend>, Option<Arc<LocalBackend>>);
+/// A built backend, and its own handle when a surface uses one.
+struct Built {
+    backend: Arc<dyn MemoryBackend>,
+    local: Option<Arc<LocalBackend>>,
+    openviking: Option<OpenVikingBackend>,
+}
 
 fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Built> {
     let storage = setup.storage_path(memory)?;
@@ -122,15 +133,18 @@ fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Built> {
                 .unwrap_or_else(|| Arc::new(host_default_keep_hidden)),
         );
     let mut local = None;
+    let mut openviking = None;
     let backend: Arc<dyn MemoryBackend> = match memory.manager_class {
         ManagerClass::Local => {
             let store = Arc::new(LocalBackend::from_backend_config(&backend_config, &ctx)?);
             local = Some(Arc::clone(&store));
             store
         }
-        ManagerClass::OpenViking => Arc::new(
-            memgate_openviking::OpenVikingBackend::from_backend_config(&backend_config, &ctx)?,
-        ),
+        ManagerClass::OpenViking => {
+            let backend = OpenVikingBackend::from_backend_config(&backend_config, &ctx)?;
+            openviking = Some(backend.clone());
+            Arc::new(backend)
+        }
         ManagerClass::PowerContext => Arc::new(
             memgate_powercontext::PowerContextBackend::from_backend_config(&backend_config, &ctx)?,
         ),
@@ -149,7 +163,11 @@ fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Built> {
             backend.name()
         )));
     }
-    Ok((backend, local))
+    Ok(Built {
+        backend,
+        local,
+        openviking,
+    })
 }
 
 /// The noop backend takes no settings besides the injected storage root.

@@ -13,11 +13,25 @@ use serde_json::Value;
 /// compact separators and `ensure_ascii=False`.
 pub fn to_python_json(value: &Value) -> String {
     let mut out = String::new();
-    write_value(&mut out, value);
+    write_python_json(&mut out, value);
     out
 }
 
-fn write_value(out: &mut String, value: &Value) {
+/// Appends the encoding of a list of `items` to `out` (a borrowed list:
+/// message content blocks are signed without building a `Value` for them).
+pub fn write_python_json_array(out: &mut String, items: &[Value]) {
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_python_json(out, item);
+    }
+    out.push(']');
+}
+
+/// Appends [`to_python_json`]'s encoding of `value` to `out`.
+pub fn write_python_json(out: &mut String, value: &Value) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
@@ -30,16 +44,7 @@ fn write_value(out: &mut String, value: &Value) {
             }
         }
         Value::String(s) => write_json_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_value(out, item);
-            }
-            out.push(']');
-        }
+        Value::Array(items) => write_python_json_array(out, items),
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
@@ -50,7 +55,7 @@ fn write_value(out: &mut String, value: &Value) {
                 }
                 write_json_string(out, k);
                 out.push(':');
-                write_value(out, v);
+                write_python_json(out, v);
             }
             out.push('}');
         }

@@ -12,6 +12,7 @@
 
 use crate::identity::Caller;
 use crate::message::Message;
+use crate::signature::SequenceHasher;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -52,6 +53,68 @@ pub struct CaptureReport {
     pub already_known: usize,
     /// Messages the capture filter left out (hidden, injected, system…).
     pub filtered: usize,
+}
+
+/// The head of a transcript that a backend's cursor already holds, as the
+/// signatures of its captured messages (in order) and their running
+/// digest: a surface that read the cursor's prefix first hands over these
+/// messages this way, without building (and dropping) a [`Message`] for
+/// each, and converts only the messages after them. The digest is absorbed
+/// as signatures are pushed, so the two cannot disagree.
+#[derive(Clone, Debug, Default)]
+pub struct KnownHead {
+    signatures: Vec<String>,
+    running: SequenceHasher,
+    filtered: usize,
+}
+
+impl KnownHead {
+    pub fn with_capacity(count: usize) -> Self {
+        Self {
+            signatures: Vec::with_capacity(count),
+            ..Self::default()
+        }
+    }
+
+    /// The next captured message's signature.
+    pub fn push(&mut self, signature: String) {
+        self.running.absorb(std::slice::from_ref(&signature));
+        self.signatures.push(signature);
+    }
+
+    /// A message of the head that the capture filter left out.
+    pub fn skip(&mut self) {
+        self.filtered += 1;
+    }
+
+    /// Captured messages so far.
+    pub fn len(&self) -> usize {
+        self.signatures.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.signatures.is_empty()
+    }
+
+    /// Messages the filter left out of the head.
+    pub fn filtered(&self) -> usize {
+        self.filtered
+    }
+
+    /// The sequence digest of the signatures pushed so far.
+    pub fn digest(&self) -> String {
+        self.running.digest()
+    }
+
+    /// The running digest (its length is [`len`](Self::len)).
+    pub fn running(&self) -> &SequenceHasher {
+        &self.running
+    }
+
+    /// The signatures, in transcript order.
+    pub fn into_signatures(self) -> Vec<String> {
+        self.signatures
+    }
 }
 
 /// The host's hook deciding whether a hidden message should be captured
@@ -137,6 +200,25 @@ mod tests {
             assert!(!host_default_keep_hidden(&kw), "{key}");
         }
         assert!(!host_default_keep_hidden(&Map::new()));
+    }
+
+    #[test]
+    fn a_known_head_digests_what_was_pushed() {
+        use crate::signature::{message_signature, sequence_digest};
+        let sigs: Vec<String> = ["a", "b", "c"]
+            .iter()
+            .map(|t| message_signature(&Message::human(*t)))
+            .collect();
+        let mut head = KnownHead::with_capacity(3);
+        assert_eq!(head.digest(), sequence_digest::<&str>(&[]));
+        for sig in &sigs {
+            head.push(sig.clone());
+        }
+        head.skip();
+        assert_eq!((head.len(), head.filtered()), (3, 1));
+        assert_eq!(head.digest(), sequence_digest(&sigs));
+        assert_eq!(head.running().absorbed(), 3);
+        assert_eq!(head.into_signatures(), sigs);
     }
 
     #[test]

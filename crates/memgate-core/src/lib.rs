@@ -49,7 +49,7 @@ pub mod tool;
 pub mod work;
 
 pub use backend::{Capabilities, Diagnostic, Figure, FigureKind, MemoryBackend, WarmStatus};
-pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook};
+pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook, KnownHead};
 pub use error::{MemoryError, Result, WireError};
 pub use facts::{Fact, FactPatch, FactState, ImportReport, MemoryExport, SearchHit, SearchQuery};
 pub use forget::{ForgetReport, ForgetTarget};

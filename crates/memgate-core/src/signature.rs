@@ -7,24 +7,72 @@
 //! is never stored, only this hash. The sequence digest hashes an ordered
 //! list of signatures (the transcript prefix a cursor has handled).
 
-use crate::canonical_json::{to_python_json, write_json_string};
-use crate::message::{truthy, Content, Message};
+use crate::canonical_json::{write_json_string, write_python_json, write_python_json_array};
+use crate::message::{truthy, Content, Message, ToolCall};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 
 /// Lowercase hex of a byte string.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let digits: Vec<u8> = bytes
-        .iter()
-        .flat_map(|b| [DIGITS[(b >> 4) as usize], DIGITS[(b & 0xf) as usize]])
-        .collect();
-    String::from_utf8(digits).expect("hex digits are ASCII")
+    // Sized once: every signature and digest goes through here.
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[(b >> 4) as usize]));
+        out.push(char::from(DIGITS[(b & 0xf) as usize]));
+    }
+    out
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
+}
+
+/// What a signature reads from a message, borrowed from wherever the
+/// message lives: a core [`Message`] ([`Message::signature_fields`]), or a
+/// host's message object read in place (the Python surface signs the head
+/// of a transcript its cursor already holds without building `Message`s).
+/// Every form goes through the one writer below, so their signatures are
+/// equal by construction.
+#[derive(Clone, Copy, Debug)]
+pub struct SignatureFields<'a> {
+    pub id: Option<&'a str>,
+    pub role: &'a str,
+    pub content: ContentRef<'a>,
+    pub tool_calls: &'a [ToolCall],
+    /// `additional_kwargs.tool_calls`, signed when `tool_calls` is empty.
+    pub legacy_tool_calls: Option<&'a Value>,
+    pub tool_call_id: Option<&'a str>,
+    pub tool_name: Option<&'a str>,
+    pub tool_status: Option<&'a str>,
+}
+
+/// Message content as a signature reads it.
+#[derive(Clone, Copy, Debug)]
+pub enum ContentRef<'a> {
+    Text(&'a str),
+    Blocks(&'a [Value]),
+}
+
+impl Message {
+    /// The fields this message's signature covers.
+    pub fn signature_fields(&self) -> SignatureFields<'_> {
+        SignatureFields {
+            id: self.id.as_deref(),
+            role: self.role.as_str(),
+            content: match &self.content {
+                Content::Text(s) => ContentRef::Text(s),
+                Content::Blocks(blocks) => ContentRef::Blocks(blocks),
+            },
+            tool_calls: &self.tool_calls,
+            legacy_tool_calls: self.additional_kwargs.get("tool_calls"),
+            tool_call_id: self.tool_call_id.as_deref(),
+            tool_name: self.name.as_deref(),
+            tool_status: self.status.as_deref(),
+        }
+    }
 }
 
 /// The canonical JSON a signature hashes (exposed for tests and tooling):
@@ -33,7 +81,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// read as `null`; tool calls fall back to `additional_kwargs.tool_calls`.
 pub fn signature_payload(message: &Message) -> String {
     let mut out = String::new();
-    write_payload(&mut out, message);
+    write_payload(&mut out, &message.signature_fields());
     out
 }
 
@@ -45,10 +93,15 @@ thread_local! {
 
 /// The message's signature: lowercase hex SHA-256 of its canonical payload.
 pub fn message_signature(message: &Message) -> String {
+    signature_of(&message.signature_fields())
+}
+
+/// The signature of a message given as its [`SignatureFields`].
+pub fn signature_of(fields: &SignatureFields<'_>) -> String {
     BUFFER.with(|buffer| {
         let mut out = buffer.borrow_mut();
         out.clear();
-        write_payload(&mut out, message);
+        write_payload(&mut out, fields);
         let digest = sha256_hex(out.as_bytes());
         if out.capacity() > 64 * 1024 {
             *out = String::with_capacity(1024);
@@ -60,18 +113,18 @@ pub fn message_signature(message: &Message) -> String {
 /// Writes the payload straight into `out`, keys in sorted order; only
 /// nested values (content blocks, tool call arguments, legacy tool calls)
 /// go through the general canonical encoder.
-fn write_payload(out: &mut String, m: &Message) {
+fn write_payload(out: &mut String, m: &SignatureFields<'_>) {
     out.push_str("{\"content\":");
-    match &m.content {
-        Content::Text(s) => write_json_string(out, s),
-        Content::Blocks(_) => out.push_str(&to_python_json(&m.content.to_value())),
+    match m.content {
+        ContentRef::Text(s) => write_json_string(out, s),
+        ContentRef::Blocks(blocks) => write_python_json_array(out, blocks),
     }
     out.push_str(",\"id\":");
-    write_optional(out, m.id.as_deref());
+    write_optional(out, m.id);
     out.push_str(",\"role\":");
-    write_json_string(out, m.role.as_str());
+    write_json_string(out, m.role);
     out.push_str(",\"tool_call_id\":");
-    write_optional(out, m.tool_call_id.as_deref());
+    write_optional(out, m.tool_call_id);
     out.push_str(",\"tool_calls\":");
     if !m.tool_calls.is_empty() {
         out.push('[');
@@ -81,7 +134,7 @@ fn write_payload(out: &mut String, m: &Message) {
             }
             // A tool call is {name, args, id, type}; sorted: args, id, name, type.
             out.push_str("{\"args\":");
-            out.push_str(&to_python_json(&call.args));
+            write_python_json(out, &call.args);
             out.push_str(",\"id\":");
             match &call.id {
                 Some(id) => write_json_string(out, id),
@@ -95,15 +148,15 @@ fn write_payload(out: &mut String, m: &Message) {
         }
         out.push(']');
     } else {
-        match m.additional_kwargs.get("tool_calls") {
-            Some(v) if truthy(v) => out.push_str(&to_python_json(v)),
+        match m.legacy_tool_calls {
+            Some(v) if truthy(v) => write_python_json(out, v),
             _ => out.push_str("[]"),
         }
     }
     out.push_str(",\"tool_name\":");
-    write_optional(out, m.name.as_deref());
+    write_optional(out, m.tool_name);
     out.push_str(",\"tool_status\":");
-    write_optional(out, m.status.as_deref());
+    write_optional(out, m.tool_status);
     out.push('}');
 }
 
@@ -253,7 +306,8 @@ mod tests {
     /// The payload built the slow, obvious way: a JSON object through the
     /// general canonical encoder.
     fn reference_payload(message: &Message) -> String {
-        use serde_json::{json, Map, Value};
+        use crate::canonical_json::to_python_json;
+        use serde_json::{json, Map};
         let non_empty = |v: Option<&str>| match v {
             Some(s) if !s.is_empty() => Value::String(s.to_owned()),
             _ => Value::Null,

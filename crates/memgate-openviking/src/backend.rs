@@ -1,22 +1,26 @@
 //! `OpenVikingBackend`: the memory contract over one OpenViking USER key.
 
-use crate::capture::{capture_session, CaptureTarget};
+use crate::capture::{
+    capture_session, load_session_cursor, CaptureOutcome, CaptureTarget, Transcript,
+};
 use crate::client::OpenVikingClient;
 use crate::config::OpenVikingConfig;
 use crate::delivery::{blocking, deliver_session};
 use crate::injection::format_injection;
-use crate::lifecycle::Lifecycle;
-use crate::locks::SessionLocks;
+use crate::lifecycle::{Lifecycle, Operation};
+use crate::locks::{SessionGuard, SessionLocks};
 use crate::outbox::{now_ms, Outbox, OutboxFigures};
 use crate::pystr;
 use crate::retrieval::{retrieve, RetrievalRequest, RetrievedMemory};
 use crate::scope::{canonical_peer_id, check_owner, session_id, UriStyle};
 use async_trait::async_trait;
-use memgate_core::capture::captureable;
+use memgate_core::capture::{captureable, is_captureable};
+use memgate_core::cursor::TranscriptCursor;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, Diagnostic,
-    Figure, KeepHiddenHook, MemoryBackend, MemoryError, MemoryMode, Recall, RecallRequest,
-    RecalledItem, Redactor, Result, SearchHit, SearchQuery, StartupPolicy, WarmStatus,
+    Figure, KeepHiddenHook, KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, Recall,
+    RecallRequest, RecalledItem, Redactor, Result, SearchHit, SearchQuery, StartupPolicy,
+    WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::fmt;
@@ -69,6 +73,52 @@ impl fmt::Debug for OpenVikingBackend {
             .field("uri_style", &self.uri_style())
             .field("closed", &self.inner.lifecycle.is_closed())
             .finish_non_exhaustive()
+    }
+}
+
+/// A capture begun while its session was free
+/// ([`OpenVikingBackend::try_begin_capture`]): the session's lock held and
+/// its cursor read. A surface that still has to read the transcript (the
+/// Python extension, from LangChain objects) reads it against the cursor's
+/// prefix: the head the cursor holds is signed in place and handed over as
+/// a [`KnownHead`], only the messages after it are converted. The lock
+/// keeps the cursor the head was read against the one the capture plans
+/// with.
+pub struct BegunCapture {
+    backend: OpenVikingBackend,
+    op: Operation,
+    guard: SessionGuard,
+    target: CaptureTarget,
+    loaded: TranscriptCursor,
+}
+
+impl BegunCapture {
+    /// The prefix the cursor holds: how many captured messages, and their
+    /// sequence digest.
+    pub fn known_prefix(&self) -> Option<(usize, &str)> {
+        let count = usize::try_from(self.loaded.submitted_prefix_count?).ok()?;
+        Some((count, self.loaded.submitted_prefix_digest.as_deref()?))
+    }
+
+    /// The capture filter for one message (hidden messages go to the host's
+    /// keep-hook), for a surface building the head.
+    pub fn keeps(&self, message: &Message) -> bool {
+        is_captureable(message, self.backend.inner.keep_hidden.as_ref())
+    }
+
+    /// Captures `head` followed by `rest` (every message after the head, not
+    /// yet filtered). `Ok(None)`: nothing was sent because a message of the
+    /// head must be sent after all (the head did not match the cursor, or an
+    /// interrupted capture moved it); capture the whole transcript instead.
+    pub async fn capture(self, head: KnownHead, rest: &[Message]) -> Result<Option<CaptureReport>> {
+        let backend = self.backend;
+        backend.start_delivery();
+        let captured = captureable(rest, backend.inner.keep_hidden.as_ref());
+        let filtered = head.filtered() + rest.len() - captured.len();
+        let transcript = Transcript::with_head(head, captured);
+        let outcome =
+            capture_session(self.op, self.guard, self.target, self.loaded, transcript).await?;
+        backend.capture_report(outcome, filtered)
     }
 }
 
@@ -179,6 +229,77 @@ impl OpenVikingBackend {
             }
             Err(_) => self.inner.delivering.store(false, Ordering::SeqCst),
         }
+    }
+
+    /// The peer and session a capture of the caller's thread writes to,
+    /// after the owner check; a capture needs a thread.
+    fn capture_scope(&self, caller: &Caller) -> Result<(String, String)> {
+        let thread = caller
+            .thread
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                MemoryError::invalid("thread_id", "OpenViking memory write requires thread_id")
+            })?;
+        let peer = self.peer_id(caller)?;
+        let sid = session_id(&self.inner.config.owner_user_id, &peer, thread);
+        Ok((peer, sid))
+    }
+
+    fn capture_target(&self, peer: String, session_id: String) -> CaptureTarget {
+        CaptureTarget {
+            config: self.inner.config.clone(),
+            peer,
+            session_id,
+            redactor: Arc::clone(&self.inner.redactor),
+            outbox: self.inner.outbox.clone(),
+        }
+    }
+
+    /// A capture's report, with server failures put through
+    /// `failure_policy.write`; `None` when it needs the whole transcript.
+    fn capture_report(
+        &self,
+        outcome: CaptureOutcome,
+        filtered: usize,
+    ) -> Result<Option<CaptureReport>> {
+        if outcome.needs_whole {
+            return Ok(None);
+        }
+        let report = CaptureReport {
+            stored: outcome.sent,
+            already_known: outcome.already_known,
+            filtered,
+        };
+        match outcome.failure {
+            None => Ok(Some(report)),
+            Some(err) => self
+                .inner
+                .config
+                .write_policy
+                .apply(Err(err), report, "OpenViking capture")
+                .map(Some),
+        }
+    }
+
+    /// Begins a capture of the caller's thread if that can be done at once:
+    /// the session's lock taken, its cursor read. `None` when the session
+    /// is busy, the backend is shut down, or the caller, thread or cursor
+    /// is refused; [`capture`](MemoryBackend::capture) then waits for the
+    /// lock or answers the error.
+    pub fn try_begin_capture(&self, caller: &Caller) -> Option<BegunCapture> {
+        let op = self.inner.lifecycle.begin()?;
+        let (peer, sid) = self.capture_scope(caller).ok()?;
+        let guard = self.inner.locks.try_lock(&sid)?;
+        let target = self.capture_target(peer, sid);
+        let loaded = load_session_cursor(&target).ok()?;
+        Some(BegunCapture {
+            backend: self.clone(),
+            op,
+            guard,
+            target,
+            loaded,
+        })
     }
 
     fn target_uris(&self, peer: &str) -> [String; 2] {
@@ -323,42 +444,18 @@ impl MemoryBackend for OpenVikingBackend {
             tracing::warn!("OpenViking write ignored after backend shutdown");
             return Ok(CaptureReport::default());
         };
-        let caller = &request.caller;
-        let thread = caller
-            .thread
-            .as_deref()
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                MemoryError::invalid("thread_id", "OpenViking memory write requires thread_id")
-            })?;
-        let peer = self.peer_id(caller)?;
-        let sid = session_id(&self.inner.config.owner_user_id, &peer, thread);
+        let (peer, sid) = self.capture_scope(&request.caller)?;
         let captured = captureable(&request.messages, self.inner.keep_hidden.as_ref());
         let filtered = request.messages.len() - captured.len();
         self.start_delivery();
         let guard = self.inner.locks.lock(&sid).await;
-        let target = CaptureTarget {
-            config: self.inner.config.clone(),
-            peer,
-            session_id: sid,
-            redactor: Arc::clone(&self.inner.redactor),
-            outbox: self.inner.outbox.clone(),
-        };
-        let outcome = capture_session(op, guard, target, &captured).await?;
-        let report = CaptureReport {
-            stored: outcome.sent,
-            already_known: outcome.already_known,
-            filtered,
-        };
-        match outcome.failure {
-            None => Ok(report),
-            Some(err) => {
-                self.inner
-                    .config
-                    .write_policy
-                    .apply(Err(err), report, "OpenViking capture")
-            }
-        }
+        let target = self.capture_target(peer, sid);
+        let loaded = load_session_cursor(&target)?;
+        let transcript = Transcript::whole(captured);
+        let outcome = capture_session(op, guard, target, loaded, transcript).await?;
+        self.capture_report(outcome, filtered)?.ok_or_else(|| {
+            MemoryError::Backend("OpenViking capture of a whole transcript lacked a message".into())
+        })
     }
 
     /// A find over the user's and the peer's memory. A blank query answers

@@ -39,10 +39,11 @@ use memgate_core::cursor::{
     load_cursor, save_cursor_with, BatchMark, CursorError, InFlight, SaveMode, TranscriptCursor,
 };
 use memgate_core::signature::{message_signature, SequenceHasher};
-use memgate_core::{MemoryError, Message, Redactor, Result};
+use memgate_core::{KnownHead, MemoryError, Message, Redactor, Result};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::fmt::Display;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -82,6 +83,16 @@ pub struct CapturePlan {
 impl CapturePlan {
     pub fn new(cursor: &TranscriptCursor, signatures: Vec<String>) -> Self {
         let prefix = cursor.matching_prefix(&signatures);
+        Self::matched(cursor, signatures, prefix)
+    }
+
+    /// [`new`](Self::new) with the cursor's matched prefix already known
+    /// (`cursor.matching_prefix(&signatures)`, computed once per capture).
+    fn matched(
+        cursor: &TranscriptCursor,
+        signatures: Vec<String>,
+        prefix: Option<SequenceHasher>,
+    ) -> Self {
         let start = prefix.as_ref().map(SequenceHasher::absorbed);
         let pending = match start {
             Some(start) => (start..signatures.len()).collect(),
@@ -216,6 +227,105 @@ pub fn sign_all(captured: &[&Message]) -> Vec<String> {
     captured.iter().map(|m| message_signature(m)).collect()
 }
 
+/// The captured messages of one transcript (already filtered), in order:
+/// the signatures of all of them, and the messages themselves from the end
+/// of the known head on. A surface that read the cursor first hands over
+/// the head the cursor holds as signatures only ([`KnownHead`]); a plan
+/// that must send one of those after all (the cursor moved since) cannot
+/// be carried out, and the capture answers that it needs the whole
+/// transcript (`CaptureOutcome::needs_whole`).
+pub struct Transcript<'a> {
+    signatures: Vec<String>,
+    whole: Whole<'a>,
+    /// The head's running digest, from the surface that signed it.
+    head: Option<SequenceHasher>,
+}
+
+/// The captured messages a transcript holds whole: those from `from` on.
+struct Whole<'a> {
+    from: usize,
+    messages: Vec<&'a Message>,
+}
+
+impl<'a> Whole<'a> {
+    fn get(&self, index: usize) -> Option<&'a Message> {
+        index
+            .checked_sub(self.from)
+            .and_then(|k| self.messages.get(k).copied())
+    }
+}
+
+impl<'a> Transcript<'a> {
+    /// Every captured message whole.
+    pub fn whole(captured: Vec<&'a Message>) -> Self {
+        Self {
+            signatures: sign_all(&captured),
+            whole: Whole {
+                from: 0,
+                messages: captured,
+            },
+            head: None,
+        }
+    }
+
+    /// A known head as signatures, then the captured messages after it.
+    pub fn with_head(head: KnownHead, rest: Vec<&'a Message>) -> Self {
+        let running = head.running().clone();
+        let mut signatures = head.into_signatures();
+        let from = signatures.len();
+        signatures.reserve(rest.len());
+        signatures.extend(rest.iter().map(|m| message_signature(m)));
+        Self {
+            signatures,
+            whole: Whole {
+                from,
+                messages: rest,
+            },
+            head: Some(running),
+        }
+    }
+
+    /// Captured messages, head included.
+    pub fn len(&self) -> usize {
+        self.signatures.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.signatures.is_empty()
+    }
+}
+
+/// The cursor's matched prefix for `signatures`: the surface's running
+/// digest of the head when the head is exactly the cursor's prefix (no
+/// second hashing of it), else computed.
+fn loaded_prefix(
+    cursor: &TranscriptCursor,
+    signatures: &[String],
+    head: Option<SequenceHasher>,
+) -> Option<SequenceHasher> {
+    if let (Some(head), Some(count), Some(digest)) = (
+        head,
+        cursor.submitted_prefix_count,
+        &cursor.submitted_prefix_digest,
+    ) {
+        if head.absorbed() as u64 == count && head.digest() == *digest {
+            return Some(head);
+        }
+    }
+    cursor.matching_prefix(signatures)
+}
+
+/// True when `a` and `b` match `signatures` the same way: the same
+/// recorded prefix, and one that fits the transcript, so its digest alone
+/// decides ([`TranscriptCursor::matching_prefix`] step 1).
+fn same_prefix_decision(a: &TranscriptCursor, b: &TranscriptCursor, signatures: &[String]) -> bool {
+    a.submitted_prefix_count == b.submitted_prefix_count
+        && a.submitted_prefix_digest == b.submitted_prefix_digest
+        && a.submitted_prefix_count
+            .and_then(|c| usize::try_from(c).ok())
+            .is_some_and(|c| c <= signatures.len())
+}
+
 /// Where one capture writes.
 pub struct CaptureTarget {
     pub config: Arc<OpenVikingConfig>,
@@ -234,6 +344,10 @@ pub struct CaptureOutcome {
     pub sent: usize,
     pub already_known: usize,
     pub failure: Option<MemoryError>,
+    /// Nothing was sent because a message the surface gave as its signature
+    /// only must be sent after all: capture the whole transcript instead.
+    /// Never set for a [`Transcript::whole`].
+    pub needs_whole: bool,
 }
 
 impl CaptureOutcome {
@@ -242,6 +356,16 @@ impl CaptureOutcome {
             sent: 0,
             already_known,
             failure: Some(failure),
+            needs_whole: false,
+        }
+    }
+
+    fn needs_whole() -> Self {
+        Self {
+            sent: 0,
+            already_known: 0,
+            failure: None,
+            needs_whole: true,
         }
     }
 }
@@ -272,6 +396,22 @@ fn load(path: &Path, session_id: &str) -> Result<TranscriptCursor> {
     })
 }
 
+tokio::task_local! {
+    /// Set while a capture is polled by its caller's own thread, which waits
+    /// for it anyway and may block (the Python extension's sync capture:
+    /// `block_on` on the calling thread). Saves then write there instead of
+    /// crossing to the blocking pool and back. A task spawned from the
+    /// capture (the record-and-save step) runs on a runtime worker and does
+    /// not inherit it.
+    static ON_CALLERS_THREAD: ();
+}
+
+/// Runs `capture` as polled by its caller's own thread, which may block:
+/// only for a future given to `block_on` outside the runtime's workers.
+pub async fn on_callers_thread<F: Future>(capture: F) -> F::Output {
+    ON_CALLERS_THREAD.scope((), capture).await
+}
+
 /// Saves the cursor. A failed save is never softened by the write policy.
 async fn save(
     path: PathBuf,
@@ -279,9 +419,15 @@ async fn save(
     mode: SaveMode,
     session_id: &str,
 ) -> Result<()> {
-    let saved = tokio::task::spawn_blocking(move || save_cursor_with(&path, &cursor, mode))
-        .await
-        .map_err(|e| MemoryError::Backend(format!("OpenViking cursor write task failed: {e}")))?;
+    let saved = if ON_CALLERS_THREAD.try_with(|_| ()).is_ok() {
+        save_cursor_with(&path, &cursor, mode)
+    } else {
+        tokio::task::spawn_blocking(move || save_cursor_with(&path, &cursor, mode))
+            .await
+            .map_err(|e| {
+                MemoryError::Backend(format!("OpenViking cursor write task failed: {e}"))
+            })?
+    };
     saved.map_err(|e| {
         MemoryError::Backend(format!(
             "OpenViking capture cursor could not be saved (session={session_id}): {e}"
@@ -439,20 +585,32 @@ fn advance_by_intent(
     next
 }
 
-/// Runs one capture of `captured` (already filtered) while `guard` holds
-/// the session's lock.
+/// Reads the cursor of `target`'s session (the caller holds its lock).
+pub fn load_session_cursor(target: &CaptureTarget) -> Result<TranscriptCursor> {
+    let sid = target.session_id.as_str();
+    load(&target.config.cursor_path(sid), sid)
+}
+
+/// Runs one capture of `transcript` while `guard` holds the session's lock
+/// and `loaded` is the cursor read under it.
 pub async fn capture_session(
     operation: Operation,
     guard: SessionGuard,
     target: CaptureTarget,
-    captured: &[&Message],
+    loaded: TranscriptCursor,
+    transcript: Transcript<'_>,
 ) -> Result<CaptureOutcome> {
     let sid = target.session_id.as_str();
     let max_seen = target.config.max_seen_message_ids;
     let path = target.config.cursor_path(sid);
-    let loaded = load(&path, sid)?;
-    let signatures = sign_all(captured);
-    if loaded.contradicts(&signatures) {
+    let Transcript {
+        signatures,
+        whole,
+        head,
+    } = transcript;
+    let matched = loaded_prefix(&loaded, &signatures, head);
+    // A contradiction needs a prefix digest that does not match.
+    if matched.is_none() && loaded.contradicts(&signatures) {
         tracing::error!(
             session = sid,
             "OpenViking capture cursor contradicts itself"
@@ -470,7 +628,7 @@ pub async fn capture_session(
         let queued = blocking(&outbox, move |o| o.session_entries(&owned)).await?;
         if !queued.is_empty() {
             if !deliver_session(client, &outbox, sid).await? {
-                return queue_behind(&target, &outbox, path, &loaded, signatures, captured).await;
+                return queue_behind(&target, &outbox, path, &loaded, signatures, &whole).await;
             }
             // The cursor's count predates the delivery.
             cursor.server_total = None;
@@ -517,10 +675,17 @@ pub async fn capture_session(
         }
     }
 
-    let plan = CapturePlan::new(&cursor, signatures);
+    let prefix = if same_prefix_decision(&cursor, &loaded, &signatures) {
+        matched
+    } else {
+        cursor.matching_prefix(&signatures)
+    };
+    let plan = CapturePlan::matched(&cursor, signatures, prefix);
     let pending_len = plan.pending.len();
-    let already_known = captured.len() - pending_len;
-    let prepared = prepare(&plan, captured, &target);
+    let already_known = plan.signatures.len() - pending_len;
+    let Some(prepared) = prepare(&plan, &whole, &target) else {
+        return needs_whole(path, &loaded, cursor, sid).await;
+    };
     if prepared.is_empty() {
         // Nothing to send (nothing new, or only messages that are never
         // recorded): write only if the cursor itself moved.
@@ -532,6 +697,7 @@ pub async fn capture_session(
             sent: 0,
             already_known,
             failure: None,
+            needs_whole: false,
         });
     }
 
@@ -598,6 +764,7 @@ pub async fn capture_session(
                     sent: pending_len,
                     already_known,
                     failure: None,
+                    needs_whole: false,
                 })
             }
             // The batch may have arrived with its answer lost: the intent
@@ -661,6 +828,7 @@ pub async fn capture_session(
                     sent: consumed,
                     already_known,
                     failure: Some(failure),
+                    needs_whole: false,
                 })
             }
         }
@@ -670,21 +838,35 @@ pub async fn capture_session(
 }
 
 /// The payloads of the pending messages, converted and redacted: what is
-/// sent, and what the outbox queues.
-fn prepare(plan: &CapturePlan, captured: &[&Message], target: &CaptureTarget) -> Vec<Prepared> {
-    plan.pending
-        .iter()
-        .enumerate()
-        .filter_map(|(k, &i)| {
-            to_payload(captured[i], &target.peer).map(|mut payload| {
-                redact_payload(&mut payload, &target.redactor);
-                Prepared {
-                    payload,
-                    input_end: k + 1,
-                }
-            })
-        })
-        .collect()
+/// sent, and what the outbox queues. `None` when a pending message is not
+/// held whole (its signature was all the surface gave).
+fn prepare(plan: &CapturePlan, whole: &Whole<'_>, target: &CaptureTarget) -> Option<Vec<Prepared>> {
+    let mut prepared = Vec::with_capacity(plan.pending.len());
+    for (k, &i) in plan.pending.iter().enumerate() {
+        if let Some(mut payload) = to_payload(whole.get(i)?, &target.peer) {
+            redact_payload(&mut payload, &target.redactor);
+            prepared.push(Prepared {
+                payload,
+                input_end: k + 1,
+            });
+        }
+    }
+    Some(prepared)
+}
+
+/// A plan that would send a message held only as its signature: nothing
+/// is sent; the cursor keeps what this capture learnt (a reconciled
+/// intent, a retried commit) and the caller captures the whole transcript.
+async fn needs_whole(
+    path: PathBuf,
+    loaded: &TranscriptCursor,
+    cursor: TranscriptCursor,
+    sid: &str,
+) -> Result<CaptureOutcome> {
+    if cursor != *loaded {
+        save(path, cursor, SaveMode::Durable, sid).await?;
+    }
+    Ok(CaptureOutcome::needs_whole())
 }
 
 /// What the outbox queues: exactly what is (or would have been) sent.
@@ -735,6 +917,7 @@ impl TakeOver<'_> {
             sent: pending_len,
             already_known,
             failure: None,
+            needs_whole: false,
         })
     }
 }
@@ -749,7 +932,7 @@ async fn queue_behind(
     path: PathBuf,
     loaded: &TranscriptCursor,
     signatures: Vec<String>,
-    captured: &[&Message],
+    whole: &Whole<'_>,
 ) -> Result<CaptureOutcome> {
     let sid = target.session_id.as_str();
     let max_seen = target.config.max_seen_message_ids;
@@ -770,8 +953,19 @@ async fn queue_behind(
             .with_commit_pending(false);
     }
     let plan = CapturePlan::new(&cursor, signatures);
-    let payloads = queued_form(&prepare(&plan, captured, target));
-    queue_plan(target, outbox, path, loaded, &cursor, &plan, payloads).await
+    let Some(prepared) = prepare(&plan, whole, target) else {
+        return needs_whole(path, loaded, cursor, sid).await;
+    };
+    queue_plan(
+        target,
+        outbox,
+        path,
+        loaded,
+        &cursor,
+        &plan,
+        queued_form(&prepared),
+    )
+    .await
 }
 
 /// Queues `payloads` (the plan's pending messages) without a request and
@@ -812,6 +1006,7 @@ async fn queue_plan(
         sent: pending_len,
         already_known,
         failure: None,
+        needs_whole: false,
     })
 }
 

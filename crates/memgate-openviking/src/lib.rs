@@ -46,7 +46,7 @@ pub mod recorder;
 pub mod retrieval;
 pub mod scope;
 
-pub use backend::{OpenVikingBackend, MIDDLEWARE_ONLY};
+pub use backend::{BegunCapture, OpenVikingBackend, MIDDLEWARE_ONLY};
 pub use bench::{run_adapter_bench, AdapterBenchReport};
 pub use config::{ContentMode, OpenVikingConfig};
 pub use scope::UriStyle;

@@ -27,6 +27,23 @@ pub struct SessionGuard {
 impl SessionLocks {
     /// Waits for the session's lock.
     pub async fn lock(self: &Arc<Self>, session_id: &str) -> SessionGuard {
+        let (lock, mut guard) = self.entry(session_id);
+        guard.guard = Some(lock.lock_owned().await);
+        guard
+    }
+
+    /// The session's lock if nobody holds it now; `None` without waiting.
+    pub fn try_lock(self: &Arc<Self>, session_id: &str) -> Option<SessionGuard> {
+        let (lock, mut guard) = self.entry(session_id);
+        guard.guard = Some(lock.try_lock_owned().ok()?);
+        Some(guard)
+    }
+
+    /// The session's lock, registered, and a guard that does not hold it
+    /// yet. The guard exists before the wait, so a caller that gives up
+    /// while waiting (or finds the lock busy) still forgets the lock on the
+    /// way out.
+    fn entry(self: &Arc<Self>, session_id: &str) -> (Arc<AsyncMutex<()>>, SessionGuard) {
         let lock = {
             let mut map = self.locks.lock().unwrap_or_else(|p| p.into_inner());
             match map.get(session_id).and_then(Weak::upgrade) {
@@ -38,16 +55,13 @@ impl SessionLocks {
                 }
             }
         };
-        // The guard exists before the wait, so a caller that gives up while
-        // waiting still forgets the lock on the way out.
-        let mut guard = SessionGuard {
+        let guard = SessionGuard {
             guard: None,
             lock: Some(lock.clone()),
             registry: self.clone(),
             session_id: session_id.to_owned(),
         };
-        guard.guard = Some(lock.lock_owned().await);
-        guard
+        (lock, guard)
     }
 
     /// Number of session ids with a live lock.
@@ -130,5 +144,16 @@ mod tests {
         drop(held);
         waiter.await.unwrap();
         assert_eq!(locks.entries(), 0);
+    }
+
+    #[tokio::test]
+    async fn try_lock_takes_only_a_free_session_and_forgets_a_busy_one() {
+        let locks = Arc::new(SessionLocks::default());
+        let held = locks.try_lock("s").expect("a free session is taken");
+        assert!(locks.try_lock("s").is_none(), "a held session is busy");
+        assert!(locks.try_lock("t").is_some(), "another session is free");
+        drop(held);
+        assert_eq!(locks.entries(), 0, "a busy attempt leaves no entry");
+        let _again = locks.try_lock("s").expect("free again once released");
     }
 }

@@ -1458,3 +1458,115 @@ async fn unchanged_recapture_writes_nothing_and_a_sending_one_adds_one_fsync() {
     assert!(spent >= 3, "{spent}");
     assert!(load_cursor(&path).unwrap().in_flight.is_none());
 }
+
+// ------------------------------------------- captures read against the cursor
+
+/// The head a surface builds from the messages the cursor holds.
+fn known_head(messages: &[Message]) -> memgate_core::KnownHead {
+    let mut head = memgate_core::KnownHead::default();
+    for m in messages {
+        head.push(message_signature(m));
+    }
+    head
+}
+
+#[tokio::test]
+async fn a_begun_capture_sends_only_the_messages_after_the_known_head() {
+    let s = setup(|_| {}).await;
+    let history = conversation(6, "h");
+    s.backend
+        .capture(&capture_request(&alice(), history.clone()))
+        .await
+        .unwrap();
+    let begun = s
+        .backend
+        .try_begin_capture(&alice())
+        .expect("a free session");
+    let sigs: Vec<String> = history.iter().map(message_signature).collect();
+    let digest = sequence_digest(&sigs);
+    assert_eq!(begun.known_prefix(), Some((6, digest.as_str())));
+    let rest = vec![
+        Message::system("<memory>")
+            .with_id("x__memory")
+            .with_flag("hide_from_ui", true),
+        human("h6", "one more"),
+    ];
+    let report = begun
+        .capture(known_head(&history), &rest)
+        .await
+        .unwrap()
+        .expect("the head is the cursor's prefix");
+    assert_eq!(
+        (report.stored, report.already_known, report.filtered),
+        (1, 6, 1)
+    );
+    assert_eq!(
+        s.fake.batches().last().unwrap(),
+        &vec!["one more".to_owned()]
+    );
+
+    // The cursor is the one a whole capture of the same transcript leaves.
+    let whole = setup(|_| {}).await;
+    let mut all = history.clone();
+    all.extend(rest);
+    for transcript in [history, all] {
+        whole
+            .backend
+            .capture(&capture_request(&alice(), transcript))
+            .await
+            .unwrap();
+    }
+    assert_eq!(cursor_text(&s, &alice()), cursor_text(&whole, &alice()));
+}
+
+#[tokio::test]
+async fn a_head_the_cursor_does_not_hold_sends_nothing_and_asks_for_the_whole_transcript() {
+    let s = setup(|_| {}).await;
+    let history = conversation(4, "h");
+    s.backend
+        .capture(&capture_request(&alice(), history.clone()))
+        .await
+        .unwrap();
+    let before = cursor_text(&s, &alice());
+    let mut edited = history.clone();
+    edited[1] = ai("h1", "an edited answer");
+    let begun = s.backend.try_begin_capture(&alice()).unwrap();
+    let answer = begun
+        .capture(known_head(&edited), &[human("h4", "new")])
+        .await
+        .unwrap();
+    assert!(answer.is_none(), "the edited message must be sent whole");
+    assert_eq!(s.fake.batches().len(), 1, "nothing was sent");
+    assert_eq!(cursor_text(&s, &alice()), before, "the cursor is kept");
+
+    // Read whole, the same transcript is captured as usual.
+    let mut whole = edited;
+    whole.push(human("h4", "new"));
+    let report = s
+        .backend
+        .capture(&capture_request(&alice(), whole))
+        .await
+        .unwrap();
+    assert_eq!(report.stored, 2, "the edit and the new message");
+}
+
+#[tokio::test]
+async fn a_capture_is_begun_only_on_a_free_session_of_an_allowed_caller() {
+    let s = setup(|_| {}).await;
+    let begun = s.backend.try_begin_capture(&alice()).expect("free");
+    assert_eq!(begun.known_prefix(), None, "no cursor yet");
+    assert!(s.backend.try_begin_capture(&alice()).is_none(), "busy");
+    let other = alice().with_thread("thread-2");
+    assert!(s.backend.try_begin_capture(&other).is_some());
+    drop(begun);
+    assert!(
+        s.backend.try_begin_capture(&alice()).is_some(),
+        "free again"
+    );
+    assert!(s.backend.try_begin_capture(&Caller::new("bob")).is_none());
+    assert!(s
+        .backend
+        .try_begin_capture(&Caller::new("alice").with_agent("research"))
+        .is_none());
+    assert_eq!(s.backend.live_session_locks(), 0);
+}
