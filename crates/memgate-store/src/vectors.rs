@@ -117,6 +117,11 @@ const RESCORE_FACTOR: usize = 4;
 /// prefilter variants (notes/recall.md) run it harder on real turns.
 pub const PREFILTER_FACTOR: usize = 16;
 
+/// The stored float32 vectors of the items `?1` (a JSON array, ascending)
+/// of model `?2`: the list outermost, one lookup in `(item, model)` each.
+const EXACT_VECTORS: &str = "SELECT v.item, v.vector FROM json_each(?1) AS w
+     CROSS JOIN vectors AS v ON v.item = w.value AND v.model = ?2";
+
 /// The in-memory copies, by scope.
 #[derive(Default)]
 pub struct VectorCache(Mutex<HashMap<i64, Arc<Mutex<ScopeVectors>>>>);
@@ -647,24 +652,22 @@ impl MemoryStore {
         v.stats
             .dense_scan_nanos
             .fetch_add((scanned - started).as_nanos() as u64, Ordering::Relaxed);
-        // Exact cosines from the stored float32 vectors.
-        let mut exact = conn
-            .prepare_cached("SELECT vector FROM vectors WHERE item = ?1 AND model = ?2")
-            .map_err(db_error)?;
-        let mut cosine = HashMap::with_capacity(wanted.len());
-        for item in wanted {
-            let found = exact
-                .query_row(params![item, model], |r| {
-                    buf.clear();
-                    Ok(vector_blob(r.get_ref(0)).map(|b| from_blob(b, &mut buf)))
-                })
-                .optional()
-                .map_err(db_error)?;
-            if let Some(read) = found {
-                read?;
-                if buf.len() == query.len() {
-                    cosine.insert(item, dot(&buf, query));
-                }
+        // Exact cosines from the stored float32 vectors: one statement for
+        // all of them, in item order (vectors are written in item order, so
+        // neighbouring items share pages); one `query_row` each cost a
+        // statement step per item.
+        let mut items: Vec<i64> = wanted.into_iter().collect();
+        items.sort_unstable();
+        let list = serde_json::to_string(&items)
+            .map_err(|e| MemoryError::backend(format!("vector re-score: {e}")))?;
+        let mut exact = conn.prepare_cached(EXACT_VECTORS).map_err(db_error)?;
+        let mut rows = exact.query(params![list, model]).map_err(db_error)?;
+        let mut cosine = HashMap::with_capacity(items.len());
+        while let Some(row) = rows.next().map_err(db_error)? {
+            buf.clear();
+            from_blob(vector_blob(row.get_ref(1))?, &mut buf);
+            if buf.len() == query.len() {
+                cosine.insert(row.get::<_, i64>(0).map_err(db_error)?, dot(&buf, query));
             }
         }
         let mut nearest: Vec<(i64, f32)> = candidates
