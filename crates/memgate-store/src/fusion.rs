@@ -42,7 +42,9 @@ pub const RRF_K: f64 = 60.0;
 /// all-MiniLM-L6-v2 (turns embedded with their previous turn and speaker)
 /// among the fusions `memgate eval locomo` compares ([`EVALUATED_FUSIONS`]),
 /// by turn recall@10: 0.740 (lexical 0.674; rank fusion 0.717; lambda 0.25
-/// 0.729, 1.0 0.738), session 0.899 (lexical 0.886); notes/recall.md.
+/// 0.729, 1.0 0.738), session 0.899 (lexical 0.886); with the date in the
+/// embedded text too (recipe r3) it still leads: 0.747 (rank fusion 0.715,
+/// lambda 0.25 0.732, 1.0 0.744), session 0.900; notes/recall.md.
 pub const DEFAULT_FUSION: Fusion = Fusion::Score { lambda: 0.5 };
 
 /// How many nearest items the dense side brings, as a multiple of the
