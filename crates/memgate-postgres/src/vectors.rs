@@ -172,7 +172,8 @@ async fn locked_step(
         .query(
             "SELECT q.turn_id, q.memory_id, m.version, coalesce(t.text, m.text), t.speaker,
                     (SELECT p.text FROM turns p WHERE p.scope_id = t.scope_id
-                       AND p.thread = t.thread AND p.seq < t.seq ORDER BY p.seq DESC LIMIT 1)
+                       AND p.thread = t.thread AND p.seq < t.seq ORDER BY p.seq DESC LIMIT 1),
+                    t.occurred_at
              FROM vector_queue q
              LEFT JOIN turns t ON t.id = q.turn_id
              LEFT JOIN memories m ON m.id = q.memory_id
@@ -190,7 +191,7 @@ async fn locked_step(
                 turn,
                 memory: r.get::<_, Option<i64>>(1).map(|id| (id, r.get(2))),
                 text: match turn {
-                    Some(_) => turn_text(&text, r.get(4), r.get(5)),
+                    Some(_) => turn_text(&text, r.get(4), r.get(6), r.get(5)),
                     None => text,
                 },
             }

@@ -42,7 +42,9 @@ pub const RRF_K: f64 = 60.0;
 /// all-MiniLM-L6-v2 (turns embedded with their previous turn and speaker)
 /// among the fusions `memgate eval locomo` compares ([`EVALUATED_FUSIONS`]),
 /// by turn recall@10: 0.740 (lexical 0.674; rank fusion 0.717; lambda 0.25
-/// 0.729, 1.0 0.738), session 0.899 (lexical 0.886); notes/recall.md.
+/// 0.729, 1.0 0.738), session 0.899 (lexical 0.886); with the date in the
+/// embedded text too (recipe r3) it still leads: 0.747 (rank fusion 0.715,
+/// lambda 0.25 0.732, 1.0 0.744), session 0.900; notes/recall.md.
 pub const DEFAULT_FUSION: Fusion = Fusion::Score { lambda: 0.5 };
 
 /// How many nearest items the dense side brings, as a multiple of the
@@ -106,9 +108,16 @@ impl Fused {
 /// `weight` × the best score for every turn of its thread already picked,
 /// so the list spreads over more threads (the LoCoMo session figure counts
 /// the threads — sessions — of the top 10; adding the scores of a thread
-/// instead, measured first, lost 0.05 of it). `ranked` is every fused
+/// instead, measured first, lost 0.05 of it). The first `head` places are
+/// taken by score alone (a relevance head, a diverse tail: the penalty
+/// over the whole list cost turn recall). `ranked` is every fused
 /// candidate, best first.
-pub fn diversify_threads(ranked: Vec<Ranked>, weight: f64, top_k: usize) -> Vec<Ranked> {
+pub fn diversify_threads(
+    ranked: Vec<Ranked>,
+    weight: f64,
+    head: usize,
+    top_k: usize,
+) -> Vec<Ranked> {
     let best = ranked.first().map_or(0.0, |r| r.score);
     let thread_of = |r: &Ranked| match &r.origin {
         crate::ranking::Origin::Turn { thread, .. } => Some(thread.clone()),
@@ -118,7 +127,11 @@ pub fn diversify_threads(ranked: Vec<Ranked>, weight: f64, top_k: usize) -> Vec<
     let mut picked_in: HashMap<String, usize> = HashMap::new();
     let mut out = Vec::with_capacity(top_k);
     while out.len() < top_k {
+        let penalised = out.len() >= head;
         let adjusted = |r: &Ranked| {
+            if !penalised {
+                return r.score;
+            }
             let n = thread_of(r)
                 .and_then(|t| picked_in.get(&t).copied())
                 .unwrap_or(0);
@@ -266,15 +279,21 @@ mod tests {
             in_thread(2, 0.9, "a"),
             in_thread(3, 0.8, "b"),
         ];
-        let got = diversify_threads(ranked.clone(), 0.25, 3);
+        let got = diversify_threads(ranked.clone(), 0.25, 0, 3);
         let cited: Vec<&str> = got.iter().map(|r| r.citation.as_str()).collect();
         // After turn 1, turn 2 counts 0.9 - 0.25 = 0.65 < 0.8.
         assert_eq!(cited, ["turn_1", "turn_3", "turn_2"]);
         assert!((got[2].score - 0.65).abs() < 1e-9);
         // Weight 0 keeps the order.
-        let same = diversify_threads(ranked, 0.0, 3);
+        let same = diversify_threads(ranked.clone(), 0.0, 0, 3);
         let cited: Vec<&str> = same.iter().map(|r| r.citation.as_str()).collect();
         assert_eq!(cited, ["turn_1", "turn_2", "turn_3"]);
+        // A head of two: turn 2 is placed by its score before the penalty
+        // starts.
+        let headed = diversify_threads(ranked, 0.25, 2, 3);
+        let cited: Vec<&str> = headed.iter().map(|r| r.citation.as_str()).collect();
+        assert_eq!(cited, ["turn_1", "turn_2", "turn_3"]);
+        assert!((headed[1].score - 0.9).abs() < 1e-9);
     }
 
     #[test]

@@ -177,13 +177,14 @@ impl MemoryStore {
             DEFAULT_FUSION,
             DEFAULT_DENSE_POOL,
             PREFILTER_FACTOR,
-            0.0,
+            (0.0, 0),
         )
     }
 
     /// [`Self::ranked_in`] with the fusion, dense pool multiple, sign
     /// prefilter factor ([`Self::nearest_items_with`]) and thread
-    /// diversity weight ([`crate::fusion::diversify_threads`]; 0: off)
+    /// diversity weight and head ([`crate::fusion::diversify_threads`];
+    /// weight 0: off)
     /// given (the evaluation compares them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_in(
@@ -197,7 +198,7 @@ impl MemoryStore {
         fusion: Fusion,
         dense_pool: usize,
         prefilter: usize,
-        thread_weight: f64,
+        (thread_weight, thread_head): (f64, usize),
     ) -> Result<Vec<Ranked>> {
         let lexical_only = || rank(conn, &self.common_terms, scope, query, top_k, category);
         let Some(v) = self
@@ -238,6 +239,7 @@ impl MemoryStore {
             return Ok(diversify_threads(
                 fused.ranked(usize::MAX),
                 thread_weight,
+                thread_head,
                 top_k,
             ));
         }

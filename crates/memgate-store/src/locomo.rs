@@ -220,8 +220,9 @@ enum DenseVariant {
     /// it harder than recall at 100k does.
     Prefilter(usize),
     /// Thread (session) diversity with this weight
+    /// and this many leading places by score alone
     /// ([`crate::fusion::diversify_threads`]).
-    Threads(f64),
+    Threads(f64, usize),
 }
 
 /// The dense-side variants of the default fusion the evaluation prints.
@@ -229,9 +230,13 @@ const DENSE_VARIANTS: &[DenseVariant] = &[
     DenseVariant::ReferenceQuery,
     DenseVariant::Prefilter(1),
     DenseVariant::Prefilter(2),
-    DenseVariant::Threads(0.05),
-    DenseVariant::Threads(0.1),
-    DenseVariant::Threads(0.25),
+    DenseVariant::Threads(0.05, 0),
+    DenseVariant::Threads(0.1, 0),
+    DenseVariant::Threads(0.25, 0),
+    DenseVariant::Threads(0.1, 5),
+    DenseVariant::Threads(0.25, 5),
+    DenseVariant::Threads(0.25, 7),
+    DenseVariant::Threads(1.0, 7),
 ];
 
 /// The dense searches compared with the exact ranking, by name: the query
@@ -725,7 +730,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                             *fusion,
                             *pool,
                             PREFILTER_FACTOR,
-                            0.0,
+                            (0.0, 0),
                         ),
                         None => Ok(Vec::new()),
                     })?;
@@ -738,9 +743,9 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 figures.reference_embed_seconds += started.elapsed().as_secs_f64();
                 for (variant, tally) in DENSE_VARIANTS.iter().zip(dense_variants.iter_mut()) {
                     let (v, prefilter, threads) = match variant {
-                        DenseVariant::ReferenceQuery => (&reference, PREFILTER_FACTOR, 0.0),
-                        DenseVariant::Prefilter(f) => (&vector, *f, 0.0),
-                        DenseVariant::Threads(w) => (&vector, PREFILTER_FACTOR, *w),
+                        DenseVariant::ReferenceQuery => (&reference, PREFILTER_FACTOR, (0.0, 0)),
+                        DenseVariant::Prefilter(f) => (&vector, *f, (0.0, 0)),
+                        DenseVariant::Threads(w, head) => (&vector, PREFILTER_FACTOR, (*w, *head)),
                     };
                     let ranked = store.read(|conn| match key.find(conn)? {
                         Some(scope) => store.fused_in(
@@ -830,7 +835,10 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     "questions embedded by the document path (float32)".to_owned()
                 }
                 DenseVariant::Prefilter(f) => format!("sign prefilter x{f}"),
-                DenseVariant::Threads(w) => format!("thread diversity {w}"),
+                DenseVariant::Threads(w, 0) => format!("thread diversity {w}"),
+                DenseVariant::Threads(w, head) => {
+                    format!("thread diversity {w} after the first {head}")
+                }
             };
             report.systems.push(tally.finish(&format!(
                 "memgate hybrid ({}; {DEFAULT_FUSION}, dense pool x{DEFAULT_DENSE_POOL}; {what})",

@@ -215,8 +215,8 @@ fn a_model_change_keeps_recall_lexical_until_reembed() {
     assert_eq!(
         second.model_state().unwrap(),
         ModelState::Mismatch {
-            stored: "concepts/5; r2".into(),
-            configured: "concepts-v2/5; r2".into()
+            stored: "concepts/5; r3".into(),
+            configured: "concepts-v2/5; r3".into()
         }
     );
     assert!(second.vector_progress().unwrap().model_mismatch);
@@ -270,9 +270,9 @@ fn vectors_of_an_older_recipe_are_a_pending_change_that_reembed_redoes() {
     assert!(
         line.detail
             .contains("digest/16 (recipe r1: each turn alone)")
-            && line
-                .detail
-                .contains("recipe r2: each turn after the previous turn"),
+            && line.detail.contains(
+                "recipe r3: each turn after the previous turn of its thread, with its date"
+            ),
         "{}",
         line.detail
     );

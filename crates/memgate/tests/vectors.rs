@@ -12,7 +12,7 @@ use common::memgate;
 
 /// The local model's vector key: the model and the recipe of the text
 /// embedded (`memgate_store::vectors::vector_key`).
-const LOCAL_MODEL: &str = "all-minilm-l6-v2/384; r2";
+const LOCAL_MODEL: &str = "all-minilm-l6-v2/384; r3";
 
 fn text(o: &Output) -> String {
     format!(
@@ -173,12 +173,12 @@ fn a_model_change_is_pending_in_doctor_until_reembed_adopts_the_new_model() {
     assert_eq!(code, Some(1), "{line}");
     assert!(
         line.contains(
-            "FAIL model change pending: the file's vectors are of fake-embed/96 (recipe r2: "
+            "FAIL model change pending: the file's vectors are of fake-embed/96 (recipe r3: "
         ),
         "{line}"
     );
     assert!(
-        line.contains("the configured embedder makes all-minilm-l6-v2/384 (recipe r2: ")
+        line.contains("the configured embedder makes all-minilm-l6-v2/384 (recipe r3: ")
             && line.ends_with("; recall stays lexical until `memgate reembed`"),
         "{line}"
     );
@@ -191,7 +191,7 @@ fn a_model_change_is_pending_in_doctor_until_reembed_adopts_the_new_model() {
     assert!(o.status.success(), "{}", text(&o));
     let out = text(&o);
     assert!(
-        out.contains("model change: fake-embed/96; r2 -> all-minilm-l6-v2/384; r2"),
+        out.contains("model change: fake-embed/96; r3 -> all-minilm-l6-v2/384; r3"),
         "{out}"
     );
     assert!(
@@ -202,7 +202,7 @@ fn a_model_change_is_pending_in_doctor_until_reembed_adopts_the_new_model() {
     let (line, code) = doctor_vectors(h);
     assert_eq!(code, Some(0), "{line}");
     assert!(
-        line.contains("5 / 5 items embedded with all-minilm-l6-v2/384; r2 (all embedded)"),
+        line.contains("5 / 5 items embedded with all-minilm-l6-v2/384; r3 (all embedded)"),
         "{line}"
     );
 }
