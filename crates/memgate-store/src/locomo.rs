@@ -236,7 +236,6 @@ const DENSE_VARIANTS: &[DenseVariant] = &[
     DenseVariant::Threads(0.1, 5),
     DenseVariant::Threads(0.25, 5),
     DenseVariant::Threads(0.25, 7),
-    DenseVariant::Threads(1.0, 7),
 ];
 
 /// The dense searches compared with the exact ranking, by name: the query

@@ -685,8 +685,7 @@ impl MemoryStore {
         // statement step per item.
         let mut items: Vec<i64> = wanted.into_iter().collect();
         items.sort_unstable();
-        let list = serde_json::to_string(&items)
-            .map_err(|e| MemoryError::backend(format!("vector re-score: {e}")))?;
+        let list = serde_json::Value::from(items.as_slice()).to_string();
         let mut exact = conn.prepare_cached(EXACT_VECTORS).map_err(db_error)?;
         let mut rows = exact.query(params![list, model]).map_err(db_error)?;
         let mut cosine = HashMap::with_capacity(items.len());
