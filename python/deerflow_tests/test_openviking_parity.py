@@ -196,11 +196,14 @@ def _deerflow_cursor(storage) -> dict:
 
 def test_captures_read_against_the_cursor_leave_deerflows_cursor(tmp_path, monkeypatch):
     """memgate reads a transcript against its cursor: the head the cursor
-    holds is signed in place (no message converted), only the rest is
-    converted. Whatever the transcript does next (unchanged, grown, a hidden
-    message inside the head, an edit inside the head, compaction below the
-    prefix) the cursor's DeerFlow keys stay those DeerFlow's own manager
-    writes for the same captures (its recorder replaced by an in-process one)."""
+    holds is recognised by the fingerprint the cursor recorded for it (no
+    signature computed), else signed in place (no message converted); only
+    the rest is converted. Whatever the transcript does next (unchanged,
+    grown, a hidden message inside the head, an edit inside the head,
+    compaction below the prefix) the cursor's DeerFlow keys stay those
+    DeerFlow's own manager writes for the same captures (its recorder
+    replaced by an in-process one), and memgate's cursor records the
+    fingerprint of its new prefix."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     from capture_cost import FakeRecorder, FakeServer
 
@@ -233,6 +236,8 @@ def test_captures_read_against_the_cursor_leave_deerflows_cursor(tmp_path, monke
             for manager in managers:
                 manager.add("t-1", transcript if isinstance(transcript, tuple) else list(transcript), user_id="alice")
             assert _deerflow_cursor(tmp_path / "memgate") == _deerflow_cursor(tmp_path / "builtin"), step
+            (path,) = (tmp_path / "memgate" / "openviking" / "sessions").glob("*.json")
+            assert json.loads(path.read_text())["memgate_prefix_head"] is not None, step
     finally:
         for manager in managers:
             manager.close()

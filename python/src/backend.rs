@@ -216,8 +216,9 @@ fn report_tuple(report: &CaptureReport) -> (usize, usize, usize) {
 }
 
 /// Reads a transcript for a begun OpenViking capture: when it is a list or
-/// tuple and the cursor holds a prefix, the head is signed in place and
-/// only the rest converted; otherwise (no prefix, a one-pass iterable, a
+/// tuple and the cursor holds a prefix, the head is recognised by the
+/// cursor's fingerprint of it (or, failing that, signed in place) and only
+/// the rest converted; otherwise (no prefix, a one-pass iterable, a
 /// transcript that does not start with the prefix) every message is
 /// converted.
 fn read_against_cursor(
@@ -225,9 +226,14 @@ fn read_against_cursor(
     messages: &Bound<'_, PyAny>,
 ) -> PyResult<(KnownHead, Vec<Message>)> {
     let rereadable = messages.is_instance_of::<PyList>() || messages.is_instance_of::<PyTuple>();
+    let keeps = |m: &Message| capture.keeps(m);
+    if let Some((fingerprint, running)) = capture.prefix_head().filter(|_| rereadable) {
+        if let Some(read) = convert::read_recognised(messages, fingerprint, running, keeps)? {
+            return Ok(read);
+        }
+    }
     if let Some((count, digest)) = capture.known_prefix().filter(|&(count, _)| count > 0) {
         if rereadable {
-            let keeps = |m: &Message| capture.keeps(m);
             if let Some(read) = convert::read_against_prefix(messages, count, digest, keeps)? {
                 return Ok(read);
             }

@@ -9,7 +9,9 @@
 //! signatures match the host's byte for byte.
 
 use memgate_core::message::truthy;
-use memgate_core::signature::{message_signature, signature_of, ContentRef, SignatureFields};
+use memgate_core::signature::{
+    message_signature, signature_of, ContentRef, HeadFingerprint, SequenceHasher, SignatureFields,
+};
 use memgate_core::{Content, KnownHead, Message, Role, ToolCall};
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
@@ -334,13 +336,6 @@ pub fn message(value: &Bound<'_, PyAny>) -> PyResult<Message> {
 /// `Message` is built, and the strings are not copied. Every field the
 /// signature covers is read with [`message`]'s rules and errors; of
 /// `additional_kwargs` only `hide_from_ui` and `tool_calls` are read.
-/// `None` for a hidden message: the capture filter (the host's keep-hook)
-/// needs it whole.
-pub fn visible_signature(value: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
-    sign_in_place(value, false)
-}
-
-/// [`visible_signature`] for any message, hidden or not.
 pub fn signature(value: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(sign_in_place(value, true)?.unwrap_or_default())
 }
@@ -348,6 +343,18 @@ pub fn signature(value: &Bound<'_, PyAny>) -> PyResult<String> {
 /// The signature read in place; `None` only for a hidden message when
 /// `sign_hidden` is false.
 fn sign_in_place(value: &Bound<'_, PyAny>, sign_hidden: bool) -> PyResult<Option<String>> {
+    in_place(value, sign_hidden, signature_of)
+}
+
+/// Hands `use_fields` what a signature covers, read in place from the
+/// host's object (no `Message` built, strings not copied); `None` without
+/// calling it for a hidden message when `sign_hidden` is false. The one
+/// reader behind signing and fingerprinting a head.
+fn in_place<R>(
+    value: &Bound<'_, PyAny>,
+    sign_hidden: bool,
+    use_fields: impl FnOnce(&SignatureFields<'_>) -> R,
+) -> PyResult<Option<R>> {
     let fields = Fields::read(value)?;
     let role = fields.role()?;
     let id = fields.id()?;
@@ -369,7 +376,7 @@ fn sign_in_place(value: &Bound<'_, PyAny>, sign_hidden: bool) -> PyResult<Option
     } else {
         None
     };
-    Ok(Some(signature_of(&SignatureFields {
+    Ok(Some(use_fields(&SignatureFields {
         id: id.as_deref(),
         role,
         content: content.as_ref(),
@@ -483,15 +490,15 @@ pub fn read_against_prefix(
             rest.push(message(&item).map_err(at)?);
             continue;
         }
-        match visible_signature(&item).map_err(at)? {
-            Some(signature) => head.push(signature),
-            None => {
-                let hidden = message(&item).map_err(at)?;
-                if keeps(&hidden) {
-                    head.push(message_signature(&hidden));
-                } else {
-                    head.skip();
-                }
+        let signed = in_place(&item, false, |fields| {
+            head.push(signature_of(fields), fields);
+        });
+        if signed.map_err(at)?.is_none() {
+            let hidden = message(&item).map_err(at)?;
+            if keeps(&hidden) {
+                head.push(message_signature(&hidden), &hidden.signature_fields());
+            } else {
+                head.skip();
             }
         }
         if head.len() == count && head.digest() != digest {
@@ -499,6 +506,60 @@ pub fn read_against_prefix(
         }
     }
     Ok((head.len() == count).then_some((head, rest)))
+}
+
+/// Reads a transcript (a list or tuple) against a cursor's prefix head: the
+/// first `running.absorbed()` captured messages are fingerprinted in place
+/// (hidden ones read whole and filtered by `keeps`, as when signing) and,
+/// when their [`HeadFingerprint`] is `fingerprint`, handed over as a
+/// recognised [`KnownHead`] without a single signature; every message after
+/// them is converted. `None` when the head is not recognised (shorter, or
+/// a different fingerprint); the caller then signs it
+/// ([`read_against_prefix`]). Errors name the message index.
+pub fn read_recognised(
+    values: &Bound<'_, PyAny>,
+    fingerprint: &str,
+    running: SequenceHasher,
+    keeps: impl Fn(&Message) -> bool,
+) -> PyResult<Option<(KnownHead, Vec<Message>)>> {
+    let count = running.absorbed();
+    let len = values.len()?;
+    if len < count {
+        return Ok(None);
+    }
+    let mut head = HeadFingerprint::default();
+    let (mut captured, mut filtered) = (0, 0);
+    let mut rest = Vec::new();
+    for (i, item) in values.try_iter()?.enumerate() {
+        let item = item?;
+        let at =
+            |e: PyErr| PyValueError::new_err(format!("messages[{i}]: {}", e.value(values.py())));
+        if captured == count {
+            rest.push(message(&item).map_err(at)?);
+            continue;
+        }
+        if in_place(&item, false, |fields| head.absorb(fields))
+            .map_err(at)?
+            .is_some()
+        {
+            captured += 1;
+        } else {
+            let hidden = message(&item).map_err(at)?;
+            if keeps(&hidden) {
+                head.absorb(&hidden.signature_fields());
+                captured += 1;
+            } else {
+                filtered += 1;
+            }
+        }
+        if captured == count {
+            if head.value() != fingerprint {
+                return Ok(None);
+            }
+            rest.reserve(len - i - 1);
+        }
+    }
+    Ok((captured == count).then(|| (KnownHead::recognised(running, head, filtered), rest)))
 }
 
 /// A JSON value as a Python object (dicts, lists, str, int, float, bool, None).

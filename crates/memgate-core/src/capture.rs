@@ -12,7 +12,7 @@
 
 use crate::identity::Caller;
 use crate::message::Message;
-use crate::signature::SequenceHasher;
+use crate::signature::{HeadFingerprint, SequenceHasher, SignatureFields};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -55,16 +55,23 @@ pub struct CaptureReport {
     pub filtered: usize,
 }
 
-/// The head of a transcript that a backend's cursor already holds, as the
-/// signatures of its captured messages (in order) and their running
-/// digest: a surface that read the cursor's prefix first hands over these
-/// messages this way, without building (and dropping) a [`Message`] for
-/// each, and converts only the messages after them. The digest is absorbed
-/// as signatures are pushed, so the two cannot disagree.
+/// The head of a transcript that a backend's cursor already holds, handed
+/// over without building (and dropping) a [`Message`] for each of its
+/// messages: a surface that read the cursor's prefix first converts only
+/// the messages after it. Either signed ([`push`](Self::push): each
+/// captured message's signature, the running digest absorbing them as
+/// they come, so the two cannot disagree) or recognised
+/// ([`recognised`](Self::recognised): its fingerprint equals the one the
+/// cursor recorded for its prefix, so no signature was computed; the
+/// running digest is the cursor's own). Both carry the head's
+/// [`HeadFingerprint`], which the next cursor records.
 #[derive(Clone, Debug, Default)]
 pub struct KnownHead {
     signatures: Vec<String>,
+    /// Leading captured messages known by fingerprint only.
+    unsigned: usize,
     running: SequenceHasher,
+    fingerprint: HeadFingerprint,
     filtered: usize,
 }
 
@@ -76,9 +83,28 @@ impl KnownHead {
         }
     }
 
-    /// The next captured message's signature.
-    pub fn push(&mut self, signature: String) {
+    /// A head recognised by its fingerprint: `running` is the recorded
+    /// prefix's digest state (its length is the head's), `fingerprint` the
+    /// head's, `filtered` the head's messages the filter left out.
+    pub fn recognised(
+        running: SequenceHasher,
+        fingerprint: HeadFingerprint,
+        filtered: usize,
+    ) -> Self {
+        Self {
+            signatures: Vec::new(),
+            unsigned: running.absorbed(),
+            running,
+            fingerprint,
+            filtered,
+        }
+    }
+
+    /// The next captured message's signature and fields.
+    pub fn push(&mut self, signature: String, fields: &SignatureFields<'_>) {
+        debug_assert_eq!(self.unsigned, 0, "a recognised head is not signed further");
         self.running.absorb(std::slice::from_ref(&signature));
+        self.fingerprint.absorb(fields);
         self.signatures.push(signature);
     }
 
@@ -89,11 +115,11 @@ impl KnownHead {
 
     /// Captured messages so far.
     pub fn len(&self) -> usize {
-        self.signatures.len()
+        self.unsigned + self.signatures.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.signatures.is_empty()
+        self.len() == 0
     }
 
     /// Messages the filter left out of the head.
@@ -101,7 +127,7 @@ impl KnownHead {
         self.filtered
     }
 
-    /// The sequence digest of the signatures pushed so far.
+    /// The sequence digest of the head's signatures.
     pub fn digest(&self) -> String {
         self.running.digest()
     }
@@ -111,9 +137,16 @@ impl KnownHead {
         &self.running
     }
 
-    /// The signatures, in transcript order.
-    pub fn into_signatures(self) -> Vec<String> {
-        self.signatures
+    /// The parts a capture plans with: how many leading messages have no
+    /// signature here (a recognised head), the signatures of the others in
+    /// transcript order, the running digest and the fingerprint.
+    pub fn into_parts(self) -> (usize, Vec<String>, SequenceHasher, HeadFingerprint) {
+        (
+            self.unsigned,
+            self.signatures,
+            self.running,
+            self.fingerprint,
+        )
     }
 }
 
@@ -203,22 +236,33 @@ mod tests {
     }
 
     #[test]
-    fn a_known_head_digests_what_was_pushed() {
+    fn a_known_head_digests_and_fingerprints_what_was_pushed() {
         use crate::signature::{message_signature, sequence_digest};
-        let sigs: Vec<String> = ["a", "b", "c"]
-            .iter()
-            .map(|t| message_signature(&Message::human(*t)))
-            .collect();
+        let messages: Vec<Message> = ["a", "b", "c"].iter().map(|t| Message::human(*t)).collect();
+        let sigs: Vec<String> = messages.iter().map(message_signature).collect();
         let mut head = KnownHead::with_capacity(3);
         assert_eq!(head.digest(), sequence_digest::<&str>(&[]));
-        for sig in &sigs {
-            head.push(sig.clone());
+        let mut fingerprint = HeadFingerprint::default();
+        for (sig, m) in sigs.iter().zip(&messages) {
+            head.push(sig.clone(), &m.signature_fields());
+            fingerprint.absorb(&m.signature_fields());
         }
         head.skip();
         assert_eq!((head.len(), head.filtered()), (3, 1));
         assert_eq!(head.digest(), sequence_digest(&sigs));
         assert_eq!(head.running().absorbed(), 3);
-        assert_eq!(head.into_signatures(), sigs);
+        let (unsigned, signatures, running, fp) = head.clone().into_parts();
+        assert_eq!((unsigned, signatures), (0, sigs.clone()));
+        assert_eq!(fp.value(), fingerprint.value());
+
+        // Recognised by its fingerprint: the same length, digest and
+        // fingerprint, and no signatures.
+        let recognised = KnownHead::recognised(running, fp, 1);
+        assert_eq!((recognised.len(), recognised.filtered()), (3, 1));
+        assert_eq!(recognised.digest(), head.digest());
+        let (unsigned, signatures, _, fp) = recognised.into_parts();
+        assert_eq!((unsigned, signatures.len()), (3, 0));
+        assert_eq!(fp.value(), fingerprint.value());
     }
 
     #[test]

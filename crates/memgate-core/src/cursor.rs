@@ -14,7 +14,9 @@
 //!   "submitted_prefix_count": 12,
 //!   "submitted_prefix_digest": "…64 hex…",
 //!   "memgate_server_total": 12,
-//!   "memgate_in_flight": null
+//!   "memgate_in_flight": null,
+//!   "memgate_prefix_head": {"fingerprint": "…32 hex…", "sha256_state": "…64 hex…",
+//!                           "sha256_bytes": 864, "sha256_block": "…hex…"}
 //! }
 //! ```
 //!
@@ -27,7 +29,8 @@
 //!
 //! The first five keys are DeerFlow's OpenViking cursor
 //! (`deerflow-memory-contract` §5.8–5.9), so its files are read as they are.
-//! The two `memgate_` keys are memgate's addition for crash safety:
+//! The `memgate_` keys are memgate's additions; the first two are for crash
+//! safety:
 //!
 //! - `memgate_server_total`: the server's cumulative message count for the
 //!   session after the last confirmed write (unknown: absent or null);
@@ -36,12 +39,18 @@
 //!   the first request, so a process killed at any moment leaves enough on
 //!   disk to ask the server what actually arrived instead of sending again.
 //!
+//! The third is for cost ([`PrefixHead`]): the recorded prefix's fast
+//! fingerprint and its running digest's state, so the next capture of a
+//! grown transcript checks its head without signing it and extends the
+//! prefix digest from there. A cursor without it (DeerFlow's own, or one
+//! whose prefix just moved) takes the signing path once and gains it.
+//!
 //! Unlike the original, a save is durable before it returns: temp file,
 //! fsync, rename, fsync of the directory. A cursor that is not exactly valid
 //! fails closed ([`CursorError`]): replaying an unknown prefix would copy a
 //! private conversation again.
 
-use crate::signature::{sequence_digest, SequenceHasher};
+use crate::signature::{sequence_digest, PrefixState, SequenceHasher};
 use serde_json::{Map, Value};
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -54,7 +63,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The only schema version this code reads and writes.
 pub const CURSOR_SCHEMA_VERSION: u64 = 1;
 
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 8] = [
     "schema_version",
     "submitted_signatures",
     "commit_pending",
@@ -62,6 +71,7 @@ const KEYS: [&str; 7] = [
     "submitted_prefix_digest",
     "memgate_server_total",
     "memgate_in_flight",
+    "memgate_prefix_head",
 ];
 
 /// What a cursor file records about one conversation.
@@ -81,6 +91,91 @@ pub struct TranscriptCursor {
     pub server_total: Option<u64>,
     /// A write whose outcome is not recorded yet.
     pub in_flight: Option<InFlight>,
+    /// The recorded prefix's fingerprint and digest state; always the
+    /// prefix's own (checked on load, dropped when the prefix moves).
+    pub prefix_head: Option<PrefixHead>,
+}
+
+/// What a capture needs to check a transcript's head against the recorded
+/// prefix without signing it: the [`HeadFingerprint`] of the prefix's
+/// messages and the [`SequenceHasher`] state its digest came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefixHead {
+    pub fingerprint: String,
+    pub state: PrefixState,
+}
+
+impl PrefixHead {
+    /// The recorded prefix's running digest, to extend over what follows.
+    pub fn running(&self) -> SequenceHasher {
+        SequenceHasher::resume(&self.state).expect("checked when the cursor was read or made")
+    }
+
+    fn from_value(
+        value: &Value,
+        prefix_count: Option<u64>,
+        digest: Option<&str>,
+    ) -> Result<Self, CursorError> {
+        const F: &str = "memgate_prefix_head";
+        let Value::Object(obj) = value else {
+            return Err(invalid(F, "must be an object or null"));
+        };
+        if let Some(k) = obj.keys().find(|k| {
+            ![
+                "fingerprint",
+                "sha256_state",
+                "sha256_bytes",
+                "sha256_block",
+            ]
+            .contains(&k.as_str())
+        }) {
+            return Err(invalid(&format!("{F}.{k}"), "is not a known field"));
+        }
+        let text = |key: &str| match obj.get(key) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            _ => Err(invalid(&format!("{F}.{key}"), "must be a string")),
+        };
+        let fingerprint = text("fingerprint")?;
+        if fingerprint.len() != 32
+            || !fingerprint
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Err(invalid(
+                &format!("{F}.fingerprint"),
+                "must be 32 lowercase hex digits",
+            ));
+        }
+        let (Some(absorbed), Some(digest)) = (prefix_count, digest) else {
+            return Err(invalid(
+                F,
+                "needs submitted_prefix_count and submitted_prefix_digest",
+            ));
+        };
+        let state = PrefixState {
+            absorbed,
+            bytes: count(obj.get("sha256_bytes"), &format!("{F}.sha256_bytes"))?
+                .ok_or_else(|| invalid(&format!("{F}.sha256_bytes"), "is required"))?,
+            state: text("sha256_state")?,
+            block: text("sha256_block")?,
+        };
+        match SequenceHasher::resume(&state) {
+            Some(running) if running.digest() == digest => Ok(Self { fingerprint, state }),
+            _ => Err(invalid(F, "does not lead to submitted_prefix_digest")),
+        }
+    }
+
+    fn push_json(&self, out: &mut String) {
+        out.push_str("{\"fingerprint\": ");
+        push_json_string(out, &self.fingerprint);
+        out.push_str(", \"sha256_state\": ");
+        push_json_string(out, &self.state.state);
+        out.push_str(", \"sha256_bytes\": ");
+        out.push_str(&self.state.bytes.to_string());
+        out.push_str(", \"sha256_block\": ");
+        push_json_string(out, &self.state.block);
+        out.push('}');
+    }
 }
 
 /// The durable intent of one write: which messages, in which batches, and
@@ -350,6 +445,14 @@ impl TranscriptCursor {
             None | Some(Value::Null) => None,
             Some(v) => Some(InFlight::from_value(v)?),
         };
+        let prefix_head = match obj.get("memgate_prefix_head") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(PrefixHead::from_value(
+                v,
+                submitted_prefix_count,
+                submitted_prefix_digest.as_deref(),
+            )?),
+        };
         Ok(Self {
             recorded: true,
             submitted_signatures,
@@ -358,6 +461,7 @@ impl TranscriptCursor {
             submitted_prefix_digest,
             server_total: count(obj.get("memgate_server_total"), "memgate_server_total")?,
             in_flight,
+            prefix_head,
         })
     }
 
@@ -393,6 +497,11 @@ impl TranscriptCursor {
         out.push_str(",\n  \"memgate_in_flight\": ");
         match &self.in_flight {
             Some(intent) => intent.push_json(&mut out),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\n  \"memgate_prefix_head\": ");
+        match &self.prefix_head {
+            Some(head) => head.push_json(&mut out),
             None => out.push_str("null"),
         }
         out.push_str("\n}");
@@ -489,6 +598,8 @@ impl TranscriptCursor {
 
     /// [`advanced`](Self::advanced) with the new prefix given as its count
     /// and digest. The server total and intent are kept; callers set them.
+    /// A new prefix drops the prefix head (it described the old one); the
+    /// caller that knows the new one sets it ([`with_prefix_head`](Self::with_prefix_head)).
     pub fn advanced_to<S: AsRef<str>>(
         &self,
         prefix: Option<(u64, String)>,
@@ -506,11 +617,12 @@ impl TranscriptCursor {
             .skip(skip)
             .map(str::to_owned)
             .collect();
-        let (count, digest) = match prefix {
-            Some((count, digest)) => (Some(count), Some(digest)),
+        let (count, digest, prefix_head) = match prefix {
+            Some((count, digest)) => (Some(count), Some(digest), None),
             None => (
                 self.submitted_prefix_count,
                 self.submitted_prefix_digest.clone(),
+                self.prefix_head.clone(),
             ),
         };
         Self {
@@ -521,7 +633,23 @@ impl TranscriptCursor {
             submitted_prefix_digest: digest,
             server_total: self.server_total,
             in_flight: self.in_flight.clone(),
+            prefix_head,
         }
+    }
+
+    /// The same cursor with the prefix head of its recorded prefix: the
+    /// fingerprint of the prefix's messages and the running digest that
+    /// reached `submitted_prefix_digest`. A head that does not describe
+    /// this prefix is not kept (debug builds stop on it: a caller bug).
+    pub fn with_prefix_head(mut self, fingerprint: String, running: &SequenceHasher) -> Self {
+        let describes = self.submitted_prefix_count == Some(running.absorbed() as u64)
+            && self.submitted_prefix_digest.as_deref() == Some(running.digest().as_str());
+        debug_assert!(describes, "a prefix head for another prefix");
+        self.prefix_head = describes.then(|| PrefixHead {
+            fingerprint,
+            state: running.state(),
+        });
+        self
     }
 
     /// The same cursor with `commit_pending` set as given.
@@ -893,6 +1021,127 @@ mod tests {
         let deerflow = body_with("memgate_server_total", None);
         let c = TranscriptCursor::from_json(&deerflow).unwrap();
         assert!(c.recorded && c.server_total.is_none() && c.in_flight.is_none());
+    }
+
+    const FINGERPRINT: &str = "0123456789abcdef0123456789abcdef";
+
+    /// A cursor whose prefix is `prefix`, with a prefix head.
+    fn headed(prefix: &[String]) -> TranscriptCursor {
+        let mut running = SequenceHasher::default();
+        running.absorb(prefix);
+        TranscriptCursor::default()
+            .advanced(Some(prefix), prefix, 512, false)
+            .with_prefix_head(FINGERPRINT.into(), &running)
+    }
+
+    #[test]
+    fn a_prefix_head_round_trips_and_is_dropped_when_the_prefix_moves() {
+        let all = sigs("h", 5);
+        let c = headed(&all[..3]);
+        let head = c.prefix_head.clone().expect("set");
+        assert_eq!(head.fingerprint, FINGERPRINT);
+        assert_eq!(Some(head.running().digest()), c.submitted_prefix_digest);
+        assert_eq!(head.running().absorbed(), 3);
+        assert_eq!(
+            TranscriptCursor::from_json(c.to_json().as_bytes()).unwrap(),
+            c
+        );
+        // The window grows under the same prefix (a commit pending): kept.
+        let same_prefix = c.advanced(None, &all[3..4], 512, true);
+        assert_eq!(same_prefix.prefix_head, c.prefix_head);
+        // The prefix moves: the head described the old one, so it goes.
+        assert!(c
+            .advanced(Some(&all[..4]), &all[3..4], 512, false)
+            .prefix_head
+            .is_none());
+        assert!(c
+            .advanced_to(
+                Some((3, c.submitted_prefix_digest.clone().unwrap())),
+                &all[..0],
+                512,
+                false
+            )
+            .prefix_head
+            .is_none());
+    }
+
+    #[test]
+    fn every_inexact_prefix_head_is_refused() {
+        let all = sigs("h", 3);
+        let c = headed(&all);
+        let body: Map<String, Value> = serde_json::from_str(&c.to_json()).unwrap();
+        let head = body["memgate_prefix_head"].clone();
+        let mut other = SequenceHasher::default();
+        other.absorb(&all[..2]);
+        let other = other.state();
+        let changed = |key: &str, value: Option<Value>| {
+            let mut head = head.clone();
+            let obj = head.as_object_mut().unwrap();
+            match value {
+                Some(v) => obj.insert(key.to_owned(), v),
+                None => obj.remove(key),
+            };
+            head
+        };
+        let cases: Vec<(&str, Value)> = vec![
+            ("not an object", Value::from("x")),
+            ("unknown field", changed("extra", Some(1.into()))),
+            ("fingerprint missing", changed("fingerprint", None)),
+            (
+                "fingerprint short",
+                changed("fingerprint", Some("abc".into())),
+            ),
+            (
+                "fingerprint upper-case",
+                changed("fingerprint", Some(FINGERPRINT.to_uppercase().into())),
+            ),
+            (
+                "state of another prefix",
+                changed("sha256_state", Some(other.state.into())),
+            ),
+            (
+                "state not hex",
+                changed("sha256_state", Some("z".repeat(64).into())),
+            ),
+            (
+                "bytes off",
+                changed(
+                    "sha256_bytes",
+                    Some((c.prefix_head.as_ref().unwrap().state.bytes + 64).into()),
+                ),
+            ),
+            ("bytes text", changed("sha256_bytes", Some("3".into()))),
+            (
+                "block of another length",
+                changed("sha256_block", Some("00".into())),
+            ),
+            ("block missing", changed("sha256_block", None)),
+        ];
+        for (name, value) in cases {
+            let mut obj = body.clone();
+            obj.insert("memgate_prefix_head".into(), value);
+            let got = TranscriptCursor::from_json(&serde_json::to_vec(&obj).unwrap());
+            assert!(
+                matches!(got, Err(CursorError::Invalid(_))),
+                "{name}: {got:?}"
+            );
+        }
+        // A head without a prefix describes nothing.
+        let mut obj = body.clone();
+        obj.insert("submitted_prefix_count".into(), Value::Null);
+        obj.insert("submitted_prefix_digest".into(), Value::Null);
+        let got = TranscriptCursor::from_json(&serde_json::to_vec(&obj).unwrap());
+        assert!(matches!(got, Err(CursorError::Invalid(_))), "{got:?}");
+        // Null and absent read as no head.
+        for value in [Some(Value::Null), None] {
+            let mut obj = body.clone();
+            match value {
+                Some(v) => obj.insert("memgate_prefix_head".into(), v),
+                None => obj.remove("memgate_prefix_head"),
+            };
+            let c = TranscriptCursor::from_json(&serde_json::to_vec(&obj).unwrap()).unwrap();
+            assert!(c.prefix_head.is_none());
+        }
     }
 
     #[test]

@@ -10,8 +10,10 @@
 use crate::canonical_json::{write_json_string, write_python_json, write_python_json_array};
 use crate::message::{truthy, Content, Message, ToolCall};
 use serde_json::Value;
+use sha2::digest::generic_array::GenericArray;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
+use xxhash_rust::xxh3::Xxh3Default;
 
 /// Lowercase hex of a byte string.
 pub fn hex(bytes: &[u8]) -> String {
@@ -168,6 +170,101 @@ fn write_optional(out: &mut String, v: Option<&str>) {
     }
 }
 
+/// A fast fingerprint of a run of messages: XXH3-128 over every field a
+/// signature covers, as raw values with tags and lengths (no canonical
+/// JSON for plain strings, no SHA-256, no hex per message). A cursor keeps
+/// the fingerprint of its prefix beside DeerFlow's signatures, so the next
+/// capture of a grown transcript checks its head with this and computes
+/// signatures only for what follows it.
+///
+/// Two runs with equal fields have equal fingerprints; any difference in a
+/// signed field changes it (the encoding is injective), so a head that
+/// matches is a head whose signatures match. It is not a cryptographic
+/// hash: a crafted collision could at most hide an edit of the head from
+/// capture (the edit is not sent); it cannot make anything be sent twice.
+/// The encoding is stricter than the signature's (an empty string and a
+/// missing field differ), which only sends such a head down the signing
+/// path.
+#[derive(Clone, Default)]
+pub struct HeadFingerprint {
+    hasher: Xxh3Default,
+    /// One message's encoding, staged so the hasher sees one update each.
+    staged: Vec<u8>,
+    /// Canonical JSON of nested values (content blocks, tool arguments).
+    json: String,
+}
+
+impl std::fmt::Debug for HeadFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeadFingerprint({})", self.value())
+    }
+}
+
+impl HeadFingerprint {
+    /// Absorbs the next message.
+    pub fn absorb(&mut self, m: &SignatureFields<'_>) {
+        self.staged.clear();
+        self.optional(b'i', m.id);
+        self.text(b'r', m.role);
+        match m.content {
+            ContentRef::Text(s) => self.text(b'c', s),
+            ContentRef::Blocks(blocks) => {
+                self.json.clear();
+                write_python_json_array(&mut self.json, blocks);
+                self.staged_json(b'b');
+            }
+        }
+        self.staged.push(b'k');
+        self.staged
+            .extend_from_slice(&(m.tool_calls.len() as u64).to_le_bytes());
+        for call in m.tool_calls {
+            self.json.clear();
+            write_python_json(&mut self.json, &call.args);
+            self.staged_json(b'a');
+            self.optional(b'd', call.id.as_deref());
+            self.text(b'n', &call.name);
+            self.text(b't', &call.call_type);
+        }
+        match m.legacy_tool_calls {
+            Some(v) if m.tool_calls.is_empty() && truthy(v) => {
+                self.json.clear();
+                write_python_json(&mut self.json, v);
+                self.staged_json(b'l');
+            }
+            _ => self.staged.push(b'L'),
+        }
+        self.optional(b'o', m.tool_call_id);
+        self.optional(b'm', m.tool_name);
+        self.optional(b's', m.tool_status);
+        self.hasher.update(&self.staged);
+    }
+
+    fn text(&mut self, tag: u8, value: &str) {
+        self.staged.push(tag);
+        self.staged
+            .extend_from_slice(&(value.len() as u64).to_le_bytes());
+        self.staged.extend_from_slice(value.as_bytes());
+    }
+
+    fn optional(&mut self, tag: u8, value: Option<&str>) {
+        match value {
+            Some(v) => self.text(tag, v),
+            None => self.staged.push(tag.to_ascii_uppercase()),
+        }
+    }
+
+    fn staged_json(&mut self, tag: u8) {
+        let json = std::mem::take(&mut self.json);
+        self.text(tag, &json);
+        self.json = json;
+    }
+
+    /// The fingerprint of what was absorbed: 32 lowercase hex digits.
+    pub fn value(&self) -> String {
+        hex(&self.hasher.digest128().to_be_bytes())
+    }
+}
+
 /// SHA-256 over each signature's UTF-8 length (8-byte big-endian) followed
 /// by its bytes, in order; lowercase hex.
 pub fn sequence_digest<S: AsRef<str>>(signatures: &[S]) -> String {
@@ -180,10 +277,44 @@ pub fn sequence_digest<S: AsRef<str>>(signatures: &[S]) -> String {
 /// digest of what was absorbed so far can be read at any point. A capture
 /// keeps the state at its matched prefix, so the digests of the batch
 /// boundaries and of the whole transcript cost only the signatures after it.
-#[derive(Clone, Debug, Default)]
+///
+/// The SHA-256 is kept as its raw state ([`sha2::compress256`] over whole
+/// blocks, the partial block buffered) so that state can be written down
+/// ([`PrefixState`]) and resumed by a later capture: a cursor that holds it
+/// lets the next capture extend the prefix digest without the signatures of
+/// the messages before it.
+#[derive(Clone, Debug)]
 pub struct SequenceHasher {
-    hasher: Sha256,
+    state: [u32; 8],
+    block: [u8; 64],
+    /// Bytes of `block` in use (always < 64).
+    buffered: usize,
+    /// Bytes hashed so far, `block` included.
+    bytes: u64,
     absorbed: usize,
+}
+
+/// SHA-256's initial state (FIPS 180-4 §5.3.3).
+const SHA256_INITIAL: [u32; 8] = [
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+];
+
+impl Default for SequenceHasher {
+    fn default() -> Self {
+        Self {
+            state: SHA256_INITIAL,
+            block: [0; 64],
+            buffered: 0,
+            bytes: 0,
+            absorbed: 0,
+        }
+    }
+}
+
+fn compress(state: &mut [u32; 8], blocks: &[u8]) {
+    for block in blocks.chunks_exact(64) {
+        sha2::compress256(state, std::slice::from_ref(GenericArray::from_slice(block)));
+    }
 }
 
 impl SequenceHasher {
@@ -191,10 +322,30 @@ impl SequenceHasher {
     pub fn absorb<S: AsRef<str>>(&mut self, signatures: &[S]) {
         for sig in signatures {
             let bytes = sig.as_ref().as_bytes();
-            self.hasher.update((bytes.len() as u64).to_be_bytes());
-            self.hasher.update(bytes);
+            self.update(&(bytes.len() as u64).to_be_bytes());
+            self.update(bytes);
         }
         self.absorbed += signatures.len();
+    }
+
+    fn update(&mut self, mut data: &[u8]) {
+        self.bytes += data.len() as u64;
+        if self.buffered > 0 {
+            let take = (64 - self.buffered).min(data.len());
+            self.block[self.buffered..self.buffered + take].copy_from_slice(&data[..take]);
+            self.buffered += take;
+            data = &data[take..];
+            if self.buffered < 64 {
+                return;
+            }
+            compress(&mut self.state, &self.block);
+            self.buffered = 0;
+        }
+        let whole = data.len() / 64 * 64;
+        compress(&mut self.state, &data[..whole]);
+        let rest = &data[whole..];
+        self.block[..rest.len()].copy_from_slice(rest);
+        self.buffered = rest.len();
     }
 
     /// How many signatures were absorbed (the prefix length).
@@ -204,8 +355,85 @@ impl SequenceHasher {
 
     /// The [`sequence_digest`] of the absorbed prefix.
     pub fn digest(&self) -> String {
-        hex(&self.hasher.clone().finalize())
+        // FIPS 180-4 §5.1.1: 0x80, zeros, the message length in bits.
+        let mut state = self.state;
+        let mut last = [0u8; 128];
+        last[..self.buffered].copy_from_slice(&self.block[..self.buffered]);
+        last[self.buffered] = 0x80;
+        let len = if self.buffered + 9 <= 64 { 64 } else { 128 };
+        last[len - 8..len].copy_from_slice(&(self.bytes * 8).to_be_bytes());
+        compress(&mut state, &last[..len]);
+        let mut out = [0u8; 32];
+        for (chunk, word) in out.chunks_exact_mut(4).zip(state) {
+            chunk.copy_from_slice(&word.to_be_bytes());
+        }
+        hex(&out)
     }
+
+    /// The state to write down and [`resume`](Self::resume) from.
+    pub fn state(&self) -> PrefixState {
+        let mut words = [0u8; 32];
+        for (chunk, word) in words.chunks_exact_mut(4).zip(self.state) {
+            chunk.copy_from_slice(&word.to_be_bytes());
+        }
+        PrefixState {
+            absorbed: self.absorbed as u64,
+            bytes: self.bytes,
+            state: hex(&words),
+            block: hex(&self.block[..self.buffered]),
+        }
+    }
+
+    /// The hasher a [`PrefixState`] describes, or `None` when it does not
+    /// describe one (wrong lengths, not hex).
+    pub fn resume(saved: &PrefixState) -> Option<Self> {
+        let words = unhex(&saved.state)?;
+        let block = unhex(&saved.block)?;
+        if words.len() != 32 || block.len() as u64 != saved.bytes % 64 {
+            return None;
+        }
+        let mut state = [0u32; 8];
+        for (word, chunk) in state.iter_mut().zip(words.chunks_exact(4)) {
+            *word = u32::from_be_bytes(chunk.try_into().ok()?);
+        }
+        let mut hasher = Self {
+            state,
+            bytes: saved.bytes,
+            buffered: block.len(),
+            absorbed: usize::try_from(saved.absorbed).ok()?,
+            ..Self::default()
+        };
+        hasher.block[..block.len()].copy_from_slice(&block);
+        Some(hasher)
+    }
+}
+
+/// A [`SequenceHasher`] written down: the signatures absorbed, the bytes
+/// hashed, SHA-256's state after the whole blocks (64 hex digits) and the
+/// partial block (hex). It reveals no more than the digest it leads to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefixState {
+    pub absorbed: u64,
+    pub bytes: u64,
+    pub state: String,
+    pub block: String,
+}
+
+/// Lowercase hex back to bytes; `None` for anything else.
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let bytes = text.as_bytes();
+    if !bytes.len().is_multiple_of(2) {
+        return None;
+    }
+    bytes
+        .chunks_exact(2)
+        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
 }
 
 #[cfg(test)]
@@ -283,6 +511,123 @@ mod tests {
             running.absorb(&sigs[from..to]);
             assert_eq!(running.absorbed(), to);
             assert_eq!(running.digest(), sequence_digest(&sigs[..to]));
+        }
+    }
+
+    #[test]
+    fn a_written_down_prefix_state_resumes_to_the_same_digests() {
+        // Signatures of every length around the 64-byte block, so the saved
+        // partial block takes every size.
+        let sigs: Vec<String> = (0..70).map(|i| "s".repeat(i % 67)).collect();
+        for split in [0, 1, 2, 7, 8, 9, 33, 64, 69, 70] {
+            let mut first = SequenceHasher::default();
+            first.absorb(&sigs[..split]);
+            let saved = first.state();
+            assert_eq!(saved.absorbed, split as u64);
+            let mut resumed = SequenceHasher::resume(&saved).expect("a state it wrote");
+            assert_eq!(resumed.digest(), sequence_digest(&sigs[..split]));
+            resumed.absorb(&sigs[split..]);
+            assert_eq!(resumed.absorbed(), sigs.len());
+            assert_eq!(resumed.digest(), sequence_digest(&sigs));
+        }
+        // The raw state agrees with the reference SHA-256 on the same bytes.
+        let mut bytes = Vec::new();
+        for sig in &sigs {
+            bytes.extend_from_slice(&(sig.len() as u64).to_be_bytes());
+            bytes.extend_from_slice(sig.as_bytes());
+        }
+        assert_eq!(sequence_digest(&sigs), sha256_hex(&bytes));
+    }
+
+    #[test]
+    fn a_state_that_describes_no_hasher_is_refused() {
+        let mut running = SequenceHasher::default();
+        running.absorb(&["abc"]);
+        let good = running.state();
+        let bad = [
+            PrefixState {
+                block: format!("{}00", good.block),
+                ..good.clone()
+            },
+            PrefixState {
+                state: good.state[..62].to_owned(),
+                ..good.clone()
+            },
+            PrefixState {
+                state: good.state.to_uppercase(),
+                ..good.clone()
+            },
+            PrefixState {
+                bytes: good.bytes + 1,
+                ..good.clone()
+            },
+        ];
+        for state in bad {
+            assert!(SequenceHasher::resume(&state).is_none(), "{state:?}");
+        }
+    }
+
+    fn fingerprint(messages: &[Message]) -> String {
+        let mut fp = HeadFingerprint::default();
+        for m in messages {
+            fp.absorb(&m.signature_fields());
+        }
+        fp.value()
+    }
+
+    #[test]
+    fn a_fingerprint_changes_with_every_signed_field() {
+        let call = |args: serde_json::Value, id: &str| {
+            Message::ai("")
+                .with_id("a")
+                .with_tool_calls(vec![ToolCall::new("search", args, Some(id.into()))])
+        };
+        let base = vec![h1(), a1(), call(serde_json::json!({"q": 1}), "c1")];
+        let same = fingerprint(&base);
+        assert_eq!(same.len(), 32);
+        assert_eq!(fingerprint(&base.clone()), same);
+        let mut failed = Message::tool("r", "c1").with_id("t1");
+        failed.status = Some("error".into());
+        let variants: Vec<Vec<Message>> = vec![
+            vec![
+                Message::human("Remember Vi.").with_id("h1"),
+                a1(),
+                base[2].clone(),
+            ],
+            vec![
+                Message::human("Remember Vim.").with_id("h2"),
+                a1(),
+                base[2].clone(),
+            ],
+            vec![
+                Message::ai("Remember Vim.").with_id("h1"),
+                a1(),
+                base[2].clone(),
+            ],
+            vec![h1(), a1(), call(serde_json::json!({"q": 2}), "c1")],
+            vec![h1(), a1(), call(serde_json::json!({"q": 1}), "c2")],
+            vec![a1(), h1(), base[2].clone()],
+            vec![h1(), a1()],
+            vec![
+                h1(),
+                a1(),
+                base[2].clone(),
+                Message::tool("r", "c1").with_id("t1"),
+            ],
+            vec![h1(), a1(), base[2].clone(), failed],
+            vec![
+                h1(),
+                a1(),
+                base[2].clone(),
+                Message::tool("r", "c9").with_id("t1"),
+            ],
+            // A boundary moved between two fields is a different encoding.
+            vec![Message::human("ab").with_id("c"), a1(), base[2].clone()],
+            vec![Message::human("a").with_id("bc"), a1(), base[2].clone()],
+        ];
+        let mut seen = std::collections::HashSet::from([same]);
+        for v in &variants {
+            assert!(seen.insert(fingerprint(v)), "a collision for {v:?}");
         }
     }
 

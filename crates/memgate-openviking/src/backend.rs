@@ -16,6 +16,7 @@ use crate::scope::{canonical_peer_id, check_owner, session_id, UriStyle};
 use async_trait::async_trait;
 use memgate_core::capture::{captureable, is_captureable};
 use memgate_core::cursor::TranscriptCursor;
+use memgate_core::signature::SequenceHasher;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, Diagnostic,
     Figure, KeepHiddenHook, KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, Recall,
@@ -98,6 +99,15 @@ impl BegunCapture {
     pub fn known_prefix(&self) -> Option<(usize, &str)> {
         let count = usize::try_from(self.loaded.submitted_prefix_count?).ok()?;
         Some((count, self.loaded.submitted_prefix_digest.as_deref()?))
+    }
+
+    /// The fingerprint the cursor recorded for its prefix and the prefix's
+    /// running digest, when it recorded one: a surface that finds the same
+    /// fingerprint on the transcript's head hands it over recognised
+    /// ([`KnownHead::recognised`]), without signing it.
+    pub fn prefix_head(&self) -> Option<(&str, SequenceHasher)> {
+        let head = self.loaded.prefix_head.as_ref()?;
+        Some((head.fingerprint.as_str(), head.running()))
     }
 
     /// The capture filter for one message (hidden messages go to the host's

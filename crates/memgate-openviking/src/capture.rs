@@ -38,7 +38,7 @@ use crate::recorder::{self, Prepared, RecordError, MAX_BATCH_MESSAGES};
 use memgate_core::cursor::{
     load_cursor, save_cursor_with, BatchMark, CursorError, InFlight, SaveMode, TranscriptCursor,
 };
-use memgate_core::signature::{message_signature, SequenceHasher};
+use memgate_core::signature::{message_signature, signature_of, HeadFingerprint, SequenceHasher};
 use memgate_core::{KnownHead, MemoryError, Message, Redactor, Result};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -78,6 +78,9 @@ pub struct CapturePlan {
     /// The digest of the whole transcript, once computed (the intent's last
     /// batch and the completed cursor name the same prefix).
     whole_digest: OnceLock<String>,
+    /// The whole transcript's [`HeadFingerprint`], which the completed
+    /// cursor records for its prefix; `None`: not known here.
+    fingerprint: Option<String>,
 }
 
 impl CapturePlan {
@@ -113,7 +116,14 @@ impl CapturePlan {
             pending,
             prefix,
             whole_digest: OnceLock::new(),
+            fingerprint: None,
         }
+    }
+
+    /// The plan with the whole transcript's fingerprint, for the cursor.
+    fn with_fingerprint(mut self, fingerprint: &HeadFingerprint) -> Self {
+        self.fingerprint = Some(fingerprint.value());
+        self
     }
 
     /// The running digest of the first `end` signatures (`end` ≥ `start`).
@@ -138,14 +148,21 @@ impl CapturePlan {
 
     /// The cursor once every pending message is confirmed (or there was
     /// none): the prefix is the whole transcript.
+    /// With the transcript's fingerprint known, the cursor records it.
     pub fn completed(&self, cursor: &TranscriptCursor, max_seen: usize) -> TranscriptCursor {
         let whole = (self.signatures.len() as u64, self.whole_digest());
-        cursor.advanced_to(
+        let next = cursor.advanced_to(
             Some(whole),
             &self.pending_signatures(self.pending.len()),
             max_seen,
             false,
-        )
+        );
+        match &self.fingerprint {
+            Some(fingerprint) => {
+                next.with_prefix_head(fingerprint.clone(), &self.running_to(self.signatures.len()))
+            }
+            None => next,
+        }
     }
 
     /// The cursor once the first `consumed` pending messages are confirmed:
@@ -157,14 +174,14 @@ impl CapturePlan {
         commit_pending: bool,
         max_seen: usize,
     ) -> TranscriptCursor {
-        let prefix: Option<Vec<&str>> = self.start.map(|start| {
-            self.signatures[..start + consumed]
-                .iter()
-                .map(String::as_str)
-                .collect()
+        // Extended from the matched prefix: the signatures before it may
+        // not be here (a recognised head).
+        let prefix = self.start.map(|start| {
+            let running = self.running_to(start + consumed);
+            (running.absorbed() as u64, running.digest())
         });
-        cursor.advanced(
-            prefix.as_deref(),
+        cursor.advanced_to(
+            prefix,
             &self.pending_signatures(consumed),
             max_seen,
             commit_pending,
@@ -228,16 +245,22 @@ pub fn sign_all(captured: &[&Message]) -> Vec<String> {
 }
 
 /// The captured messages of one transcript (already filtered), in order:
-/// the signatures of all of them, and the messages themselves from the end
-/// of the known head on. A surface that read the cursor first hands over
-/// the head the cursor holds as signatures only ([`KnownHead`]); a plan
-/// that must send one of those after all (the cursor moved since) cannot
-/// be carried out, and the capture answers that it needs the whole
-/// transcript (`CaptureOutcome::needs_whole`).
+/// their signatures, their fingerprint, and the messages themselves from
+/// the end of the known head on. A surface that read the cursor first
+/// hands over the head the cursor holds as signatures only, or recognised
+/// by its fingerprint with no signatures at all ([`KnownHead`]); a plan
+/// that must send one of those messages after all, or (a recognised head)
+/// must look at their signatures (the cursor moved since), cannot be
+/// carried out, and the capture answers that it needs the whole transcript
+/// (`CaptureOutcome::needs_whole`).
 pub struct Transcript<'a> {
+    /// One per captured message; the first `unsigned` are empty and never
+    /// read (a recognised head).
     signatures: Vec<String>,
+    unsigned: usize,
+    fingerprint: HeadFingerprint,
     whole: Whole<'a>,
-    /// The head's running digest, from the surface that signed it.
+    /// The head's running digest, from the surface that read it.
     head: Option<SequenceHasher>,
 }
 
@@ -258,30 +281,31 @@ impl<'a> Whole<'a> {
 impl<'a> Transcript<'a> {
     /// Every captured message whole.
     pub fn whole(captured: Vec<&'a Message>) -> Self {
-        Self {
-            signatures: sign_all(&captured),
-            whole: Whole {
-                from: 0,
-                messages: captured,
-            },
-            head: None,
-        }
+        Self::with_head(KnownHead::default(), captured)
     }
 
-    /// A known head as signatures, then the captured messages after it.
+    /// A known head, then the captured messages after it.
     pub fn with_head(head: KnownHead, rest: Vec<&'a Message>) -> Self {
-        let running = head.running().clone();
-        let mut signatures = head.into_signatures();
-        let from = signatures.len();
-        signatures.reserve(rest.len());
-        signatures.extend(rest.iter().map(|m| message_signature(m)));
+        let from = head.len();
+        let known = !head.is_empty();
+        let (unsigned, signed, running, mut fingerprint) = head.into_parts();
+        let mut signatures = Vec::with_capacity(from + rest.len());
+        signatures.resize(unsigned, String::new());
+        signatures.extend(signed);
+        for m in &rest {
+            let fields = m.signature_fields();
+            signatures.push(signature_of(&fields));
+            fingerprint.absorb(&fields);
+        }
         Self {
             signatures,
+            unsigned,
+            fingerprint,
             whole: Whole {
                 from,
                 messages: rest,
             },
-            head: Some(running),
+            head: known.then_some(running),
         }
     }
 
@@ -295,25 +319,32 @@ impl<'a> Transcript<'a> {
     }
 }
 
-/// The cursor's matched prefix for `signatures`: the surface's running
+/// The cursor's matched prefix for the transcript: the surface's running
 /// digest of the head when the head is exactly the cursor's prefix (no
-/// second hashing of it), else computed.
+/// second hashing of it), else computed from the signatures; `Err` when
+/// that would need signatures a recognised head does not have.
 fn loaded_prefix(
     cursor: &TranscriptCursor,
-    signatures: &[String],
+    transcript: &Transcript<'_>,
     head: Option<SequenceHasher>,
-) -> Option<SequenceHasher> {
+) -> std::result::Result<Option<SequenceHasher>, Unsigned> {
     if let (Some(head), Some(count), Some(digest)) = (
         head,
         cursor.submitted_prefix_count,
         &cursor.submitted_prefix_digest,
     ) {
         if head.absorbed() as u64 == count && head.digest() == *digest {
-            return Some(head);
+            return Ok(Some(head));
         }
     }
-    cursor.matching_prefix(signatures)
+    if transcript.unsigned > 0 {
+        return Err(Unsigned);
+    }
+    Ok(cursor.matching_prefix(&transcript.signatures))
 }
+
+/// A decision needed the signatures of a recognised head.
+struct Unsigned;
 
 /// True when `a` and `b` match `signatures` the same way: the same
 /// recorded prefix, and one that fits the transcript, so its digest alone
@@ -603,12 +634,17 @@ pub async fn capture_session(
     let sid = target.session_id.as_str();
     let max_seen = target.config.max_seen_message_ids;
     let path = target.config.cursor_path(sid);
+    let head = transcript.head.clone();
+    let Ok(matched) = loaded_prefix(&loaded, &transcript, head) else {
+        return needs_whole(path, &loaded, loaded.clone(), sid).await;
+    };
     let Transcript {
         signatures,
+        unsigned,
+        fingerprint,
         whole,
-        head,
+        ..
     } = transcript;
-    let matched = loaded_prefix(&loaded, &signatures, head);
     // A contradiction needs a prefix digest that does not match.
     if matched.is_none() && loaded.contradicts(&signatures) {
         tracing::error!(
@@ -628,6 +664,9 @@ pub async fn capture_session(
         let queued = blocking(&outbox, move |o| o.session_entries(&owned)).await?;
         if !queued.is_empty() {
             if !deliver_session(client, &outbox, sid).await? {
+                if unsigned > 0 {
+                    return needs_whole(path, &loaded, loaded.clone(), sid).await;
+                }
                 return queue_behind(&target, &outbox, path, &loaded, signatures, &whole).await;
             }
             // The cursor's count predates the delivery.
@@ -677,10 +716,12 @@ pub async fn capture_session(
 
     let prefix = if same_prefix_decision(&cursor, &loaded, &signatures) {
         matched
+    } else if unsigned > 0 {
+        return needs_whole(path, &loaded, cursor, sid).await;
     } else {
         cursor.matching_prefix(&signatures)
     };
-    let plan = CapturePlan::matched(&cursor, signatures, prefix);
+    let plan = CapturePlan::matched(&cursor, signatures, prefix).with_fingerprint(&fingerprint);
     let pending_len = plan.pending.len();
     let already_known = plan.signatures.len() - pending_len;
     let Some(prepared) = prepare(&plan, &whole, &target) else {

@@ -8,10 +8,12 @@ mod common;
 use common::fake::{hit, payload_text, slow_drip_server, FakeOpenViking, Reply};
 use common::*;
 use memgate_core::cursor::load_cursor;
-use memgate_core::signature::{message_signature, sequence_digest};
+use memgate_core::signature::{
+    message_signature, sequence_digest, HeadFingerprint, SequenceHasher,
+};
 use memgate_core::{
-    Caller, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, SearchQuery, ToolCall,
-    UserId, WarmStatus,
+    Caller, KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, SearchQuery,
+    ToolCall, UserId, WarmStatus,
 };
 use memgate_openviking::scope::session_id;
 use memgate_openviking::{OpenVikingBackend, UriStyle};
@@ -1465,7 +1467,7 @@ async fn unchanged_recapture_writes_nothing_and_a_sending_one_adds_one_fsync() {
 fn known_head(messages: &[Message]) -> memgate_core::KnownHead {
     let mut head = memgate_core::KnownHead::default();
     for m in messages {
-        head.push(message_signature(m));
+        head.push(message_signature(m), &m.signature_fields());
     }
     head
 }
@@ -1548,6 +1550,136 @@ async fn a_head_the_cursor_does_not_hold_sends_nothing_and_asks_for_the_whole_tr
         .await
         .unwrap();
     assert_eq!(report.stored, 2, "the edit and the new message");
+}
+
+/// The fingerprint a surface computes over the captured messages.
+fn fingerprint_of(messages: &[Message]) -> HeadFingerprint {
+    let mut fp = HeadFingerprint::default();
+    for m in messages {
+        fp.absorb(&m.signature_fields());
+    }
+    fp
+}
+
+#[tokio::test]
+async fn a_head_recognised_by_its_fingerprint_sends_only_the_messages_after_it() {
+    let s = setup(|_| {}).await;
+    let history = conversation(6, "h");
+    s.backend
+        .capture(&capture_request(&alice(), history.clone()))
+        .await
+        .unwrap();
+    let begun = s.backend.try_begin_capture(&alice()).unwrap();
+    let (fingerprint, running) = begun.prefix_head().expect("a completed capture records it");
+    assert_eq!(fingerprint, fingerprint_of(&history).value());
+    assert_eq!(running.absorbed(), 6);
+    let sigs: Vec<String> = history.iter().map(message_signature).collect();
+    assert_eq!(running.digest(), sequence_digest(&sigs));
+    let head = KnownHead::recognised(running, fingerprint_of(&history), 0);
+    let rest = vec![
+        Message::system("<memory>")
+            .with_id("x__memory")
+            .with_flag("hide_from_ui", true),
+        human("h6", "one more"),
+    ];
+    let report = begun
+        .capture(head, &rest)
+        .await
+        .unwrap()
+        .expect("the head is the cursor's prefix");
+    assert_eq!(
+        (report.stored, report.already_known, report.filtered),
+        (1, 6, 1)
+    );
+    assert_eq!(
+        s.fake.batches().last().unwrap(),
+        &vec!["one more".to_owned()]
+    );
+
+    // The cursor, prefix head included, is the one whole captures leave.
+    let whole = setup(|_| {}).await;
+    let mut all = history.clone();
+    all.extend(rest);
+    for transcript in [history, all.clone()] {
+        whole
+            .backend
+            .capture(&capture_request(&alice(), transcript))
+            .await
+            .unwrap();
+    }
+    assert_eq!(cursor_text(&s, &alice()), cursor_text(&whole, &alice()));
+    let captured: Vec<Message> = all
+        .into_iter()
+        .filter(|m| m.id.as_deref() != Some("x__memory"))
+        .collect();
+    let cursor = load_cursor(&s.backend.config().cursor_path(&sid(&alice()))).unwrap();
+    assert_eq!(
+        cursor.prefix_head.unwrap().fingerprint,
+        fingerprint_of(&captured).value()
+    );
+}
+
+#[tokio::test]
+async fn a_recognised_head_that_is_not_the_cursors_prefix_asks_for_the_whole_transcript() {
+    let s = setup(|_| {}).await;
+    let history = conversation(4, "h");
+    s.backend
+        .capture(&capture_request(&alice(), history.clone()))
+        .await
+        .unwrap();
+    let before = cursor_text(&s, &alice());
+    // A head one message short of the prefix: its signatures would be
+    // needed to match anything, and it has none.
+    let sigs: Vec<String> = history[..3].iter().map(message_signature).collect();
+    let mut running = SequenceHasher::default();
+    running.absorb(&sigs);
+    let head = KnownHead::recognised(running, fingerprint_of(&history[..3]), 0);
+    let begun = s.backend.try_begin_capture(&alice()).unwrap();
+    let answer = begun
+        .capture(head, &[history[3].clone(), human("h4", "new")])
+        .await
+        .unwrap();
+    assert!(answer.is_none(), "planned without signatures");
+    assert_eq!(s.fake.batches().len(), 1, "nothing was sent");
+    assert_eq!(cursor_text(&s, &alice()), before, "the cursor is kept");
+}
+
+#[tokio::test]
+async fn a_recognised_head_under_a_reconciled_intent_asks_for_the_whole_transcript() {
+    let s = setup(|c| set(c, "timeout_seconds", json!(0.5))).await;
+    let first = vec![human("h1", "hi"), ai("a1", "hello")];
+    let path = captured_once(&s, &first).await;
+    let mut grown = first.clone();
+    grown.extend([human("h2", "next"), ai("a2", "reply")]);
+    s.fake.plan("batch", [Reply::Late(Duration::from_secs(2))]);
+    s.backend
+        .capture(&capture_request(&alice(), grown.clone()))
+        .await
+        .unwrap();
+    let left = load_cursor(&path).unwrap();
+    assert!(
+        left.in_flight.is_some() && left.prefix_head.is_some(),
+        "the intent keeps the head of its prefix"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Reconciling moves the prefix past the recognised head: nothing is
+    // sent, the reconciled cursor is kept, and the whole transcript is asked for.
+    let begun = s.backend.try_begin_capture(&alice()).unwrap();
+    let (_, running) = begun.prefix_head().unwrap();
+    let head = KnownHead::recognised(running, fingerprint_of(&first), 0);
+    let answer = begun.capture(head, &grown[2..]).await.unwrap();
+    assert!(answer.is_none());
+    assert_eq!(s.fake.requests_to("batch").len(), 1, "only the lost one");
+    let reconciled = load_cursor(&path).unwrap();
+    assert!(reconciled.in_flight.is_none());
+    assert_eq!(reconciled.submitted_prefix_count, Some(4));
+    let report = s
+        .backend
+        .capture(&capture_request(&alice(), grown))
+        .await
+        .unwrap();
+    assert_eq!((report.stored, report.already_known), (0, 4));
 }
 
 #[tokio::test]
