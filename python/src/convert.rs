@@ -14,6 +14,7 @@ use memgate_core::signature::{
 };
 use memgate_core::{Content, KnownHead, Message, Role, ToolCall};
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -156,19 +157,40 @@ impl<'py> Fields<'py> {
     /// One pass over a mapping's items (a dict message, or a pydantic
     /// model's `__dict__`): no per-field lookups, no exceptions. Attribute
     /// names are interned, so a key is first matched by identity against
-    /// the interned field names; only other keys are read as text.
+    /// the interned field names; only other keys are read as text. The walk
+    /// borrows (`PyDict_Next`): a value is touched only when its key is a
+    /// field read here, so the objects of fields no signature covers
+    /// (response metadata, usage) are never brought into the cache.
     fn from_dict(dict: &Bound<'py, PyDict>) -> PyResult<Self> {
-        let names = interned_field_names(dict.py());
+        let py = dict.py();
+        let names = interned_field_names(py);
         let mut fields = Self::default();
-        for (key, value) in dict.iter() {
-            if let Some(&name) = FIELD_NAMES
+        let mut pos: ffi::Py_ssize_t = 0;
+        let (mut key, mut value) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: `dict` is a live dict and the GIL is held; nothing in the
+        // loop runs Python code or changes the dict, so the borrowed key and
+        // value stay valid while they are used, and a value kept in `fields`
+        // gets its own reference (`from_borrowed_ptr`).
+        while unsafe { ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) } != 0 {
+            let interned = FIELD_NAMES
                 .iter()
                 .zip(names)
-                .find_map(|(name, interned)| key.is(interned).then_some(name))
-            {
-                fields.set(name, value);
-            } else if let Ok(key) = key.cast::<PyString>() {
-                fields.set(key.to_str()?, value);
+                .find_map(|(name, interned)| (interned.as_ptr() == key).then_some(*name));
+            let name = match interned {
+                Some(name) => Some(name),
+                None => {
+                    let key = unsafe { Bound::from_borrowed_ptr(py, key) };
+                    match key.cast::<PyString>() {
+                        Ok(key) => {
+                            let text = key.to_str()?;
+                            FIELD_NAMES.iter().find(|name| **name == text).copied()
+                        }
+                        Err(_) => None,
+                    }
+                }
+            };
+            if let Some(name) = name {
+                fields.set(name, unsafe { Bound::from_borrowed_ptr(py, value) });
             }
         }
         Ok(fields)
