@@ -268,9 +268,9 @@ async fn shutdown_stops_the_background_delivery_and_leaves_the_queue_on_disk() {
         .unwrap();
     // Let the background task make attempts against the dead server.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
-    let started = Instant::now();
+    // `true`: stopped within the budget (the backend's own deadline; a
+    // wall-clock check here only measured the machine's load).
     assert!(down.shutdown(Duration::from_secs(2)).await);
-    assert!(started.elapsed() < Duration::from_secs(2));
     assert!(down.resources_closed());
     let figures = down.outbox_figures().unwrap().unwrap();
     assert_eq!((figures.depth, figures.deliveries), (1, 0));
