@@ -160,6 +160,177 @@ pub fn diversify_threads(
     out
 }
 
+/// Evaluated re-orderings of the fused list and dense feedback, beside the
+/// default (none of them: [`Rerank::NONE`]); `memgate eval locomo`
+/// measures each against it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rerank {
+    /// [`diversify_threads`] weight and head (weight 0: off).
+    pub diversity: (f64, usize),
+    /// Dense feedback ([`feedback_query`]): how many of the best fused hits
+    /// and their weight (0 hits: off).
+    pub feedback: (usize, f32),
+    /// [`add_thread_evidence`] (weight 0: off).
+    pub thread_evidence: (ThreadEvidence, f64),
+}
+
+impl Rerank {
+    /// The default: the fused list as it is.
+    pub const NONE: Self = Self {
+        diversity: (0.0, 0),
+        feedback: (0, 0.0),
+        thread_evidence: (ThreadEvidence::Best, 0.0),
+    };
+
+    pub const fn diversity(self, weight: f64, head: usize) -> Self {
+        Self {
+            diversity: (weight, head),
+            ..self
+        }
+    }
+
+    pub const fn feedback(self, hits: usize, weight: f32) -> Self {
+        Self {
+            feedback: (hits, weight),
+            ..self
+        }
+    }
+
+    pub const fn thread_evidence(self, evidence: ThreadEvidence, weight: f64) -> Self {
+        Self {
+            thread_evidence: (evidence, weight),
+            ..self
+        }
+    }
+}
+
+impl std::fmt::Display for Rerank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if self.feedback.0 > 0 {
+            parts.push(format!(
+                "dense feedback from the top {}, weight {}",
+                self.feedback.0, self.feedback.1
+            ));
+        }
+        if self.thread_evidence.1 > 0.0 {
+            parts.push(format!(
+                "thread evidence ({}) {}",
+                self.thread_evidence.0, self.thread_evidence.1
+            ));
+        }
+        match self.diversity {
+            (w, _) if w <= 0.0 => {}
+            (w, 0) => parts.push(format!("thread diversity {w}")),
+            (w, head) => parts.push(format!("thread diversity {w} after the first {head}")),
+        }
+        if parts.is_empty() {
+            parts.push("as fused".to_owned());
+        }
+        write!(f, "{}", parts.join(", "))
+    }
+}
+
+/// Dense pseudo-relevance feedback (Rocchio on the query vector):
+/// `normalise(query + weight × mean of hits)`. A question whose evidence
+/// shares little with it but much with its best hits (multi-hop: the
+/// other half of the answer is about the same person or event) is moved
+/// towards them; one more dense pass over the loaded vectors searches
+/// with it. No hits (or a zero sum) keep the query.
+pub fn feedback_query(query: &[f32], hits: &[Vec<f32>], weight: f32) -> Vec<f32> {
+    let hits: Vec<&Vec<f32>> = hits.iter().filter(|h| h.len() == query.len()).collect();
+    if hits.is_empty() {
+        return query.to_vec();
+    }
+    let share = weight / hits.len() as f32;
+    let mut moved = query.to_vec();
+    for h in hits {
+        for (m, x) in moved.iter_mut().zip(h.iter()) {
+            *m += share * x;
+        }
+    }
+    let norm = moved.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        moved.iter_mut().for_each(|x| *x /= norm);
+        moved
+    } else {
+        query.to_vec()
+    }
+}
+
+/// What a thread's turns in the fused pool say for a turn of it
+/// ([`add_thread_evidence`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadEvidence {
+    /// The best fused score in the thread (the turn's own included).
+    Best,
+    /// The best fused score of the thread's other turns (0 when alone).
+    BestOther,
+    /// The fused scores of the turn before and after it (adjacency
+    /// smoothing of the fused score, so the dense side's neighbours count
+    /// too).
+    Adjacent,
+}
+
+impl std::fmt::Display for ThreadEvidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Best => "best of its thread",
+            Self::BestOther => "best other turn of its thread",
+            Self::Adjacent => "its neighbours' fused scores",
+        })
+    }
+}
+
+/// Thread evidence (an evaluated variant): every turn gains `weight` × the
+/// [`ThreadEvidence`] of its thread in `ranked` (the fused pool), then the
+/// pool is sorted again. A turn in a conversation that is about the
+/// question is likelier to be evidence.
+pub fn add_thread_evidence(ranked: &mut [Ranked], evidence: ThreadEvidence, weight: f64) {
+    use crate::ranking::Placed;
+    // Best and second best score per thread, and scores by place.
+    let mut best: HashMap<&str, (f64, f64)> = HashMap::new();
+    let mut at: HashMap<(&str, i64), f64> = HashMap::new();
+    for r in ranked.iter() {
+        if let Some((thread, seq)) = r.place() {
+            let b = best.entry(thread).or_insert((f64::MIN, f64::MIN));
+            if r.score > b.0 {
+                *b = (r.score, b.0);
+            } else if r.score > b.1 {
+                b.1 = r.score;
+            }
+            at.insert((thread, seq), r.score);
+        }
+    }
+    let bonus: Vec<f64> = ranked
+        .iter()
+        .map(|r| {
+            let Some((thread, seq)) = r.place() else {
+                return 0.0;
+            };
+            let (first, second) = best[thread];
+            let score = match evidence {
+                ThreadEvidence::Best => first,
+                ThreadEvidence::BestOther if r.score >= first => second,
+                ThreadEvidence::BestOther => first,
+                ThreadEvidence::Adjacent => {
+                    let near = |s: i64| at.get(&(thread, s)).copied().unwrap_or(0.0);
+                    near(seq - 1) + near(seq + 1)
+                }
+            };
+            weight * score.max(0.0)
+        })
+        .collect();
+    for (r, b) in ranked.iter_mut().zip(bonus) {
+        r.score += b;
+    }
+    ranked.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.citation.cmp(&b.citation))
+    });
+}
+
 /// Fuses `lexical` (best first) with `dense` (the nearest items best first,
 /// with their cosine); `similarity` holds the cosine of lexical hits that
 /// have a vector.
@@ -294,6 +465,71 @@ mod tests {
         let cited: Vec<&str> = headed.iter().map(|r| r.citation.as_str()).collect();
         assert_eq!(cited, ["turn_1", "turn_2", "turn_3"]);
         assert!((headed[1].score - 0.9).abs() < 1e-9);
+    }
+
+    #[test]
+    fn dense_feedback_moves_the_query_towards_the_mean_of_its_hits() {
+        let q = [1.0, 0.0, 0.0];
+        let hits = vec![vec![0.0, 1.0, 0.0], vec![0.0, 0.0, 1.0]];
+        // q + 1.0 × (0, 0.5, 0.5), normalised.
+        let moved = feedback_query(&q, &hits, 1.0);
+        let n = (1.0f32 + 0.25 + 0.25).sqrt();
+        for (got, want) in moved.iter().zip([1.0 / n, 0.5 / n, 0.5 / n]) {
+            assert!((got - want).abs() < 1e-6, "{moved:?}");
+        }
+        // No hits, or hits of another dimension, keep the query.
+        assert_eq!(feedback_query(&q, &[], 1.0), q);
+        assert_eq!(feedback_query(&q, &[vec![1.0, 0.0]], 1.0), q);
+    }
+
+    #[test]
+    fn thread_evidence_lifts_the_turns_of_a_thread_with_evidence() {
+        let placed = |id: i64, score: f64, thread: &str, seq: i64| {
+            let mut r = turn(id, score);
+            if let Origin::Turn {
+                thread: t, seq: s, ..
+            } = &mut r.origin
+            {
+                (*t, *s) = (thread.into(), seq);
+            }
+            r
+        };
+        // Thread "a": turn 1 (1.0, seq 1), turn 2 (0.5, seq 2); thread "b":
+        // turn 3 (0.6, seq 1).
+        let pool = || {
+            vec![
+                placed(1, 1.0, "a", 1),
+                placed(3, 0.6, "b", 1),
+                placed(2, 0.5, "a", 2),
+            ]
+        };
+        let order =
+            |r: &[Ranked]| -> Vec<String> { r.iter().map(|r| r.citation.clone()).collect() };
+        let mut best = pool();
+        add_thread_evidence(&mut best, ThreadEvidence::Best, 0.5);
+        // 2: 0.5 + 0.5 × 1.0 passes 3: 0.6 + 0.5 × 0.6.
+        assert_eq!(order(&best), ["turn_1", "turn_2", "turn_3"]);
+        let scores: Vec<f64> = best.iter().map(|r| r.score).collect();
+        for (got, want) in scores.iter().zip([1.5, 1.0, 0.9]) {
+            assert!((got - want).abs() < 1e-9, "{scores:?}");
+        }
+        let mut other = pool();
+        add_thread_evidence(&mut other, ThreadEvidence::BestOther, 0.5);
+        // 1 gains 0.5 × 0.5, 2 gains 0.5 × 1.0, 3 is alone.
+        let scores: Vec<f64> = other.iter().map(|r| r.score).collect();
+        assert_eq!(order(&other), ["turn_1", "turn_2", "turn_3"]);
+        for (got, want) in scores.iter().zip([1.25, 1.0, 0.6]) {
+            assert!((got - want).abs() < 1e-9, "{scores:?}");
+        }
+        let mut adjacent = pool();
+        add_thread_evidence(&mut adjacent, ThreadEvidence::Adjacent, 0.5);
+        // 2 (seq 2) gains 0.5 × turn 1's 1.0; 3 has no neighbour.
+        assert_eq!(order(&adjacent), ["turn_1", "turn_2", "turn_3"]);
+        assert!((adjacent[1].score - 1.0).abs() < 1e-9);
+        // Weight 0 keeps the order.
+        let mut same = pool();
+        add_thread_evidence(&mut same, ThreadEvidence::Best, 0.0);
+        assert_eq!(order(&same), ["turn_1", "turn_3", "turn_2"]);
     }
 
     #[test]
