@@ -13,7 +13,7 @@
 //! [`Fused::ranked`].
 
 use crate::ranking::{item_citation, Ranked};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// How the lexical and the dense list are combined.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -160,6 +160,48 @@ pub fn diversify_threads(
     out
 }
 
+/// Thread coverage (an evaluated variant): the top `top_k` are picked
+/// one at a time, a candidate whose thread has no turn picked yet counting
+/// `(1 + weight)` × its score. The gain of covering a new thread is in
+/// proportion to its own evidence, where [`diversify_threads`] takes the
+/// same amount from every later turn of a covered thread whatever its
+/// score. `ranked` is every fused candidate, best first.
+pub fn cover_threads(ranked: Vec<Ranked>, weight: f64, top_k: usize) -> Vec<Ranked> {
+    let thread_of = |r: &Ranked| match &r.origin {
+        crate::ranking::Origin::Turn { thread, .. } => Some(thread.clone()),
+        crate::ranking::Origin::Memory => None,
+    };
+    let mut left: Vec<Option<Ranked>> = ranked.into_iter().map(Some).collect();
+    let mut covered: HashSet<String> = HashSet::new();
+    let mut out = Vec::with_capacity(top_k);
+    while out.len() < top_k {
+        let adjusted = |r: &Ranked| match thread_of(r) {
+            Some(t) if !covered.contains(&t) => r.score * (1.0 + weight),
+            _ => r.score,
+        };
+        let Some(i) = (0..left.len())
+            .filter(|&i| left[i].is_some())
+            .max_by(|&a, &b| {
+                let (ra, rb) = (left[a].as_ref().unwrap(), left[b].as_ref().unwrap());
+                adjusted(ra)
+                    .total_cmp(&adjusted(rb))
+                    .then_with(|| rb.citation.cmp(&ra.citation))
+            })
+        else {
+            break;
+        };
+        let mut r = left[i]
+            .take()
+            .unwrap_or_else(|| unreachable!("filtered on is_some"));
+        r.score = adjusted(&r);
+        if let Some(t) = thread_of(&r) {
+            covered.insert(t);
+        }
+        out.push(r);
+    }
+    out
+}
+
 /// Evaluated re-orderings of the fused list and dense feedback, beside the
 /// default (none of them: [`Rerank::NONE`]); `memgate eval locomo`
 /// measures each against it.
@@ -172,6 +214,8 @@ pub struct Rerank {
     pub feedback: (usize, f32),
     /// [`add_thread_evidence`] (weight 0: off).
     pub thread_evidence: (ThreadEvidence, f64),
+    /// [`cover_threads`] weight (0: off; it replaces diversity).
+    pub coverage: f64,
 }
 
 impl Rerank {
@@ -180,7 +224,15 @@ impl Rerank {
         diversity: (0.0, 0),
         feedback: (0, 0.0),
         thread_evidence: (ThreadEvidence::Best, 0.0),
+        coverage: 0.0,
     };
+
+    pub const fn coverage(self, weight: f64) -> Self {
+        Self {
+            coverage: weight,
+            ..self
+        }
+    }
 
     pub const fn diversity(self, weight: f64, head: usize) -> Self {
         Self {
@@ -218,6 +270,9 @@ impl std::fmt::Display for Rerank {
                 "thread evidence ({}) {}",
                 self.thread_evidence.0, self.thread_evidence.1
             ));
+        }
+        if self.coverage > 0.0 {
+            parts.push(format!("thread coverage {}", self.coverage));
         }
         match self.diversity {
             (w, _) if w <= 0.0 => {}
@@ -465,6 +520,37 @@ mod tests {
         let cited: Vec<&str> = headed.iter().map(|r| r.citation.as_str()).collect();
         assert_eq!(cited, ["turn_1", "turn_2", "turn_3"]);
         assert!((headed[1].score - 0.9).abs() < 1e-9);
+    }
+
+    #[test]
+    fn thread_coverage_scales_a_new_thread_by_its_own_score() {
+        let in_thread = |id: i64, score: f64, thread: &str| {
+            let mut r = turn(id, score);
+            if let Origin::Turn { thread: t, .. } = &mut r.origin {
+                *t = thread.into();
+            }
+            r
+        };
+        // "a": 1.0, 0.9; "b": 0.7, 0.5.
+        let ranked = vec![
+            in_thread(1, 1.0, "a"),
+            in_thread(2, 0.9, "a"),
+            in_thread(3, 0.7, "b"),
+            in_thread(4, 0.5, "b"),
+        ];
+        let cited =
+            |r: &[Ranked]| -> Vec<String> { r.iter().map(|r| r.citation.clone()).collect() };
+        // Weight 0.5: turn 1 counts 1.5 (a new thread); then turn 3 counts
+        // 0.7 × 1.5 = 1.05 against turn 2's 0.9 (its thread is covered).
+        let got = cover_threads(ranked.clone(), 0.5, 4);
+        assert_eq!(cited(&got), ["turn_1", "turn_3", "turn_2", "turn_4"]);
+        let scores: Vec<f64> = got.iter().map(|r| r.score).collect();
+        for (got, want) in scores.iter().zip([1.5, 1.05, 0.9, 0.5]) {
+            assert!((got - want).abs() < 1e-9, "{scores:?}");
+        }
+        // Weight 0.2: 0.7 × 1.2 = 0.84 < 0.9, the order stays.
+        let kept = cover_threads(ranked, 0.2, 3);
+        assert_eq!(cited(&kept), ["turn_1", "turn_2", "turn_3"]);
     }
 
     #[test]

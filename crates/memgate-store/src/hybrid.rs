@@ -19,7 +19,9 @@
 //! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
 
-use crate::fusion::{add_thread_evidence, diversify_threads, feedback_query, fuse, Rerank};
+use crate::fusion::{
+    add_thread_evidence, cover_threads, diversify_threads, feedback_query, fuse, Rerank,
+};
 use crate::ranking::{candidate_pool, load_item, rank, Ranked};
 use crate::store::MemoryStore;
 use crate::vectors::{stored_model, RetrievalStats, PREFILTER_FACTOR};
@@ -254,6 +256,9 @@ impl MemoryStore {
         let (evidence, evidence_weight) = rerank.thread_evidence;
         if evidence_weight > 0.0 {
             add_thread_evidence(&mut ranked, evidence, evidence_weight);
+        }
+        if rerank.coverage > 0.0 {
+            return Ok(cover_threads(ranked, rerank.coverage, top_k));
         }
         let (diversity, head) = rerank.diversity;
         if diversity > 0.0 {

@@ -38,7 +38,7 @@
 //! seen by the block.
 
 use crate::config::{EmbedderSettings, LocalConfig};
-use crate::fusion::{Rerank, ThreadEvidence};
+use crate::fusion::{Fusion, Rerank, ThreadEvidence};
 use crate::hybrid::{DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS};
 use crate::ranking::Origin;
 use crate::store::MemoryStore;
@@ -223,6 +223,8 @@ enum DenseVariant {
     /// The fused list re-ordered or fed back ([`Rerank`]: thread
     /// diversity, thread evidence, dense feedback).
     Reranked(Rerank),
+    /// [`DenseVariant::Reranked`] after another fusion.
+    RerankedAfter(Fusion, Rerank),
 }
 
 /// The dense-side variants of the default fusion the evaluation prints.
@@ -263,7 +265,45 @@ const DENSE_VARIANTS: &[DenseVariant] = &[
             .thread_evidence(ThreadEvidence::Adjacent, 0.1)
             .diversity(0.25, 7),
     ),
+    DenseVariant::Reranked(Rerank::NONE.coverage(0.25)),
+    DenseVariant::Reranked(Rerank::NONE.coverage(0.5)),
+    DenseVariant::Reranked(evidence_and_coverage(0.25, 0.25)),
+    DenseVariant::Reranked(evidence_and_coverage(0.35, 0.35)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.6)),
+    DenseVariant::Reranked(evidence_and_coverage(0.35, 0.35).feedback(3, 0.3)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5).feedback(3, 0.3)),
+    DenseVariant::Reranked(evidence_and_coverage(0.6, 0.6).feedback(3, 0.3)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.6).feedback(3, 0.3)),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.55, 0.55).feedback(3, 0.3),
+    ),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.6, 0.6).feedback(3, 0.3),
+    ),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.65, 0.6).feedback(3, 0.3),
+    ),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.65, 0.65).feedback(3, 0.3),
+    ),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.6, 0.65).feedback(3, 0.3),
+    ),
 ];
+
+/// Thread evidence (best of the thread) with thread coverage: the mix the
+/// second round of session 7 measured.
+const fn evidence_and_coverage(evidence: f64, coverage: f64) -> Rerank {
+    Rerank::NONE
+        .thread_evidence(ThreadEvidence::Best, evidence)
+        .coverage(coverage)
+}
 
 /// The dense searches compared with the exact ranking, by name: the query
 /// vector (query path or reference) and the prefilter factor.
@@ -768,12 +808,15 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 let reference = store.reference_query_vector(question);
                 figures.reference_embed_seconds += started.elapsed().as_secs_f64();
                 for (variant, tally) in DENSE_VARIANTS.iter().zip(dense_variants.iter_mut()) {
-                    let (v, prefilter, rerank) = match variant {
+                    let (v, prefilter, fusion, rerank) = match variant {
                         DenseVariant::ReferenceQuery => {
-                            (&reference, PREFILTER_FACTOR, Rerank::NONE)
+                            (&reference, PREFILTER_FACTOR, DEFAULT_FUSION, Rerank::NONE)
                         }
-                        DenseVariant::Prefilter(f) => (&vector, *f, Rerank::NONE),
-                        DenseVariant::Reranked(r) => (&vector, PREFILTER_FACTOR, *r),
+                        DenseVariant::Prefilter(f) => (&vector, *f, DEFAULT_FUSION, Rerank::NONE),
+                        DenseVariant::Reranked(r) => {
+                            (&vector, PREFILTER_FACTOR, DEFAULT_FUSION, *r)
+                        }
+                        DenseVariant::RerankedAfter(f, r) => (&vector, PREFILTER_FACTOR, *f, *r),
                     };
                     let ranked = store.read(|conn| match key.find(conn)? {
                         Some(scope) => store.fused_in(
@@ -783,7 +826,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                             v,
                             DEPTH,
                             None,
-                            DEFAULT_FUSION,
+                            fusion,
                             DEFAULT_DENSE_POOL,
                             prefilter,
                             rerank,
@@ -863,10 +906,14 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     "questions embedded by the document path (float32)".to_owned()
                 }
                 DenseVariant::Prefilter(f) => format!("sign prefilter x{f}"),
-                DenseVariant::Reranked(r) => r.to_string(),
+                DenseVariant::Reranked(r) | DenseVariant::RerankedAfter(_, r) => r.to_string(),
+            };
+            let fusion = match variant {
+                DenseVariant::RerankedAfter(f, _) => *f,
+                _ => DEFAULT_FUSION,
             };
             report.systems.push(tally.finish(&format!(
-                "memgate hybrid ({}; {DEFAULT_FUSION}, dense pool x{DEFAULT_DENSE_POOL}; {what})",
+                "memgate hybrid ({}; {fusion}, dense pool x{DEFAULT_DENSE_POOL}; {what})",
                 figures.model
             )));
         }
