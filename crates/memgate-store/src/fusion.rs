@@ -13,7 +13,7 @@
 //! [`Fused::ranked`].
 
 use crate::ranking::{item_citation, Ranked};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// How the lexical and the dense list are combined.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -160,6 +160,232 @@ pub fn diversify_threads(
     out
 }
 
+/// Thread coverage (an evaluated variant): the top `top_k` are picked
+/// one at a time, a candidate whose thread has no turn picked yet counting
+/// `(1 + weight)` × its score. The gain of covering a new thread is in
+/// proportion to its own evidence, where [`diversify_threads`] takes the
+/// same amount from every later turn of a covered thread whatever its
+/// score. `ranked` is every fused candidate, best first.
+pub fn cover_threads(ranked: Vec<Ranked>, weight: f64, top_k: usize) -> Vec<Ranked> {
+    let thread_of = |r: &Ranked| match &r.origin {
+        crate::ranking::Origin::Turn { thread, .. } => Some(thread.clone()),
+        crate::ranking::Origin::Memory => None,
+    };
+    let mut left: Vec<Option<Ranked>> = ranked.into_iter().map(Some).collect();
+    let mut covered: HashSet<String> = HashSet::new();
+    let mut out = Vec::with_capacity(top_k);
+    while out.len() < top_k {
+        let adjusted = |r: &Ranked| match thread_of(r) {
+            Some(t) if !covered.contains(&t) => r.score * (1.0 + weight),
+            _ => r.score,
+        };
+        let Some(i) = (0..left.len())
+            .filter(|&i| left[i].is_some())
+            .max_by(|&a, &b| {
+                let (ra, rb) = (left[a].as_ref().unwrap(), left[b].as_ref().unwrap());
+                adjusted(ra)
+                    .total_cmp(&adjusted(rb))
+                    .then_with(|| rb.citation.cmp(&ra.citation))
+            })
+        else {
+            break;
+        };
+        let mut r = left[i]
+            .take()
+            .unwrap_or_else(|| unreachable!("filtered on is_some"));
+        r.score = adjusted(&r);
+        if let Some(t) = thread_of(&r) {
+            covered.insert(t);
+        }
+        out.push(r);
+    }
+    out
+}
+
+/// Evaluated re-orderings of the fused list and dense feedback, beside the
+/// default (none of them: [`Rerank::NONE`]); `memgate eval locomo`
+/// measures each against it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rerank {
+    /// [`diversify_threads`] weight and head (weight 0: off).
+    pub diversity: (f64, usize),
+    /// Dense feedback ([`feedback_query`]): how many of the best fused hits
+    /// and their weight (0 hits: off).
+    pub feedback: (usize, f32),
+    /// [`add_thread_evidence`] (weight 0: off).
+    pub thread_evidence: (ThreadEvidence, f64),
+    /// [`cover_threads`] weight (0: off; it replaces diversity).
+    pub coverage: f64,
+}
+
+impl Rerank {
+    /// The default: the fused list as it is.
+    pub const NONE: Self = Self {
+        diversity: (0.0, 0),
+        feedback: (0, 0.0),
+        thread_evidence: (ThreadEvidence::Best, 0.0),
+        coverage: 0.0,
+    };
+
+    pub const fn coverage(self, weight: f64) -> Self {
+        Self {
+            coverage: weight,
+            ..self
+        }
+    }
+
+    pub const fn diversity(self, weight: f64, head: usize) -> Self {
+        Self {
+            diversity: (weight, head),
+            ..self
+        }
+    }
+
+    pub const fn feedback(self, hits: usize, weight: f32) -> Self {
+        Self {
+            feedback: (hits, weight),
+            ..self
+        }
+    }
+
+    pub const fn thread_evidence(self, evidence: ThreadEvidence, weight: f64) -> Self {
+        Self {
+            thread_evidence: (evidence, weight),
+            ..self
+        }
+    }
+}
+
+impl std::fmt::Display for Rerank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if self.feedback.0 > 0 {
+            parts.push(format!(
+                "dense feedback from the top {}, weight {}",
+                self.feedback.0, self.feedback.1
+            ));
+        }
+        if self.thread_evidence.1 > 0.0 {
+            parts.push(format!(
+                "thread evidence ({}) {}",
+                self.thread_evidence.0, self.thread_evidence.1
+            ));
+        }
+        if self.coverage > 0.0 {
+            parts.push(format!("thread coverage {}", self.coverage));
+        }
+        match self.diversity {
+            (w, _) if w <= 0.0 => {}
+            (w, 0) => parts.push(format!("thread diversity {w}")),
+            (w, head) => parts.push(format!("thread diversity {w} after the first {head}")),
+        }
+        if parts.is_empty() {
+            parts.push("as fused".to_owned());
+        }
+        write!(f, "{}", parts.join(", "))
+    }
+}
+
+/// Dense pseudo-relevance feedback (Rocchio on the query vector):
+/// `normalise(query + weight × mean of hits)`. A question whose evidence
+/// shares little with it but much with its best hits (multi-hop: the
+/// other half of the answer is about the same person or event) is moved
+/// towards them; one more dense pass over the loaded vectors searches
+/// with it. No hits (or a zero sum) keep the query.
+pub fn feedback_query(query: &[f32], hits: &[Vec<f32>], weight: f32) -> Vec<f32> {
+    let hits: Vec<&Vec<f32>> = hits.iter().filter(|h| h.len() == query.len()).collect();
+    if hits.is_empty() {
+        return query.to_vec();
+    }
+    let share = weight / hits.len() as f32;
+    let mut moved = query.to_vec();
+    for h in hits {
+        for (m, x) in moved.iter_mut().zip(h.iter()) {
+            *m += share * x;
+        }
+    }
+    let norm = moved.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        moved.iter_mut().for_each(|x| *x /= norm);
+        moved
+    } else {
+        query.to_vec()
+    }
+}
+
+/// What a thread's turns in the fused pool say for a turn of it
+/// ([`add_thread_evidence`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadEvidence {
+    /// The best fused score in the thread (the turn's own included).
+    Best,
+    /// The best fused score of the thread's other turns (0 when alone).
+    BestOther,
+    /// The fused scores of the turn before and after it (adjacency
+    /// smoothing of the fused score, so the dense side's neighbours count
+    /// too).
+    Adjacent,
+}
+
+impl std::fmt::Display for ThreadEvidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Best => "best of its thread",
+            Self::BestOther => "best other turn of its thread",
+            Self::Adjacent => "its neighbours' fused scores",
+        })
+    }
+}
+
+/// Thread evidence (an evaluated variant): every turn gains `weight` × the
+/// [`ThreadEvidence`] of its thread in `ranked` (the fused pool), then the
+/// pool is sorted again. A turn in a conversation that is about the
+/// question is likelier to be evidence.
+pub fn add_thread_evidence(ranked: &mut [Ranked], evidence: ThreadEvidence, weight: f64) {
+    use crate::ranking::Placed;
+    // Best and second best score per thread, and scores by place.
+    let mut best: HashMap<&str, (f64, f64)> = HashMap::new();
+    let mut at: HashMap<(&str, i64), f64> = HashMap::new();
+    for r in ranked.iter() {
+        if let Some((thread, seq)) = r.place() {
+            let b = best.entry(thread).or_insert((f64::MIN, f64::MIN));
+            if r.score > b.0 {
+                *b = (r.score, b.0);
+            } else if r.score > b.1 {
+                b.1 = r.score;
+            }
+            at.insert((thread, seq), r.score);
+        }
+    }
+    let bonus: Vec<f64> = ranked
+        .iter()
+        .map(|r| {
+            let Some((thread, seq)) = r.place() else {
+                return 0.0;
+            };
+            let (first, second) = best[thread];
+            let score = match evidence {
+                ThreadEvidence::Best => first,
+                ThreadEvidence::BestOther if r.score >= first => second,
+                ThreadEvidence::BestOther => first,
+                ThreadEvidence::Adjacent => {
+                    let near = |s: i64| at.get(&(thread, s)).copied().unwrap_or(0.0);
+                    near(seq - 1) + near(seq + 1)
+                }
+            };
+            weight * score.max(0.0)
+        })
+        .collect();
+    for (r, b) in ranked.iter_mut().zip(bonus) {
+        r.score += b;
+    }
+    ranked.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.citation.cmp(&b.citation))
+    });
+}
+
 /// Fuses `lexical` (best first) with `dense` (the nearest items best first,
 /// with their cosine); `similarity` holds the cosine of lexical hits that
 /// have a vector.
@@ -294,6 +520,102 @@ mod tests {
         let cited: Vec<&str> = headed.iter().map(|r| r.citation.as_str()).collect();
         assert_eq!(cited, ["turn_1", "turn_2", "turn_3"]);
         assert!((headed[1].score - 0.9).abs() < 1e-9);
+    }
+
+    #[test]
+    fn thread_coverage_scales_a_new_thread_by_its_own_score() {
+        let in_thread = |id: i64, score: f64, thread: &str| {
+            let mut r = turn(id, score);
+            if let Origin::Turn { thread: t, .. } = &mut r.origin {
+                *t = thread.into();
+            }
+            r
+        };
+        // "a": 1.0, 0.9; "b": 0.7, 0.5.
+        let ranked = vec![
+            in_thread(1, 1.0, "a"),
+            in_thread(2, 0.9, "a"),
+            in_thread(3, 0.7, "b"),
+            in_thread(4, 0.5, "b"),
+        ];
+        let cited =
+            |r: &[Ranked]| -> Vec<String> { r.iter().map(|r| r.citation.clone()).collect() };
+        // Weight 0.5: turn 1 counts 1.5 (a new thread); then turn 3 counts
+        // 0.7 × 1.5 = 1.05 against turn 2's 0.9 (its thread is covered).
+        let got = cover_threads(ranked.clone(), 0.5, 4);
+        assert_eq!(cited(&got), ["turn_1", "turn_3", "turn_2", "turn_4"]);
+        let scores: Vec<f64> = got.iter().map(|r| r.score).collect();
+        for (got, want) in scores.iter().zip([1.5, 1.05, 0.9, 0.5]) {
+            assert!((got - want).abs() < 1e-9, "{scores:?}");
+        }
+        // Weight 0.2: 0.7 × 1.2 = 0.84 < 0.9, the order stays.
+        let kept = cover_threads(ranked, 0.2, 3);
+        assert_eq!(cited(&kept), ["turn_1", "turn_2", "turn_3"]);
+    }
+
+    #[test]
+    fn dense_feedback_moves_the_query_towards_the_mean_of_its_hits() {
+        let q = [1.0, 0.0, 0.0];
+        let hits = vec![vec![0.0, 1.0, 0.0], vec![0.0, 0.0, 1.0]];
+        // q + 1.0 × (0, 0.5, 0.5), normalised.
+        let moved = feedback_query(&q, &hits, 1.0);
+        let n = (1.0f32 + 0.25 + 0.25).sqrt();
+        for (got, want) in moved.iter().zip([1.0 / n, 0.5 / n, 0.5 / n]) {
+            assert!((got - want).abs() < 1e-6, "{moved:?}");
+        }
+        // No hits, or hits of another dimension, keep the query.
+        assert_eq!(feedback_query(&q, &[], 1.0), q);
+        assert_eq!(feedback_query(&q, &[vec![1.0, 0.0]], 1.0), q);
+    }
+
+    #[test]
+    fn thread_evidence_lifts_the_turns_of_a_thread_with_evidence() {
+        let placed = |id: i64, score: f64, thread: &str, seq: i64| {
+            let mut r = turn(id, score);
+            if let Origin::Turn {
+                thread: t, seq: s, ..
+            } = &mut r.origin
+            {
+                (*t, *s) = (thread.into(), seq);
+            }
+            r
+        };
+        // Thread "a": turn 1 (1.0, seq 1), turn 2 (0.5, seq 2); thread "b":
+        // turn 3 (0.6, seq 1).
+        let pool = || {
+            vec![
+                placed(1, 1.0, "a", 1),
+                placed(3, 0.6, "b", 1),
+                placed(2, 0.5, "a", 2),
+            ]
+        };
+        let order =
+            |r: &[Ranked]| -> Vec<String> { r.iter().map(|r| r.citation.clone()).collect() };
+        let mut best = pool();
+        add_thread_evidence(&mut best, ThreadEvidence::Best, 0.5);
+        // 2: 0.5 + 0.5 × 1.0 passes 3: 0.6 + 0.5 × 0.6.
+        assert_eq!(order(&best), ["turn_1", "turn_2", "turn_3"]);
+        let scores: Vec<f64> = best.iter().map(|r| r.score).collect();
+        for (got, want) in scores.iter().zip([1.5, 1.0, 0.9]) {
+            assert!((got - want).abs() < 1e-9, "{scores:?}");
+        }
+        let mut other = pool();
+        add_thread_evidence(&mut other, ThreadEvidence::BestOther, 0.5);
+        // 1 gains 0.5 × 0.5, 2 gains 0.5 × 1.0, 3 is alone.
+        let scores: Vec<f64> = other.iter().map(|r| r.score).collect();
+        assert_eq!(order(&other), ["turn_1", "turn_2", "turn_3"]);
+        for (got, want) in scores.iter().zip([1.25, 1.0, 0.6]) {
+            assert!((got - want).abs() < 1e-9, "{scores:?}");
+        }
+        let mut adjacent = pool();
+        add_thread_evidence(&mut adjacent, ThreadEvidence::Adjacent, 0.5);
+        // 2 (seq 2) gains 0.5 × turn 1's 1.0; 3 has no neighbour.
+        assert_eq!(order(&adjacent), ["turn_1", "turn_2", "turn_3"]);
+        assert!((adjacent[1].score - 1.0).abs() < 1e-9);
+        // Weight 0 keeps the order.
+        let mut same = pool();
+        add_thread_evidence(&mut same, ThreadEvidence::Best, 0.0);
+        assert_eq!(order(&same), ["turn_1", "turn_3", "turn_2"]);
     }
 
     #[test]

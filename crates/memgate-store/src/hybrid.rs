@@ -19,7 +19,9 @@
 //! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
 
-use crate::fusion::{diversify_threads, fuse};
+use crate::fusion::{
+    add_thread_evidence, cover_threads, diversify_threads, feedback_query, fuse, Rerank,
+};
 use crate::ranking::{candidate_pool, load_item, rank, Ranked};
 use crate::store::MemoryStore;
 use crate::vectors::{stored_model, RetrievalStats, PREFILTER_FACTOR};
@@ -177,15 +179,14 @@ impl MemoryStore {
             DEFAULT_FUSION,
             DEFAULT_DENSE_POOL,
             PREFILTER_FACTOR,
-            (0.0, 0),
+            Rerank::NONE,
         )
     }
 
     /// [`Self::ranked_in`] with the fusion, dense pool multiple, sign
-    /// prefilter factor ([`Self::nearest_items_with`]) and thread
-    /// diversity weight and head ([`crate::fusion::diversify_threads`];
-    /// weight 0: off)
-    /// given (the evaluation compares them).
+    /// prefilter factor ([`Self::nearest_items_with`]) and re-ordering
+    /// ([`Rerank`]; recall: [`Rerank::NONE`]) given (the evaluation
+    /// compares them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_in(
         &self,
@@ -198,7 +199,7 @@ impl MemoryStore {
         fusion: Fusion,
         dense_pool: usize,
         prefilter: usize,
-        (thread_weight, thread_head): (f64, usize),
+        rerank: Rerank,
     ) -> Result<Vec<Ranked>> {
         let lexical_only = || rank(conn, &self.common_terms, scope, query, top_k, category);
         let Some(v) = self
@@ -219,30 +220,77 @@ impl MemoryStore {
             return lexical_only();
         };
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
-        let (dense, similarity) = self.nearest_items_with(
+        let dense_limit = pool * dense_pool.max(1);
+        let (hits, weight) = rerank.feedback;
+        let again = (hits > 0).then(|| lexical.clone());
+        let mut ranked = self.fused_pool(
             conn,
             scope,
             q,
-            pool * dense_pool.max(1),
+            lexical,
             &lexical_items,
-            prefilter,
+            (dense_limit, prefilter),
+            fusion,
+            category,
         )?;
         v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
+        if let Some(lexical) = again {
+            let best: Vec<i64> = ranked.iter().filter_map(|r| r.item()).take(hits).collect();
+            let vectors: Vec<Vec<f32>> = self
+                .stored_vectors(conn, &best)?
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect();
+            let moved = feedback_query(q, &vectors, weight);
+            ranked = self.fused_pool(
+                conn,
+                scope,
+                &moved,
+                lexical,
+                &lexical_items,
+                (dense_limit, prefilter),
+                fusion,
+                category,
+            )?;
+        }
+        let (evidence, evidence_weight) = rerank.thread_evidence;
+        if evidence_weight > 0.0 {
+            add_thread_evidence(&mut ranked, evidence, evidence_weight);
+        }
+        if rerank.coverage > 0.0 {
+            return Ok(cover_threads(ranked, rerank.coverage, top_k));
+        }
+        let (diversity, head) = rerank.diversity;
+        if diversity > 0.0 {
+            return Ok(diversify_threads(ranked, diversity, head, top_k));
+        }
+        ranked.truncate(top_k);
+        Ok(ranked)
+    }
+
+    /// One dense pass with `q` (`limit` nearest, sign prefilter factor)
+    /// fused with `lexical`: every candidate, best first, dense-only hits
+    /// loaded with the same scope and state checks as lexical hits.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_pool(
+        &self,
+        conn: &Connection,
+        scope: i64,
+        q: &[f32],
+        lexical: Vec<Ranked>,
+        lexical_items: &[i64],
+        (limit, prefilter): (usize, usize),
+        fusion: Fusion,
+        category: Option<&str>,
+    ) -> Result<Vec<Ranked>> {
+        let (dense, similarity) =
+            self.nearest_items_with(conn, scope, q, limit, lexical_items, prefilter)?;
         let mut fused = fuse(lexical, &dense, &similarity, fusion);
         for (item, score) in std::mem::take(&mut fused.missing) {
-            // Loaded with the same scope and state checks as lexical hits.
             if let Some(r) = load_item(conn, scope, item, category)? {
                 fused.add(score, r);
             }
         }
-        if thread_weight > 0.0 {
-            return Ok(diversify_threads(
-                fused.ranked(usize::MAX),
-                thread_weight,
-                thread_head,
-                top_k,
-            ));
-        }
-        Ok(fused.ranked(top_k))
+        Ok(fused.ranked(usize::MAX))
     }
 }

@@ -38,6 +38,7 @@
 //! seen by the block.
 
 use crate::config::{EmbedderSettings, LocalConfig};
+use crate::fusion::{Fusion, Rerank, ThreadEvidence};
 use crate::hybrid::{DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS};
 use crate::ranking::Origin;
 use crate::store::MemoryStore;
@@ -219,10 +220,11 @@ enum DenseVariant {
     /// LoCoMo scope (~550 turns) is below the default's cut, so these run
     /// it harder than recall at 100k does.
     Prefilter(usize),
-    /// Thread (session) diversity with this weight
-    /// and this many leading places by score alone
-    /// ([`crate::fusion::diversify_threads`]).
-    Threads(f64, usize),
+    /// The fused list re-ordered or fed back ([`Rerank`]: thread
+    /// diversity, thread evidence, dense feedback).
+    Reranked(Rerank),
+    /// [`DenseVariant::Reranked`] after another fusion.
+    RerankedAfter(Fusion, Rerank),
 }
 
 /// The dense-side variants of the default fusion the evaluation prints.
@@ -230,13 +232,78 @@ const DENSE_VARIANTS: &[DenseVariant] = &[
     DenseVariant::ReferenceQuery,
     DenseVariant::Prefilter(1),
     DenseVariant::Prefilter(2),
-    DenseVariant::Threads(0.05, 0),
-    DenseVariant::Threads(0.1, 0),
-    DenseVariant::Threads(0.25, 0),
-    DenseVariant::Threads(0.1, 5),
-    DenseVariant::Threads(0.25, 5),
-    DenseVariant::Threads(0.25, 7),
+    DenseVariant::Reranked(Rerank::NONE.diversity(0.05, 0)),
+    DenseVariant::Reranked(Rerank::NONE.diversity(0.1, 0)),
+    DenseVariant::Reranked(Rerank::NONE.diversity(0.25, 0)),
+    DenseVariant::Reranked(Rerank::NONE.diversity(0.1, 5)),
+    DenseVariant::Reranked(Rerank::NONE.diversity(0.25, 5)),
+    DenseVariant::Reranked(Rerank::NONE.diversity(0.25, 7)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(1, 0.5)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(3, 0.3)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(3, 0.5)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(3, 1.0)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(5, 0.5)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(5, 1.0)),
+    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::Best, 0.05)),
+    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::Best, 0.1)),
+    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::BestOther, 0.1)),
+    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::BestOther, 0.25)),
+    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::Adjacent, 0.1)),
+    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::Adjacent, 0.25)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(3, 0.5).diversity(0.25, 7)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(3, 1.0).diversity(0.25, 7)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(5, 0.5).diversity(0.25, 7)),
+    DenseVariant::Reranked(Rerank::NONE.feedback(3, 0.5).diversity(0.1, 5)),
+    DenseVariant::Reranked(
+        Rerank::NONE
+            .thread_evidence(ThreadEvidence::Adjacent, 0.1)
+            .diversity(0.25, 7),
+    ),
+    DenseVariant::Reranked(
+        Rerank::NONE
+            .feedback(3, 0.5)
+            .thread_evidence(ThreadEvidence::Adjacent, 0.1)
+            .diversity(0.25, 7),
+    ),
+    DenseVariant::Reranked(Rerank::NONE.coverage(0.25)),
+    DenseVariant::Reranked(Rerank::NONE.coverage(0.5)),
+    DenseVariant::Reranked(evidence_and_coverage(0.25, 0.25)),
+    DenseVariant::Reranked(evidence_and_coverage(0.35, 0.35)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.6)),
+    DenseVariant::Reranked(evidence_and_coverage(0.35, 0.35).feedback(3, 0.3)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5).feedback(3, 0.3)),
+    DenseVariant::Reranked(evidence_and_coverage(0.6, 0.6).feedback(3, 0.3)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.6).feedback(3, 0.3)),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.55, 0.55).feedback(3, 0.3),
+    ),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.6, 0.6).feedback(3, 0.3),
+    ),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.65, 0.6).feedback(3, 0.3),
+    ),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.65, 0.65).feedback(3, 0.3),
+    ),
+    DenseVariant::RerankedAfter(
+        Fusion::Score { lambda: 0.6 },
+        evidence_and_coverage(0.6, 0.65).feedback(3, 0.3),
+    ),
 ];
+
+/// Thread evidence (best of the thread) with thread coverage: the mix the
+/// second round of session 7 measured.
+const fn evidence_and_coverage(evidence: f64, coverage: f64) -> Rerank {
+    Rerank::NONE
+        .thread_evidence(ThreadEvidence::Best, evidence)
+        .coverage(coverage)
+}
 
 /// The dense searches compared with the exact ranking, by name: the query
 /// vector (query path or reference) and the prefilter factor.
@@ -729,7 +796,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                             *fusion,
                             *pool,
                             PREFILTER_FACTOR,
-                            (0.0, 0),
+                            Rerank::NONE,
                         ),
                         None => Ok(Vec::new()),
                     })?;
@@ -741,10 +808,15 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 let reference = store.reference_query_vector(question);
                 figures.reference_embed_seconds += started.elapsed().as_secs_f64();
                 for (variant, tally) in DENSE_VARIANTS.iter().zip(dense_variants.iter_mut()) {
-                    let (v, prefilter, threads) = match variant {
-                        DenseVariant::ReferenceQuery => (&reference, PREFILTER_FACTOR, (0.0, 0)),
-                        DenseVariant::Prefilter(f) => (&vector, *f, (0.0, 0)),
-                        DenseVariant::Threads(w, head) => (&vector, PREFILTER_FACTOR, (*w, *head)),
+                    let (v, prefilter, fusion, rerank) = match variant {
+                        DenseVariant::ReferenceQuery => {
+                            (&reference, PREFILTER_FACTOR, DEFAULT_FUSION, Rerank::NONE)
+                        }
+                        DenseVariant::Prefilter(f) => (&vector, *f, DEFAULT_FUSION, Rerank::NONE),
+                        DenseVariant::Reranked(r) => {
+                            (&vector, PREFILTER_FACTOR, DEFAULT_FUSION, *r)
+                        }
+                        DenseVariant::RerankedAfter(f, r) => (&vector, PREFILTER_FACTOR, *f, *r),
                     };
                     let ranked = store.read(|conn| match key.find(conn)? {
                         Some(scope) => store.fused_in(
@@ -754,10 +826,10 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                             v,
                             DEPTH,
                             None,
-                            DEFAULT_FUSION,
+                            fusion,
                             DEFAULT_DENSE_POOL,
                             prefilter,
-                            threads,
+                            rerank,
                         ),
                         None => Ok(Vec::new()),
                     })?;
@@ -834,13 +906,14 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     "questions embedded by the document path (float32)".to_owned()
                 }
                 DenseVariant::Prefilter(f) => format!("sign prefilter x{f}"),
-                DenseVariant::Threads(w, 0) => format!("thread diversity {w}"),
-                DenseVariant::Threads(w, head) => {
-                    format!("thread diversity {w} after the first {head}")
-                }
+                DenseVariant::Reranked(r) | DenseVariant::RerankedAfter(_, r) => r.to_string(),
+            };
+            let fusion = match variant {
+                DenseVariant::RerankedAfter(f, _) => *f,
+                _ => DEFAULT_FUSION,
             };
             report.systems.push(tally.finish(&format!(
-                "memgate hybrid ({}; {DEFAULT_FUSION}, dense pool x{DEFAULT_DENSE_POOL}; {what})",
+                "memgate hybrid ({}; {fusion}, dense pool x{DEFAULT_DENSE_POOL}; {what})",
                 figures.model
             )));
         }

@@ -714,6 +714,32 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
+    /// The stored float32 vectors of `items` (any order) under the current
+    /// key, in ascending item order; an item without one is left out. Dense
+    /// feedback reads its few hits' vectors with it.
+    pub(crate) fn stored_vectors(
+        &self,
+        conn: &Connection,
+        items: &[i64],
+    ) -> Result<Vec<(i64, Vec<f32>)>> {
+        let Some(v) = &self.vectorizer else {
+            return Ok(Vec::new());
+        };
+        let mut sorted = items.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let list = serde_json::Value::from(sorted.as_slice()).to_string();
+        let mut stmt = conn.prepare_cached(EXACT_VECTORS).map_err(db_error)?;
+        let mut rows = stmt.query(params![list, v.key()]).map_err(db_error)?;
+        let mut out = Vec::with_capacity(sorted.len());
+        while let Some(row) = rows.next().map_err(db_error)? {
+            let mut buf = Vec::new();
+            from_blob(vector_blob(row.get_ref(1))?, &mut buf);
+            out.push((row.get::<_, i64>(0).map_err(db_error)?, buf));
+        }
+        Ok(out)
+    }
+
     /// Evaluations: the `k` items of `scope` nearest to `query` by the exact
     /// cosine over every stored vector of the scope (no int8, no prefilter),
     /// best first — what [`Self::nearest_items_with`]' top `k` is compared with.
