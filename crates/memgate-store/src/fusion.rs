@@ -13,7 +13,7 @@
 //! [`Fused::ranked`].
 
 use crate::ranking::{item_citation, Ranked};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// How the lexical and the dense list are combined.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -119,45 +119,13 @@ pub fn diversify_threads(
     top_k: usize,
 ) -> Vec<Ranked> {
     let best = ranked.first().map_or(0.0, |r| r.score);
-    let thread_of = |r: &Ranked| match &r.origin {
-        crate::ranking::Origin::Turn { thread, .. } => Some(thread.clone()),
-        crate::ranking::Origin::Memory => None,
-    };
-    let mut left: Vec<Option<Ranked>> = ranked.into_iter().map(Some).collect();
-    let mut picked_in: HashMap<String, usize> = HashMap::new();
-    let mut out = Vec::with_capacity(top_k);
-    while out.len() < top_k {
-        let penalised = out.len() >= head;
-        let adjusted = |r: &Ranked| {
-            if !penalised {
-                return r.score;
-            }
-            let n = thread_of(r)
-                .and_then(|t| picked_in.get(&t).copied())
-                .unwrap_or(0);
-            r.score - weight * best * n as f64
-        };
-        let Some(i) = (0..left.len())
-            .filter(|&i| left[i].is_some())
-            .max_by(|&a, &b| {
-                let (ra, rb) = (left[a].as_ref().unwrap(), left[b].as_ref().unwrap());
-                adjusted(ra)
-                    .total_cmp(&adjusted(rb))
-                    .then_with(|| rb.citation.cmp(&ra.citation))
-            })
-        else {
-            break;
-        };
-        let mut r = left[i]
-            .take()
-            .unwrap_or_else(|| unreachable!("filtered on is_some"));
-        r.score = adjusted(&r);
-        if let Some(t) = thread_of(&r) {
-            *picked_in.entry(t).or_default() += 1;
+    pick_by_thread(ranked, top_k, |r, place, picked| {
+        if place < head {
+            r.score
+        } else {
+            r.score - weight * best * picked as f64
         }
-        out.push(r);
-    }
-    out
+    })
 }
 
 /// Thread coverage (an evaluated variant): the top `top_k` are picked
@@ -167,24 +135,42 @@ pub fn diversify_threads(
 /// same amount from every later turn of a covered thread whatever its
 /// score. `ranked` is every fused candidate, best first.
 pub fn cover_threads(ranked: Vec<Ranked>, weight: f64, top_k: usize) -> Vec<Ranked> {
+    pick_by_thread(ranked, top_k, |r, _, picked| match (&r.origin, picked) {
+        (crate::ranking::Origin::Turn { .. }, 0) => r.score * (1.0 + weight),
+        _ => r.score,
+    })
+}
+
+/// Picks the top `top_k` one at a time, each by its `adjusted` score given
+/// the place being filled and how many turns of its thread are already
+/// picked (0 for memories); ties go to the smaller citation. A picked
+/// item keeps its adjusted score.
+fn pick_by_thread(
+    ranked: Vec<Ranked>,
+    top_k: usize,
+    adjusted: impl Fn(&Ranked, usize, usize) -> f64,
+) -> Vec<Ranked> {
     let thread_of = |r: &Ranked| match &r.origin {
         crate::ranking::Origin::Turn { thread, .. } => Some(thread.clone()),
         crate::ranking::Origin::Memory => None,
     };
     let mut left: Vec<Option<Ranked>> = ranked.into_iter().map(Some).collect();
-    let mut covered: HashSet<String> = HashSet::new();
+    let mut picked_in: HashMap<String, usize> = HashMap::new();
     let mut out = Vec::with_capacity(top_k);
     while out.len() < top_k {
-        let adjusted = |r: &Ranked| match thread_of(r) {
-            Some(t) if !covered.contains(&t) => r.score * (1.0 + weight),
-            _ => r.score,
+        let place = out.len();
+        let score = |r: &Ranked| {
+            let picked = thread_of(r)
+                .and_then(|t| picked_in.get(&t).copied())
+                .unwrap_or(0);
+            adjusted(r, place, picked)
         };
         let Some(i) = (0..left.len())
             .filter(|&i| left[i].is_some())
             .max_by(|&a, &b| {
                 let (ra, rb) = (left[a].as_ref().unwrap(), left[b].as_ref().unwrap());
-                adjusted(ra)
-                    .total_cmp(&adjusted(rb))
+                score(ra)
+                    .total_cmp(&score(rb))
                     .then_with(|| rb.citation.cmp(&ra.citation))
             })
         else {
@@ -193,9 +179,9 @@ pub fn cover_threads(ranked: Vec<Ranked>, weight: f64, top_k: usize) -> Vec<Rank
         let mut r = left[i]
             .take()
             .unwrap_or_else(|| unreachable!("filtered on is_some"));
-        r.score = adjusted(&r);
+        r.score = score(&r);
         if let Some(t) = thread_of(&r) {
-            covered.insert(t);
+            *picked_in.entry(t).or_default() += 1;
         }
         out.push(r);
     }

@@ -223,16 +223,19 @@ impl MemoryStore {
         let dense_limit = pool * dense_pool.max(1);
         let (hits, weight) = rerank.feedback;
         let again = (hits > 0).then(|| lexical.clone());
-        let mut ranked = self.fused_pool(
-            conn,
-            scope,
-            q,
-            lexical,
-            &lexical_items,
-            (dense_limit, prefilter),
-            fusion,
-            category,
-        )?;
+        let fused_with = |query: &[f32], lexical| {
+            self.fused_pool(
+                conn,
+                scope,
+                query,
+                lexical,
+                &lexical_items,
+                (dense_limit, prefilter),
+                fusion,
+                category,
+            )
+        };
+        let mut ranked = fused_with(q, lexical)?;
         v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
         if let Some(lexical) = again {
             let best: Vec<i64> = ranked.iter().filter_map(|r| r.item()).take(hits).collect();
@@ -241,17 +244,7 @@ impl MemoryStore {
                 .into_iter()
                 .map(|(_, v)| v)
                 .collect();
-            let moved = feedback_query(q, &vectors, weight);
-            ranked = self.fused_pool(
-                conn,
-                scope,
-                &moved,
-                lexical,
-                &lexical_items,
-                (dense_limit, prefilter),
-                fusion,
-                category,
-            )?;
+            ranked = fused_with(&feedback_query(q, &vectors, weight), lexical)?;
         }
         let (evidence, evidence_weight) = rerank.thread_evidence;
         if evidence_weight > 0.0 {
