@@ -1508,6 +1508,12 @@ async fn a_begun_capture_sends_only_the_messages_after_the_known_head() {
     );
 
     // The cursor is the one a whole capture of the same transcript leaves.
+    assert_cursor_of_whole_captures(&s, history, rest).await;
+}
+
+/// `s`'s cursor equals the one whole captures of `history`, then `history`
+/// and `rest`, leave on a new backend.
+async fn assert_cursor_of_whole_captures(s: &Setup, history: Vec<Message>, rest: Vec<Message>) {
     let whole = setup(|_| {}).await;
     let mut all = history.clone();
     all.extend(rest);
@@ -1518,7 +1524,7 @@ async fn a_begun_capture_sends_only_the_messages_after_the_known_head() {
             .await
             .unwrap();
     }
-    assert_eq!(cursor_text(&s, &alice()), cursor_text(&whole, &alice()));
+    assert_eq!(cursor_text(s, &alice()), cursor_text(&whole, &alice()));
 }
 
 #[tokio::test]
@@ -1597,17 +1603,9 @@ async fn a_head_recognised_by_its_fingerprint_sends_only_the_messages_after_it()
     );
 
     // The cursor, prefix head included, is the one whole captures leave.
-    let whole = setup(|_| {}).await;
     let mut all = history.clone();
-    all.extend(rest);
-    for transcript in [history, all.clone()] {
-        whole
-            .backend
-            .capture(&capture_request(&alice(), transcript))
-            .await
-            .unwrap();
-    }
-    assert_eq!(cursor_text(&s, &alice()), cursor_text(&whole, &alice()));
+    all.extend(rest.clone());
+    assert_cursor_of_whole_captures(&s, history, rest).await;
     let captured: Vec<Message> = all
         .into_iter()
         .filter(|m| m.id.as_deref() != Some("x__memory"))

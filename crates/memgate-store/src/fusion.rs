@@ -476,15 +476,17 @@ mod tests {
         }
     }
 
+    /// A fused turn of `thread`.
+    fn in_thread(id: i64, score: f64, thread: &str) -> Ranked {
+        let mut r = turn(id, score);
+        if let Origin::Turn { thread: t, .. } = &mut r.origin {
+            *t = thread.into();
+        }
+        r
+    }
+
     #[test]
     fn thread_diversity_lets_another_thread_in() {
-        let in_thread = |id: i64, score: f64, thread: &str| {
-            let mut r = turn(id, score);
-            if let Origin::Turn { thread: t, .. } = &mut r.origin {
-                *t = thread.into();
-            }
-            r
-        };
         // Turns 1 and 2 in "a" (1.0, 0.9), turn 3 in "b" (0.8).
         let ranked = vec![
             in_thread(1, 1.0, "a"),
@@ -510,13 +512,6 @@ mod tests {
 
     #[test]
     fn thread_coverage_scales_a_new_thread_by_its_own_score() {
-        let in_thread = |id: i64, score: f64, thread: &str| {
-            let mut r = turn(id, score);
-            if let Origin::Turn { thread: t, .. } = &mut r.origin {
-                *t = thread.into();
-            }
-            r
-        };
         // "a": 1.0, 0.9; "b": 0.7, 0.5.
         let ranked = vec![
             in_thread(1, 1.0, "a"),
