@@ -18,6 +18,7 @@ use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::Borrowed;
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
 
@@ -179,7 +180,7 @@ impl<'py> Fields<'py> {
             let name = match interned {
                 Some(name) => Some(name),
                 None => {
-                    let key = unsafe { Bound::from_borrowed_ptr(py, key) };
+                    let key = unsafe { Borrowed::from_ptr(py, key) };
                     match key.cast::<PyString>() {
                         Ok(key) => {
                             let text = key.to_str()?;
@@ -498,36 +499,11 @@ pub fn read_against_prefix(
     digest: &str,
     keeps: impl Fn(&Message) -> bool,
 ) -> PyResult<Option<(KnownHead, Vec<Message>)>> {
-    let len = values.len()?;
-    if len < count {
-        return Ok(None);
-    }
-    let mut head = KnownHead::with_capacity(count);
-    let mut rest = Vec::with_capacity(len - count);
-    for (i, item) in values.try_iter()?.enumerate() {
-        let item = item?;
-        let at =
-            |e: PyErr| PyValueError::new_err(format!("messages[{i}]: {}", e.value(values.py())));
-        if head.len() == count {
-            rest.push(message(&item).map_err(at)?);
-            continue;
-        }
-        let signed = in_place(&item, false, |fields| {
-            head.push(signature_of(fields), fields);
-        });
-        if signed.map_err(at)?.is_none() {
-            let hidden = message(&item).map_err(at)?;
-            if keeps(&hidden) {
-                head.push(message_signature(&hidden), &hidden.signature_fields());
-            } else {
-                head.skip();
-            }
-        }
-        if head.len() == count && head.digest() != digest {
-            return Ok(None);
-        }
-    }
-    Ok((head.len() == count).then_some((head, rest)))
+    let signing = Signing {
+        head: KnownHead::with_capacity(count),
+        digest,
+    };
+    Ok(read_head(values, count, signing, keeps)?.map(|(signed, rest)| (signed.head, rest)))
 }
 
 /// Reads a transcript (a list or tuple) against a cursor's prefix head: the
@@ -544,44 +520,126 @@ pub fn read_recognised(
     running: SequenceHasher,
     keeps: impl Fn(&Message) -> bool,
 ) -> PyResult<Option<(KnownHead, Vec<Message>)>> {
-    let count = running.absorbed();
+    let recognising = Recognising {
+        fingerprint: HeadFingerprint::default(),
+        expected: fingerprint,
+        captured: 0,
+        filtered: 0,
+    };
+    Ok(
+        read_head(values, running.absorbed(), recognising, keeps)?.map(|(read, rest)| {
+            let head = KnownHead::recognised(running, read.fingerprint, read.filtered);
+            (head, rest)
+        }),
+    )
+}
+
+/// What reading a transcript's head builds, one captured message at a time.
+trait HeadReader {
+    /// A visible message, read in place.
+    fn visible(&mut self, fields: &SignatureFields<'_>);
+    /// A hidden message the capture filter keeps.
+    fn kept(&mut self, message: &Message);
+    /// A hidden message the capture filter leaves out.
+    fn skip(&mut self);
+    /// Captured messages so far.
+    fn len(&self) -> usize;
+    /// Once the head is complete: is it the cursor's?
+    fn matches(&self) -> bool;
+}
+
+/// Signs the head ([`read_against_prefix`]).
+struct Signing<'a> {
+    head: KnownHead,
+    digest: &'a str,
+}
+
+impl HeadReader for Signing<'_> {
+    fn visible(&mut self, fields: &SignatureFields<'_>) {
+        self.head.push(signature_of(fields), fields);
+    }
+    fn kept(&mut self, message: &Message) {
+        self.head
+            .push(message_signature(message), &message.signature_fields());
+    }
+    fn skip(&mut self) {
+        self.head.skip();
+    }
+    fn len(&self) -> usize {
+        self.head.len()
+    }
+    fn matches(&self) -> bool {
+        self.head.digest() == self.digest
+    }
+}
+
+/// Fingerprints the head ([`read_recognised`]).
+struct Recognising<'a> {
+    fingerprint: HeadFingerprint,
+    expected: &'a str,
+    captured: usize,
+    filtered: usize,
+}
+
+impl HeadReader for Recognising<'_> {
+    fn visible(&mut self, fields: &SignatureFields<'_>) {
+        self.fingerprint.absorb(fields);
+        self.captured += 1;
+    }
+    fn kept(&mut self, message: &Message) {
+        self.visible(&message.signature_fields());
+    }
+    fn skip(&mut self) {
+        self.filtered += 1;
+    }
+    fn len(&self) -> usize {
+        self.captured
+    }
+    fn matches(&self) -> bool {
+        self.fingerprint.value() == self.expected
+    }
+}
+
+/// The one walk behind both head reads: the first `count` captured
+/// messages go to `reader` (hidden ones read whole and filtered by
+/// `keeps`), every message after them is converted; `None` when the
+/// transcript is shorter or the complete head does not match.
+fn read_head<R: HeadReader>(
+    values: &Bound<'_, PyAny>,
+    count: usize,
+    mut reader: R,
+    keeps: impl Fn(&Message) -> bool,
+) -> PyResult<Option<(R, Vec<Message>)>> {
     let len = values.len()?;
     if len < count {
         return Ok(None);
     }
-    let mut head = HeadFingerprint::default();
-    let (mut captured, mut filtered) = (0, 0);
     let mut rest = Vec::new();
     for (i, item) in values.try_iter()?.enumerate() {
         let item = item?;
         let at =
             |e: PyErr| PyValueError::new_err(format!("messages[{i}]: {}", e.value(values.py())));
-        if captured == count {
+        if reader.len() == count {
             rest.push(message(&item).map_err(at)?);
             continue;
         }
-        if in_place(&item, false, |fields| head.absorb(fields))
-            .map_err(at)?
-            .is_some()
-        {
-            captured += 1;
-        } else {
+        let read = in_place(&item, false, |fields| reader.visible(fields));
+        if read.map_err(at)?.is_none() {
             let hidden = message(&item).map_err(at)?;
             if keeps(&hidden) {
-                head.absorb(&hidden.signature_fields());
-                captured += 1;
+                reader.kept(&hidden);
             } else {
-                filtered += 1;
+                reader.skip();
             }
         }
-        if captured == count {
-            if head.value() != fingerprint {
+        if reader.len() == count {
+            if !reader.matches() {
                 return Ok(None);
             }
             rest.reserve(len - i - 1);
         }
     }
-    Ok((captured == count).then(|| (KnownHead::recognised(running, head, filtered), rest)))
+    Ok((reader.len() == count).then_some((reader, rest)))
 }
 
 /// A JSON value as a Python object (dicts, lists, str, int, float, bool, None).

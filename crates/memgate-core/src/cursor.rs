@@ -136,11 +136,7 @@ impl PrefixHead {
             _ => Err(invalid(&format!("{F}.{key}"), "must be a string")),
         };
         let fingerprint = text("fingerprint")?;
-        if fingerprint.len() != 32
-            || !fingerprint
-                .bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        {
+        if !is_lower_hex(&fingerprint, 32) {
             return Err(invalid(
                 &format!("{F}.fingerprint"),
                 "must be 32 lowercase hex digits",
@@ -235,9 +231,14 @@ fn invalid(field: &str, rule: &str) -> CursorError {
     CursorError::Invalid(format!("{field} {rule}"))
 }
 
+/// `digits` lowercase hex digits.
+fn is_lower_hex(s: &str, digits: usize) -> bool {
+    s.len() == digits && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// A signature or digest: 64 lowercase hex digits.
 fn is_digest(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    is_lower_hex(s, 64)
 }
 
 fn digest_list(value: &Value, field: &str) -> Result<Vec<String>, CursorError> {
