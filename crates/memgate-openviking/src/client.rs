@@ -20,8 +20,9 @@
 //!   whatever its body (the server accepted it).
 
 use crate::config::ApiKey;
+use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
-use reqwest::{Method, StatusCode};
+use reqwest::{Method, StatusCode, Url};
 use serde_json::{json, Value};
 use std::fmt;
 use std::time::Duration;
@@ -139,7 +140,8 @@ struct Call<'a> {
     method: Method,
     path: String,
     query: &'a [(&'a str, &'a str)],
-    body: Option<String>,
+    /// Shared, so an attempt sends it without copying it.
+    body: Option<Bytes>,
     peer: Option<&'a str>,
     /// Return the whole JSON body instead of the envelope's `result`.
     whole_body: bool,
@@ -150,6 +152,9 @@ struct Call<'a> {
 pub struct OpenVikingClient {
     http: reqwest::Client,
     base_url: String,
+    /// `base_url` parsed once: a request's URL is this with its path set,
+    /// not the whole URL parsed again (host checks included) per request.
+    base: Url,
     timeout: Duration,
     api_key: ApiKey,
 }
@@ -181,9 +186,12 @@ impl OpenVikingClient {
             .user_agent(concat!("memgate-openviking/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("could not build the OpenViking HTTP client: {e}"))?;
+        let base =
+            Url::parse(base_url).map_err(|_| "the OpenViking base_url is not a URL".to_owned())?;
         Ok(Self {
             http,
             base_url: base_url.to_owned(),
+            base,
             timeout,
             api_key: api_key.clone(),
         })
@@ -223,7 +231,7 @@ impl OpenVikingClient {
             method: Method::POST,
             path: path.into(),
             query: &[],
-            body: Some(body.to_string()),
+            body: Some(body.to_string().into()),
             peer: Some(peer),
             whole_body: false,
         })
@@ -272,7 +280,10 @@ impl OpenVikingClient {
         struct Batch<'a, M> {
             messages: &'a [M],
         }
-        let body = serde_json::to_string(&Batch { messages }).unwrap_or_default();
+        // Sized for a typical message, so the body is not regrown a dozen
+        // times on its way to tens of KiB.
+        let mut body = Vec::with_capacity(512 * messages.len() + 16);
+        serde_json::to_writer(&mut body, &Batch { messages }).unwrap_or_default();
         self.send(Call {
             name: "message batch",
             kind: Kind::Write,
@@ -282,7 +293,7 @@ impl OpenVikingClient {
                 encode_segment(session_id)
             ),
             query: &[],
-            body: Some(body),
+            body: Some(body.into()),
             peer: Some(peer),
             whole_body: false,
         })
@@ -291,7 +302,7 @@ impl OpenVikingClient {
 
     /// `POST /api/v1/sessions/{id}/commit` with `{"keep_recent_count":0}`.
     pub async fn commit(&self, peer: &str, session_id: &str) -> Result<Value, WireError> {
-        let body = json!({ "keep_recent_count": 0 }).to_string();
+        let body = json!({ "keep_recent_count": 0 }).to_string().into();
         self.send(Call {
             name: "commit",
             kind: Kind::Write,
@@ -330,8 +341,13 @@ impl OpenVikingClient {
     }
 
     async fn exchange(&self, call: &Call<'_>) -> Result<Value, WireError> {
-        let url = format!("{}{}", self.base_url, call.path);
-        let mut request = self.http.request(call.method.clone(), &url);
+        let mut request = match self.url(&call.path) {
+            Some(url) => self.http.request(call.method.clone(), url),
+            None => {
+                let url = format!("{}{}", self.base_url, call.path);
+                self.http.request(call.method.clone(), &url)
+            }
+        };
         if !call.query.is_empty() {
             request = request.query(call.query);
         }
@@ -363,6 +379,20 @@ impl OpenVikingClient {
             bytes.extend_from_slice(&chunk);
         }
         self.interpret(call, status, &bytes)
+    }
+
+    /// `base_url` followed by `path` (already percent-encoded): the parsed
+    /// base with its path extended, the same URL as parsing the two joined.
+    /// `None` for a base with a query or fragment: the caller joins the
+    /// text and reqwest parses it, as for any other URL.
+    fn url(&self, path: &str) -> Option<Url> {
+        if self.base.query().is_some() || self.base.fragment().is_some() {
+            return None;
+        }
+        let mut url = self.base.clone();
+        let joined = format!("{}{}", url.path().trim_end_matches('/'), path);
+        url.set_path(&joined);
+        Some(url)
     }
 
     fn interpret(
@@ -480,6 +510,34 @@ mod tests {
         assert_eq!(encode_segment("df_0a9"), "df_0a9");
         assert_eq!(encode_segment("a b/c"), "a%20b%2Fc");
         assert_eq!(encode_segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn request_urls_equal_the_joined_text_parsed() {
+        let key = ApiKey::new("k".to_owned());
+        for base in [
+            "http://127.0.0.1:1933",
+            "https://Any-Host.example/prefix",
+            "http://openviking:1933/a/b",
+            "http://localhost",
+        ] {
+            let client = OpenVikingClient::new(base, &key, Duration::from_secs(1)).unwrap();
+            for path in [
+                "/health".to_owned(),
+                format!("/api/v1/sessions/{}", encode_segment("df_0a9")),
+                format!(
+                    "/api/v1/sessions/{}/messages/batch",
+                    encode_segment("a b/é%")
+                ),
+                "/api/v1/search/find".to_owned(),
+            ] {
+                let expected = Url::parse(&format!("{base}{path}")).unwrap();
+                assert_eq!(client.url(&path), Some(expected), "{base} + {path}");
+            }
+        }
+        let queried =
+            OpenVikingClient::new("https://h.example/p?x=1", &key, Duration::from_secs(1));
+        assert_eq!(queried.unwrap().url("/health"), None);
     }
 
     #[test]
