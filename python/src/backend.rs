@@ -183,12 +183,17 @@ impl Begun {
         backend: &AssembledBackend,
         ticket: Ticket,
     ) -> memgate_core::Result<CaptureReport> {
+        let Begun {
+            capture,
+            head,
+            rest,
+            caller,
+            kind,
+            trace_id,
+            transcript,
+        } = self;
         let captured = backend
-            .run_admitted(
-                ticket,
-                Operation::Capture,
-                self.capture.capture(self.head, &self.rest),
-            )
+            .run_admitted(ticket, Operation::Capture, capture.capture(head, rest))
             .await;
         match captured {
             Ok(Some(report)) => return Ok(report),
@@ -196,15 +201,15 @@ impl Begun {
             Err(err) => return backend.soften_write_deadline(Err(err)),
         }
         let messages = Python::try_attach(|py| {
-            convert::messages(self.transcript.bind(py))
+            convert::messages(transcript.bind(py))
                 .map_err(|e| MemoryError::invalid("messages", e.value(py).to_string()))
         })
         .unwrap_or_else(|| Err(MemoryError::Closed("the Python interpreter".into())))?;
         let request = CaptureRequest {
-            caller: self.caller,
+            caller,
             messages,
-            kind: self.kind,
-            trace_id: self.trace_id,
+            kind,
+            trace_id,
         };
         backend.capture_admitted(backend.admit()?, &request).await
     }

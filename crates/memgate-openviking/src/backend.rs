@@ -24,6 +24,7 @@ use memgate_core::{
     WarmStatus,
 };
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -120,11 +121,23 @@ impl BegunCapture {
     /// yet filtered). `Ok(None)`: nothing was sent because a message of the
     /// head must be sent after all (the head did not match the cursor, or an
     /// interrupted capture moved it); capture the whole transcript instead.
-    pub async fn capture(self, head: KnownHead, rest: &[Message]) -> Result<Option<CaptureReport>> {
+    /// The messages after the head are given up: their strings move into
+    /// the payloads sent.
+    pub async fn capture(
+        self,
+        head: KnownHead,
+        rest: Vec<Message>,
+    ) -> Result<Option<CaptureReport>> {
         let backend = self.backend;
         backend.start_delivery();
-        let captured = captureable(rest, backend.inner.keep_hidden.as_ref());
-        let filtered = head.filtered() + rest.len() - captured.len();
+        let read = rest.len();
+        let keep = backend.inner.keep_hidden.as_ref();
+        let captured: Vec<_> = rest
+            .into_iter()
+            .filter(|m| is_captureable(m, keep))
+            .map(Cow::Owned)
+            .collect();
+        let filtered = head.filtered() + read - captured.len();
         let transcript = Transcript::with_head(head, captured);
         let outcome =
             capture_session(self.op, self.guard, self.target, self.loaded, transcript).await?;

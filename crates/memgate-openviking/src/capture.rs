@@ -33,7 +33,7 @@ use crate::delivery::{blocking, deliver_session};
 use crate::lifecycle::Operation;
 use crate::locks::SessionGuard;
 use crate::outbox::Outbox;
-use crate::payload::{redact_payload, to_payload};
+use crate::payload::{payload_of, payload_peer, redact_payload};
 use crate::recorder::{self, Prepared, RecordError, MAX_BATCH_MESSAGES};
 use memgate_core::cursor::{
     load_cursor, save_cursor_with, BatchMark, CursorError, InFlight, SaveMode, TranscriptCursor,
@@ -41,6 +41,7 @@ use memgate_core::cursor::{
 use memgate_core::signature::{message_signature, signature_of, HeadFingerprint, SequenceHasher};
 use memgate_core::{KnownHead, MemoryError, Message, Redactor, Result};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt::Display;
 use std::future::Future;
@@ -264,28 +265,40 @@ pub struct Transcript<'a> {
     head: Option<SequenceHasher>,
 }
 
-/// The captured messages a transcript holds whole: those from `from` on.
+/// The captured messages a transcript holds whole: those from `from` on,
+/// borrowed from the caller or given up by it (their strings then move
+/// into the payloads, [`prepare`]).
 struct Whole<'a> {
     from: usize,
-    messages: Vec<&'a Message>,
+    messages: Vec<Option<Cow<'a, Message>>>,
 }
 
 impl<'a> Whole<'a> {
-    fn get(&self, index: usize) -> Option<&'a Message> {
+    fn slot(&mut self, index: usize) -> Option<&mut Option<Cow<'a, Message>>> {
+        self.messages.get_mut(index.checked_sub(self.from)?)
+    }
+
+    fn holds(&self, index: usize) -> bool {
         index
             .checked_sub(self.from)
-            .and_then(|k| self.messages.get(k).copied())
+            .is_some_and(|k| matches!(self.messages.get(k), Some(Some(_))))
+    }
+
+    /// The message at `index`, taken out (each is prepared once).
+    fn take(&mut self, index: usize) -> Option<Cow<'a, Message>> {
+        self.slot(index)?.take()
     }
 }
 
 impl<'a> Transcript<'a> {
     /// Every captured message whole.
     pub fn whole(captured: Vec<&'a Message>) -> Self {
+        let captured = captured.into_iter().map(Cow::Borrowed).collect();
         Self::with_head(KnownHead::default(), captured)
     }
 
     /// A known head, then the captured messages after it.
-    pub fn with_head(head: KnownHead, rest: Vec<&'a Message>) -> Self {
+    pub fn with_head(head: KnownHead, rest: Vec<Cow<'a, Message>>) -> Self {
         let from = head.len();
         let known = !head.is_empty();
         let (unsigned, signed, running, mut fingerprint) = head.into_parts();
@@ -303,7 +316,7 @@ impl<'a> Transcript<'a> {
             fingerprint,
             whole: Whole {
                 from,
-                messages: rest,
+                messages: rest.into_iter().map(Some).collect(),
             },
             head: known.then_some(running),
         }
@@ -450,9 +463,21 @@ async fn save(
     mode: SaveMode,
     session_id: &str,
 ) -> Result<()> {
+    save_from(path, Cow::Owned(cursor), mode, session_id).await
+}
+
+/// [`save`] of a cursor that may be borrowed: it is copied only to cross
+/// to the blocking pool (a caller's own thread writes it as it is).
+async fn save_from(
+    path: PathBuf,
+    cursor: Cow<'_, TranscriptCursor>,
+    mode: SaveMode,
+    session_id: &str,
+) -> Result<()> {
     let saved = if ON_CALLERS_THREAD.try_with(|_| ()).is_ok() {
         save_cursor_with(&path, &cursor, mode)
     } else {
+        let cursor = cursor.into_owned();
         tokio::task::spawn_blocking(move || save_cursor_with(&path, &cursor, mode))
             .await
             .map_err(|e| {
@@ -642,7 +667,7 @@ pub async fn capture_session(
         signatures,
         unsigned,
         fingerprint,
-        whole,
+        mut whole,
         ..
     } = transcript;
     // A contradiction needs a prefix digest that does not match.
@@ -667,7 +692,7 @@ pub async fn capture_session(
                 if unsigned > 0 {
                     return needs_whole(path, &loaded, loaded.clone(), sid).await;
                 }
-                return queue_behind(&target, &outbox, path, &loaded, signatures, &whole).await;
+                return queue_behind(&target, &outbox, path, &loaded, signatures, &mut whole).await;
             }
             // The cursor's count predates the delivery.
             cursor.server_total = None;
@@ -724,7 +749,7 @@ pub async fn capture_session(
     let plan = CapturePlan::matched(&cursor, signatures, prefix).with_fingerprint(&fingerprint);
     let pending_len = plan.pending.len();
     let already_known = plan.signatures.len() - pending_len;
-    let Some(prepared) = prepare(&plan, &whole, &target) else {
+    let Some(prepared) = prepare(&plan, &mut whole, &target) else {
         return needs_whole(path, &loaded, cursor, sid).await;
     };
     if prepared.is_empty() {
@@ -769,11 +794,16 @@ pub async fn capture_session(
             },
         },
     };
-    let intent = plan.intent(base_total, &prepared);
     cursor.server_total = Some(base_total);
-    let mut with_intent = cursor.clone();
-    with_intent.in_flight = Some(intent.clone());
-    save(path.clone(), with_intent, SaveMode::Durable, sid).await?;
+    // The intent is saved with the cursor, then taken back: the cursor the
+    // outcome is built from has none.
+    cursor.in_flight = Some(plan.intent(base_total, &prepared));
+    let saved = save_from(path.clone(), Cow::Borrowed(&cursor), SaveMode::Durable, sid).await;
+    let intent = cursor
+        .in_flight
+        .take()
+        .unwrap_or_else(|| unreachable!("set just above"));
+    saved?;
 
     let task = tokio::spawn(async move {
         // The lock and the operation both live until the cursor is saved:
@@ -881,10 +911,18 @@ pub async fn capture_session(
 /// The payloads of the pending messages, converted and redacted: what is
 /// sent, and what the outbox queues. `None` when a pending message is not
 /// held whole (its signature was all the surface gave).
-fn prepare(plan: &CapturePlan, whole: &Whole<'_>, target: &CaptureTarget) -> Option<Vec<Prepared>> {
+fn prepare(
+    plan: &CapturePlan,
+    whole: &mut Whole<'_>,
+    target: &CaptureTarget,
+) -> Option<Vec<Prepared>> {
+    if !plan.pending.iter().all(|&i| whole.holds(i)) {
+        return None;
+    }
+    let peer = payload_peer(&target.peer);
     let mut prepared = Vec::with_capacity(plan.pending.len());
     for (k, &i) in plan.pending.iter().enumerate() {
-        if let Some(mut payload) = to_payload(whole.get(i)?, &target.peer) {
+        if let Some(mut payload) = payload_of(whole.take(i)?, peer.as_ref()) {
             redact_payload(&mut payload, &target.redactor);
             prepared.push(Prepared {
                 payload,
@@ -973,7 +1011,7 @@ async fn queue_behind(
     path: PathBuf,
     loaded: &TranscriptCursor,
     signatures: Vec<String>,
-    whole: &Whole<'_>,
+    whole: &mut Whole<'_>,
 ) -> Result<CaptureOutcome> {
     let sid = target.session_id.as_str();
     let max_seen = target.config.max_seen_message_ids;
@@ -1106,7 +1144,7 @@ mod tests {
         let prepared: Vec<Prepared> = (0..plan.pending.len())
             .filter(|&k| k != 10)
             .map(|k| Prepared {
-                payload: to_payload(&Message::human("x"), "p").unwrap(),
+                payload: crate::payload::to_payload(&Message::human("x"), "p").unwrap(),
                 input_end: k + 1,
             })
             .collect();

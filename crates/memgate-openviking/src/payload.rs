@@ -19,9 +19,11 @@
 
 use memgate_core::message::truthy;
 use memgate_core::redaction::redact_json_strings;
-use memgate_core::{Content, Message, Redactor, RoleKind};
+use memgate_core::{Content, Message, Redactor, RoleKind, ToolCall};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
+use std::sync::Arc;
 
 /// The adapter's text of a message: a string as is; for blocks, the
 /// non-empty strings, `text` blocks and string `content` fields joined by
@@ -29,26 +31,36 @@ use serde_json::{json, Map, Value};
 pub fn adapter_text(content: &Content) -> String {
     match content {
         Content::Text(s) => s.clone(),
-        Content::Blocks(blocks) => {
-            let parts: Vec<&str> = blocks
-                .iter()
-                .filter_map(|block| match block {
-                    Value::String(s) => Some(s.as_str()),
-                    Value::Object(o) => {
-                        let is_text = o.get("type").and_then(Value::as_str) == Some("text");
-                        match (is_text, o.get("text"), o.get("content")) {
-                            (true, Some(Value::String(t)), _) => Some(t.as_str()),
-                            (_, _, Some(Value::String(c))) => Some(c.as_str()),
-                            _ => None,
-                        }
-                    }
-                    _ => None,
-                })
-                .filter(|s| !s.is_empty())
-                .collect();
-            parts.join("\n")
-        }
+        Content::Blocks(blocks) => blocks_text(blocks),
     }
+}
+
+/// [`adapter_text`] of content the caller gives up: a string is moved.
+fn adapter_text_of(content: Content) -> String {
+    match content {
+        Content::Text(s) => s,
+        Content::Blocks(blocks) => blocks_text(&blocks),
+    }
+}
+
+fn blocks_text(blocks: &[Value]) -> String {
+    let parts: Vec<&str> = blocks
+        .iter()
+        .filter_map(|block| match block {
+            Value::String(s) => Some(s.as_str()),
+            Value::Object(o) => {
+                let is_text = o.get("type").and_then(Value::as_str) == Some("text");
+                match (is_text, o.get("text"), o.get("content")) {
+                    (true, Some(Value::String(t)), _) => Some(t.as_str()),
+                    (_, _, Some(Value::String(c))) => Some(c.as_str()),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    parts.join("\n")
 }
 
 /// One OpenViking session message as it goes on the wire. Typed instead of
@@ -59,8 +71,9 @@ pub fn adapter_text(content: &Content) -> String {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionMessage {
     pub parts: Vec<Part>,
-    /// The peer whose memory extraction writes (`None` when blank).
-    pub peer_id: Option<String>,
+    /// The peer whose memory extraction writes (`None` when blank): one
+    /// string shared by every payload of a capture ([`payload_peer`]).
+    pub peer_id: Option<Arc<str>>,
     /// `user` or `assistant`.
     pub role: &'static str,
 }
@@ -91,7 +104,7 @@ impl Serialize for SessionMessage {
         let mut map = serializer.serialize_struct("SessionMessage", len)?;
         map.serialize_field("parts", &self.parts)?;
         match &self.peer_id {
-            Some(peer) => map.serialize_field("peer_id", peer)?,
+            Some(peer) => map.serialize_field("peer_id", &**peer)?,
             None => map.skip_field("peer_id")?,
         }
         map.serialize_field("role", self.role)?;
@@ -147,41 +160,56 @@ impl SessionMessage {
     }
 }
 
+/// The peer id a capture's payloads carry: trimmed, `None` when blank.
+pub fn payload_peer(peer_id: &str) -> Option<Arc<str>> {
+    let peer = peer_id.trim();
+    (!peer.is_empty()).then(|| Arc::from(peer))
+}
+
 /// The OpenViking payload of one message, or `None` when it is not recorded.
 pub fn to_payload(message: &Message, peer_id: &str) -> Option<SessionMessage> {
-    if message
-        .additional_kwargs
-        .get("lc_source")
-        .and_then(Value::as_str)
-        == Some("summarization")
-    {
+    payload_of(Cow::Borrowed(message), payload_peer(peer_id).as_ref())
+}
+
+/// [`to_payload`] with the capture's shared peer. An owned message is given
+/// up: the strings the payload carries move into it instead of being copied
+/// (a first capture converts every message of the transcript).
+pub fn payload_of(message: Cow<'_, Message>, peer: Option<&Arc<str>>) -> Option<SessionMessage> {
+    let m: &Message = &message;
+    if m.additional_kwargs.get("lc_source").and_then(Value::as_str) == Some("summarization") {
         return None;
     }
-    let text = adapter_text(&message.content);
-    let (role, parts) = match message.role.kind() {
+    let kind = m.role.kind();
+    let named = |name: &str| m.role.as_str() == name;
+    let (function, human) = (named("function"), named("human"));
+    let legacy_calls = m.additional_kwargs.get("tool_calls").is_some_and(truthy);
+    let failed = m.status.as_deref() == Some("error");
+    let Carried {
+        text,
+        tool_calls,
+        tool_call_id,
+        name,
+    } = Carried::from(message);
+    let (role, parts) = match kind {
         RoleKind::System => return None,
         RoleKind::Human => ("user", vec![Part::Text { text }]),
         RoleKind::Ai => {
-            let legacy_calls = message
-                .additional_kwargs
-                .get("tool_calls")
-                .is_some_and(truthy);
-            if text.is_empty() && message.tool_calls.is_empty() && !legacy_calls {
+            if text.is_empty() && tool_calls.is_empty() && !legacy_calls {
                 return None;
             }
-            let mut parts = Vec::with_capacity(1 + message.tool_calls.len());
+            let mut parts = Vec::with_capacity(1 + tool_calls.len());
             if !text.is_empty() {
                 parts.push(Part::Text { text });
             }
-            for call in &message.tool_calls {
-                let tool_input = match &call.args {
-                    Value::Object(o) => Value::Object(o.clone()),
+            for call in tool_calls {
+                let tool_input = match call.args {
+                    Value::Object(o) => Value::Object(o),
                     Value::Null => Value::Object(Map::new()),
                     other => json!({ "value": other }),
                 };
                 parts.push(Part::ToolCall {
-                    tool_id: call.id.clone().unwrap_or_default(),
-                    tool_name: call.name.clone(),
+                    tool_id: call.id.unwrap_or_default(),
+                    tool_name: call.name,
                     tool_input,
                 });
             }
@@ -192,12 +220,12 @@ pub fn to_payload(message: &Message, peer_id: &str) -> Option<SessionMessage> {
             }
             ("assistant", parts)
         }
-        RoleKind::Tool if message.role.as_str() != "function" => {
+        RoleKind::Tool if !function => {
             let part = Part::ToolResult {
-                tool_id: message.tool_call_id.clone().unwrap_or_default(),
-                tool_name: message.name.clone().unwrap_or_default(),
+                tool_id: tool_call_id.unwrap_or_default(),
+                tool_name: name.unwrap_or_default(),
                 tool_output: text,
-                failed: message.status.as_deref() == Some("error"),
+                failed,
             };
             ("assistant", vec![part])
         }
@@ -205,20 +233,43 @@ pub fn to_payload(message: &Message, peer_id: &str) -> Option<SessionMessage> {
             if text.is_empty() {
                 return None;
             }
-            let role = if message.role.as_str() == "human" {
-                "user"
-            } else {
-                "assistant"
-            };
+            let role = if human { "user" } else { "assistant" };
             (role, vec![Part::Text { text }])
         }
     };
-    let peer = peer_id.trim();
     Some(SessionMessage {
         parts,
-        peer_id: (!peer.is_empty()).then(|| peer.to_owned()),
+        peer_id: peer.cloned(),
         role,
     })
+}
+
+/// What a payload carries of a message: moved out of an owned one, copied
+/// from a borrowed one.
+struct Carried {
+    text: String,
+    tool_calls: Vec<ToolCall>,
+    tool_call_id: Option<String>,
+    name: Option<String>,
+}
+
+impl Carried {
+    fn from(message: Cow<'_, Message>) -> Self {
+        match message {
+            Cow::Owned(m) => Self {
+                text: adapter_text_of(m.content),
+                tool_calls: m.tool_calls,
+                tool_call_id: m.tool_call_id,
+                name: m.name,
+            },
+            Cow::Borrowed(m) => Self {
+                text: adapter_text(&m.content),
+                tool_calls: m.tool_calls.clone(),
+                tool_call_id: m.tool_call_id.clone(),
+                name: m.name.clone(),
+            },
+        }
+    }
 }
 
 /// Replaces secrets in every string a part carries from the host (text,
@@ -263,7 +314,7 @@ fn redact_string(redactor: &Redactor, text: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memgate_core::{Role, ToolCall};
+    use memgate_core::Role;
 
     #[test]
     fn secrets_in_text_and_tool_parts_are_redacted() {
@@ -386,6 +437,47 @@ mod tests {
             serde_json::to_string(&no_peer).unwrap(),
             r#"{"parts":[{"text":"x","type":"text"}],"role":"user"}"#
         );
+    }
+
+    #[test]
+    fn a_message_given_up_makes_the_payload_a_borrowed_one_makes() {
+        let mut failed = Message::tool("boom", "c9").with_name("search");
+        failed.status = Some("error".into());
+        let mut summary = Message::ai("earlier turns");
+        summary
+            .additional_kwargs
+            .insert("lc_source".into(), json!("summarization"));
+        let blocks = Message::new(
+            Role::new("human"),
+            Content::Blocks(vec![json!("a"), json!({"type": "text", "text": "b"})]),
+        );
+        let messages = [
+            Message::human("I prefer tea."),
+            Message::ai("").with_tool_calls(vec![
+                ToolCall::new("search", json!({"q": "x"}), Some("c1".into())),
+                ToolCall::new("calc", json!(3), None),
+                ToolCall::new("noop", Value::Null, Some("c3".into())),
+            ]),
+            Message::tool("found", "c1").with_name("search"),
+            Message::new(Role::new("function"), "f"),
+            Message::new(Role::new("chat"), "hi"),
+            Message::system("rules"),
+            Message::ai(""),
+            failed,
+            summary,
+            blocks,
+        ];
+        let peer = payload_peer(" research ");
+        for m in &messages {
+            let borrowed = payload_of(Cow::Borrowed(m), peer.as_ref());
+            assert_eq!(
+                payload_of(Cow::Owned(m.clone()), peer.as_ref()),
+                borrowed,
+                "{m:?}"
+            );
+            assert_eq!(to_payload(m, " research "), borrowed, "{m:?}");
+        }
+        assert_eq!(payload_peer("  "), None);
     }
 
     #[test]

@@ -1494,7 +1494,7 @@ async fn a_begun_capture_sends_only_the_messages_after_the_known_head() {
         human("h6", "one more"),
     ];
     let report = begun
-        .capture(known_head(&history), &rest)
+        .capture(known_head(&history), rest.clone())
         .await
         .unwrap()
         .expect("the head is the cursor's prefix");
@@ -1540,7 +1540,7 @@ async fn a_head_the_cursor_does_not_hold_sends_nothing_and_asks_for_the_whole_tr
     edited[1] = ai("h1", "an edited answer");
     let begun = s.backend.try_begin_capture(&alice()).unwrap();
     let answer = begun
-        .capture(known_head(&edited), &[human("h4", "new")])
+        .capture(known_head(&edited), vec![human("h4", "new")])
         .await
         .unwrap();
     assert!(answer.is_none(), "the edited message must be sent whole");
@@ -1589,7 +1589,7 @@ async fn a_head_recognised_by_its_fingerprint_sends_only_the_messages_after_it()
         human("h6", "one more"),
     ];
     let report = begun
-        .capture(head, &rest)
+        .capture(head, rest.clone())
         .await
         .unwrap()
         .expect("the head is the cursor's prefix");
@@ -1634,7 +1634,7 @@ async fn a_recognised_head_that_is_not_the_cursors_prefix_asks_for_the_whole_tra
     let head = KnownHead::recognised(running, fingerprint_of(&history[..3]), 0);
     let begun = s.backend.try_begin_capture(&alice()).unwrap();
     let answer = begun
-        .capture(head, &[history[3].clone(), human("h4", "new")])
+        .capture(head, vec![history[3].clone(), human("h4", "new")])
         .await
         .unwrap();
     assert!(answer.is_none(), "planned without signatures");
@@ -1666,7 +1666,7 @@ async fn a_recognised_head_under_a_reconciled_intent_asks_for_the_whole_transcri
     let begun = s.backend.try_begin_capture(&alice()).unwrap();
     let (_, running) = begun.prefix_head().unwrap();
     let head = KnownHead::recognised(running, fingerprint_of(&first), 0);
-    let answer = begun.capture(head, &grown[2..]).await.unwrap();
+    let answer = begun.capture(head, grown[2..].to_vec()).await.unwrap();
     assert!(answer.is_none());
     assert_eq!(s.fake.requests_to("batch").len(), 1, "only the lost one");
     let reconciled = load_cursor(&path).unwrap();
