@@ -221,7 +221,8 @@ enum DenseVariant {
     /// it harder than recall at 100k does.
     Prefilter(usize),
     /// The fused list re-ordered or fed back ([`Rerank`]: thread
-    /// diversity, thread evidence, dense feedback).
+    /// diversity, thread evidence, dense feedback, lexical feedback,
+    /// session term match).
     Reranked(Rerank),
     /// [`DenseVariant::Reranked`] after another fusion.
     RerankedAfter(Fusion, Rerank),
@@ -229,6 +230,74 @@ enum DenseVariant {
 
 /// The dense-side variants of the default fusion the evaluation prints.
 const DENSE_VARIANTS: &[DenseVariant] = &[
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.2)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.33)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.5)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 5, 0.33)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 20, 0.33)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(2, 10, 0.33)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(3, 5, 0.2)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(3, 10, 0.33)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(5, 10, 0.33)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(10, 10, 0.33)),
+    DenseVariant::Reranked(Rerank::NONE.thread_match(0.1)),
+    DenseVariant::Reranked(Rerank::NONE.thread_match(0.25)),
+    DenseVariant::Reranked(Rerank::NONE.thread_match(0.5)),
+    DenseVariant::Reranked(
+        Rerank::NONE
+            .lexical_feedback(1, 10, 0.33)
+            .thread_match(0.25),
+    ),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.33).coverage(0.25)),
+    DenseVariant::Reranked(evidence_and_coverage(0.25, 0.25).lexical_feedback(1, 10, 0.33)),
+    DenseVariant::Reranked(evidence_and_coverage(0.35, 0.35).lexical_feedback(1, 10, 0.33)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5).lexical_feedback(1, 10, 0.33)),
+    DenseVariant::Reranked(
+        Rerank::NONE
+            .lexical_feedback(1, 10, 0.33)
+            .diversity(0.25, 7),
+    ),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.25)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 20, 0.25)),
+    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.33).thread_match(0.1)),
+    DenseVariant::Reranked(Rerank::NONE.thread_match(0.25).coverage(0.25)),
+    DenseVariant::Reranked(Rerank::NONE.thread_match(0.25).coverage(0.5)),
+    DenseVariant::Reranked(evidence_and_coverage(0.25, 0.25).thread_match(0.25)),
+    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5).thread_match(0.25)),
+    DenseVariant::Reranked(
+        evidence_and_coverage(0.25, 0.25)
+            .lexical_feedback(1, 10, 0.33)
+            .thread_match(0.1),
+    ),
+    DenseVariant::Reranked(
+        evidence_and_coverage(0.5, 0.5)
+            .lexical_feedback(1, 10, 0.33)
+            .thread_match(0.1),
+    ),
+    DenseVariant::Reranked(
+        evidence_and_coverage(0.5, 0.5)
+            .lexical_feedback(1, 10, 0.33)
+            .thread_match(0.25),
+    ),
+    DenseVariant::Reranked(
+        Rerank::NONE
+            .lexical_feedback(1, 10, 0.33)
+            .thread_match(0.25)
+            .coverage(0.5),
+    ),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.5, 0.6)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.5, 0.75)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.5, 1.0)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.6, 0.6)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.6, 0.75)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.6, 1.0)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.75, 0.75)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.75, 1.0)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.75, 1.25)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.1, 0.6, 0.75)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.5, 0.6, 0.75)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.5, 0.75, 1.0)),
+    DenseVariant::Reranked(based_evidence_and_coverage(0.5, 1.0, 1.0)),
     DenseVariant::ReferenceQuery,
     DenseVariant::Prefilter(1),
     DenseVariant::Prefilter(2),
@@ -303,6 +372,15 @@ const fn evidence_and_coverage(evidence: f64, coverage: f64) -> Rerank {
     Rerank::NONE
         .thread_evidence(ThreadEvidence::Best, evidence)
         .coverage(coverage)
+}
+
+/// Session 8's base (lexical feedback: 10 terms of the best fused hit,
+/// weight 0.33; session term match `matched`) under thread evidence (best
+/// of the thread) and thread coverage.
+const fn based_evidence_and_coverage(matched: f64, evidence: f64, coverage: f64) -> Rerank {
+    evidence_and_coverage(evidence, coverage)
+        .lexical_feedback(1, 10, 0.33)
+        .thread_match(matched)
 }
 
 /// The dense searches compared with the exact ranking, by name: the query
