@@ -228,79 +228,69 @@ enum DenseVariant {
     RerankedAfter(Fusion, Rerank),
 }
 
-/// The dense-side variants of the default fusion the evaluation prints.
+/// The dense-side variants of the default fusion the evaluation prints:
+/// session 8's base-ranking grids ([`base_ranking_variants`]), then
+/// [`DENSE_VARIANTS`].
+fn dense_variants() -> Vec<DenseVariant> {
+    let mut out = base_ranking_variants();
+    out.extend_from_slice(DENSE_VARIANTS);
+    out
+}
+
+/// Session 8: lexical feedback (hits, terms, weight) and session term
+/// match, alone and under thread evidence and coverage, as whole grids
+/// (a setting is judged with its neighbours, not alone).
+fn base_ranking_variants() -> Vec<DenseVariant> {
+    let mut out = Vec::new();
+    let mut add = |r: Rerank| out.push(DenseVariant::Reranked(r));
+    for hits in [1, 2, 3, 5, 10] {
+        for weight in [0.2, 0.33, 0.5] {
+            add(Rerank::NONE.lexical_feedback(hits, 10, weight));
+        }
+    }
+    for terms in [5, 20] {
+        for hits in [1, 3] {
+            for weight in [0.2, 0.33] {
+                add(Rerank::NONE.lexical_feedback(hits, terms, weight));
+            }
+        }
+    }
+    let fed_back = Rerank::NONE.lexical_feedback(1, 10, 0.33);
+    for weight in [0.1, 0.25, 0.5] {
+        add(Rerank::NONE.thread_match(weight));
+        add(fed_back.thread_match(weight));
+    }
+    add(fed_back.diversity(0.25, 7));
+    let bases = [
+        fed_back,
+        Rerank::NONE.thread_match(0.25),
+        fed_back.thread_match(0.1),
+        fed_back.thread_match(0.25),
+        fed_back.thread_match(0.5),
+    ];
+    let spreads = [
+        (0.0, 0.25),
+        (0.0, 0.5),
+        (0.25, 0.25),
+        (0.5, 0.5),
+        (0.5, 0.6),
+        (0.6, 0.6),
+        (0.6, 0.75),
+        (0.75, 0.75),
+        (0.75, 1.0),
+    ];
+    for base in bases {
+        for (evidence, coverage) in spreads {
+            add(base
+                .thread_evidence(ThreadEvidence::Best, evidence)
+                .coverage(coverage));
+        }
+    }
+    out
+}
+
+/// Sessions 6 and 7's variants.
 const DENSE_VARIANTS: &[DenseVariant] = &[
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.2)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.33)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.5)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 5, 0.33)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 20, 0.33)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(2, 10, 0.33)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(3, 5, 0.2)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(3, 10, 0.2)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(3, 10, 0.33)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(3, 20, 0.33)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(5, 10, 0.5)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(5, 10, 0.33)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(10, 10, 0.33)),
-    DenseVariant::Reranked(Rerank::NONE.thread_match(0.1)),
-    DenseVariant::Reranked(Rerank::NONE.thread_match(0.25)),
-    DenseVariant::Reranked(Rerank::NONE.thread_match(0.5)),
-    DenseVariant::Reranked(
-        Rerank::NONE
-            .lexical_feedback(1, 10, 0.33)
-            .thread_match(0.25),
-    ),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.33).coverage(0.25)),
-    DenseVariant::Reranked(evidence_and_coverage(0.25, 0.25).lexical_feedback(1, 10, 0.33)),
-    DenseVariant::Reranked(evidence_and_coverage(0.35, 0.35).lexical_feedback(1, 10, 0.33)),
-    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5).lexical_feedback(1, 10, 0.33)),
-    DenseVariant::Reranked(
-        Rerank::NONE
-            .lexical_feedback(1, 10, 0.33)
-            .diversity(0.25, 7),
-    ),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.25)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 20, 0.25)),
-    DenseVariant::Reranked(Rerank::NONE.lexical_feedback(1, 10, 0.33).thread_match(0.1)),
-    DenseVariant::Reranked(Rerank::NONE.thread_match(0.25).coverage(0.25)),
-    DenseVariant::Reranked(Rerank::NONE.thread_match(0.25).coverage(0.5)),
-    DenseVariant::Reranked(evidence_and_coverage(0.25, 0.25).thread_match(0.25)),
-    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5).thread_match(0.25)),
-    DenseVariant::Reranked(
-        evidence_and_coverage(0.25, 0.25)
-            .lexical_feedback(1, 10, 0.33)
-            .thread_match(0.1),
-    ),
-    DenseVariant::Reranked(
-        evidence_and_coverage(0.5, 0.5)
-            .lexical_feedback(1, 10, 0.33)
-            .thread_match(0.1),
-    ),
-    DenseVariant::Reranked(
-        evidence_and_coverage(0.5, 0.5)
-            .lexical_feedback(1, 10, 0.33)
-            .thread_match(0.25),
-    ),
-    DenseVariant::Reranked(
-        Rerank::NONE
-            .lexical_feedback(1, 10, 0.33)
-            .thread_match(0.25)
-            .coverage(0.5),
-    ),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.5, 0.6)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.5, 0.75)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.5, 1.0)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.6, 0.6)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.6, 0.75)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.6, 1.0)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.75, 0.75)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.75, 1.0)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.25, 0.75, 1.25)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.1, 0.6, 0.75)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.5, 0.6, 0.75)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.5, 0.75, 1.0)),
-    DenseVariant::Reranked(based_evidence_and_coverage(0.5, 1.0, 1.0)),
     DenseVariant::ReferenceQuery,
     DenseVariant::Prefilter(1),
     DenseVariant::Prefilter(2),
@@ -375,15 +365,6 @@ const fn evidence_and_coverage(evidence: f64, coverage: f64) -> Rerank {
     Rerank::NONE
         .thread_evidence(ThreadEvidence::Best, evidence)
         .coverage(coverage)
-}
-
-/// Session 8's base (lexical feedback: 10 terms of the best fused hit,
-/// weight 0.33; session term match `matched`) under thread evidence (best
-/// of the thread) and thread coverage.
-const fn based_evidence_and_coverage(matched: f64, evidence: f64, coverage: f64) -> Rerank {
-    evidence_and_coverage(evidence, coverage)
-        .lexical_feedback(1, 10, 0.33)
-        .thread_match(matched)
 }
 
 /// The dense searches compared with the exact ranking, by name: the query
@@ -756,10 +737,9 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         .map(|_| SystemTally::default())
         .collect();
     let mut plain = SystemTally::default();
-    let mut dense_variants: Vec<SystemTally> = DENSE_VARIANTS
-        .iter()
-        .map(|_| SystemTally::default())
-        .collect();
+    let variants = dense_variants();
+    let mut dense_variants: Vec<SystemTally> =
+        variants.iter().map(|_| SystemTally::default()).collect();
     let mut overlaps = vec![0.0f64; DENSE_OVERLAPS.len()];
 
     for (i, sample) in samples.iter().enumerate() {
@@ -888,7 +868,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 let started = std::time::Instant::now();
                 let reference = store.reference_query_vector(question);
                 figures.reference_embed_seconds += started.elapsed().as_secs_f64();
-                for (variant, tally) in DENSE_VARIANTS.iter().zip(dense_variants.iter_mut()) {
+                for (variant, tally) in variants.iter().zip(dense_variants.iter_mut()) {
                     let (v, prefilter, fusion, rerank) = match variant {
                         DenseVariant::ReferenceQuery => {
                             (&reference, PREFILTER_FACTOR, DEFAULT_FUSION, Rerank::NONE)
@@ -981,7 +961,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 figures.model
             )));
         }
-        for (variant, tally) in DENSE_VARIANTS.iter().zip(&dense_variants) {
+        for (variant, tally) in variants.iter().zip(&dense_variants) {
             let what = match variant {
                 DenseVariant::ReferenceQuery => {
                     "questions embedded by the document path (float32)".to_owned()

@@ -1017,19 +1017,7 @@ mod tests {
             ("c", ["pottery class", "wet clay"]),
         ];
         for (thread, texts) in threads {
-            let messages = texts
-                .iter()
-                .enumerate()
-                .map(|(i, t)| Message::human(*t).with_id(format!("{thread}{i}")))
-                .collect();
-            store
-                .capture(&CaptureRequest {
-                    caller: user.clone().with_thread(thread),
-                    messages,
-                    kind: CaptureKind::AfterTurn,
-                    trace_id: None,
-                })
-                .unwrap();
+            capture_texts(&store, &user, thread, &texts);
         }
         store
             .read(|conn| {
