@@ -256,7 +256,7 @@ fn base_ranking_variants() -> Vec<DenseVariant> {
         }
     }
     let fed_back = Rerank::NONE.lexical_feedback(1, 10, 0.33);
-    for weight in [0.1, 0.25, 0.5] {
+    for weight in [0.1, 0.25, 0.5, 0.75, 1.0] {
         add(Rerank::NONE.thread_match(weight));
         add(fed_back.thread_match(weight));
     }
@@ -267,6 +267,8 @@ fn base_ranking_variants() -> Vec<DenseVariant> {
         fed_back.thread_match(0.1),
         fed_back.thread_match(0.25),
         fed_back.thread_match(0.5),
+        fed_back.thread_match(0.75),
+        fed_back.thread_match(1.0),
     ];
     let spreads = [
         (0.0, 0.25),
