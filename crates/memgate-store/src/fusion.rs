@@ -202,6 +202,12 @@ pub struct Rerank {
     pub thread_evidence: (ThreadEvidence, f64),
     /// [`cover_threads`] weight (0: off; it replaces diversity).
     pub coverage: f64,
+    /// Lexical feedback ([`feedback_terms`], [`add_feedback_pass`]): how
+    /// many of the best fused hits, how many terms, and the weight of the
+    /// second lexical pass (0 hits: off).
+    pub lexical_feedback: (usize, usize, f64),
+    /// [`add_thread_match`] weight (0: off).
+    pub thread_match: f64,
 }
 
 impl Rerank {
@@ -211,7 +217,23 @@ impl Rerank {
         feedback: (0, 0.0),
         thread_evidence: (ThreadEvidence::Best, 0.0),
         coverage: 0.0,
+        lexical_feedback: (0, 0, 0.0),
+        thread_match: 0.0,
     };
+
+    pub const fn thread_match(self, weight: f64) -> Self {
+        Self {
+            thread_match: weight,
+            ..self
+        }
+    }
+
+    pub const fn lexical_feedback(self, hits: usize, terms: usize, weight: f64) -> Self {
+        Self {
+            lexical_feedback: (hits, terms, weight),
+            ..self
+        }
+    }
 
     pub const fn coverage(self, weight: f64) -> Self {
         Self {
@@ -245,6 +267,15 @@ impl Rerank {
 impl std::fmt::Display for Rerank {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut parts = Vec::new();
+        if self.lexical_feedback.0 > 0 {
+            let (hits, terms, weight) = self.lexical_feedback;
+            parts.push(format!(
+                "lexical feedback: {terms} terms of the top {hits}, weight {weight}"
+            ));
+        }
+        if self.thread_match > 0.0 {
+            parts.push(format!("session term match {}", self.thread_match));
+        }
         if self.feedback.0 > 0 {
             parts.push(format!(
                 "dense feedback from the top {}, weight {}",
@@ -297,6 +328,97 @@ pub fn feedback_query(query: &[f32], hits: &[Vec<f32>], weight: f32) -> Vec<f32>
     } else {
         query.to_vec()
     }
+}
+
+/// Lexical pseudo-relevance feedback (RM3-like), the terms: each of the
+/// best fused `hits` (score, text) is a feedback document with weight in
+/// proportion to its score, each of its terms weighs its share of the
+/// document (term count / document length), and a term's feedback weight
+/// (the sum over the documents) is multiplied by its rarity in the scope,
+/// `ln(1 + budget / documents)` (`documents` counts the scope's documents
+/// holding it, no further than `budget` + 1; a term over the budget, or in
+/// none, is left out: the lexical planner would drop it). The query's own
+/// terms and terms of fewer than three characters are left out. At most
+/// `n`, best first (ties by term); only the `4 n` best by feedback weight
+/// are counted. The multi-hop question's other half is often said in
+/// words its first hits share with it (the person, the event), not in the
+/// question's words.
+pub fn feedback_terms<E>(
+    hits: &[(f64, &str)],
+    query: &str,
+    n: usize,
+    budget: usize,
+    mut documents: impl FnMut(&str) -> Result<usize, E>,
+) -> Result<Vec<String>, E> {
+    let asked: std::collections::HashSet<String> = crate::terms::terms(query).into_iter().collect();
+    let total: f64 = hits.iter().map(|(s, _)| s.max(0.0)).sum();
+    if n == 0 || total <= 0.0 {
+        return Ok(Vec::new());
+    }
+    let mut weight: HashMap<String, f64> = HashMap::new();
+    for (score, text) in hits {
+        let terms = crate::terms::terms(text);
+        let share = score.max(0.0) / total / terms.len().max(1) as f64;
+        for t in terms {
+            if t.chars().count() >= 3 && !asked.contains(&t) {
+                *weight.entry(t).or_default() += share;
+            }
+        }
+    }
+    let best_first = |v: &mut Vec<(String, f64)>| {
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    };
+    let mut candidates: Vec<(String, f64)> = weight.into_iter().collect();
+    best_first(&mut candidates);
+    candidates.truncate(4 * n);
+    let mut scored = Vec::with_capacity(candidates.len());
+    for (term, w) in candidates {
+        let df = documents(&term)?;
+        if (1..=budget).contains(&df) {
+            scored.push((term, w * (1.0 + budget as f64 / df as f64).ln()));
+        }
+    }
+    best_first(&mut scored);
+    Ok(scored.into_iter().take(n).map(|(t, _)| t).collect())
+}
+
+/// Lexical feedback, the second pass ranked in (RM3's interpolation of
+/// the query with its feedback model): every entry's score becomes
+/// `(1 - weight) × score / best + weight × feedback score / best feedback
+/// score` (0 for the list it is not in), best first (ties by citation).
+/// Interpolated rather than added, so the list's best stays near 1 and
+/// [`fuse`], which divides by it, keeps its balance with the dense side. A
+/// lexical list without positive scores (a newest-first plan) is kept as
+/// it is, and so is `lexical` when `feedback` has none or `weight` is
+/// outside (0, 1).
+pub fn add_feedback_pass(lexical: Vec<Ranked>, feedback: Vec<Ranked>, weight: f64) -> Vec<Ranked> {
+    let best = lexical.first().map_or(0.0, |r| r.score);
+    let best_feedback = feedback.first().map_or(0.0, |r| r.score);
+    if best <= 0.0 || best_feedback <= 0.0 || weight <= 0.0 || weight >= 1.0 {
+        return lexical;
+    }
+    let mut merged: HashMap<String, Ranked> = HashMap::new();
+    for mut r in lexical {
+        r.score = (1.0 - weight) * (r.score / best).max(0.0);
+        merged.insert(r.citation.clone(), r);
+    }
+    for mut r in feedback {
+        let gain = weight * (r.score / best_feedback).max(0.0);
+        match merged.get_mut(&r.citation) {
+            Some(entry) => entry.score += gain,
+            None => {
+                r.score = gain;
+                merged.insert(r.citation.clone(), r);
+            }
+        }
+    }
+    let mut out: Vec<Ranked> = merged.into_values().collect();
+    out.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.citation.cmp(&b.citation))
+    });
+    out
 }
 
 /// What a thread's turns in the fused pool say for a turn of it
@@ -364,6 +486,29 @@ pub fn add_thread_evidence(ranked: &mut [Ranked], evidence: ThreadEvidence, weig
         .collect();
     for (r, b) in ranked.iter_mut().zip(bonus) {
         r.score += b;
+    }
+    ranked.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| a.citation.cmp(&b.citation))
+    });
+}
+
+/// Session term match (an evaluated signal): every turn gains `weight` ×
+/// its thread's score in `matches` (`ranking::thread_matches`: the rarity
+/// of the query's terms the whole session holds) over the best thread's,
+/// then the list is sorted again (ties by citation). A session that holds
+/// more of what the question names is likelier to be one it asks about,
+/// even where no single turn holds much of it.
+pub fn add_thread_match(ranked: &mut [Ranked], matches: &HashMap<String, f64>, weight: f64) {
+    let best = matches.values().copied().fold(0.0, f64::max);
+    if best <= 0.0 || weight <= 0.0 {
+        return;
+    }
+    for r in ranked.iter_mut() {
+        if let crate::ranking::Origin::Turn { thread, .. } = &r.origin {
+            r.score += weight * matches.get(thread).copied().unwrap_or(0.0) / best;
+        }
     }
     ranked.sort_by(|a, b| {
         b.score
@@ -597,6 +742,97 @@ mod tests {
         let mut same = pool();
         add_thread_evidence(&mut same, ThreadEvidence::Best, 0.0);
         assert_eq!(order(&same), ["turn_1", "turn_3", "turn_2"]);
+    }
+
+    #[test]
+    fn lexical_feedback_picks_rare_terms_of_the_best_hits() {
+        // Hit 1 (score 3) and hit 2 (score 1); "tent" is in both, "hiking"
+        // only in hit 1, "lake" only in hit 2, "trip" is the query's,
+        // "go" too short, "really" common.
+        let hits = [
+            (3.0, "tent hiking trip really"),
+            (1.0, "tent lake go really"),
+        ];
+        let documents = |t: &str| -> Result<usize, ()> {
+            Ok(match t {
+                "really" => 601,
+                "tent" | "hiking" | "lake" => 4,
+                _ => 1,
+            })
+        };
+        let got = feedback_terms(&hits, "the camping trip", 2, 600, documents).unwrap();
+        // tent: 3/4 × 1/4 + 1/4 × 1/4 = 0.25; hiking 0.1875; lake 0.0625
+        // (same rarity); "really" is over the budget.
+        assert_eq!(got, ["tent", "hiking"]);
+        let all = feedback_terms(&hits, "the camping trip", 10, 600, documents).unwrap();
+        assert_eq!(all, ["tent", "hiking", "lake"]);
+        // Rarity decides between equal weights: "lake" in 1 document
+        // against "tent" in 4.
+        let rarer = |t: &str| -> Result<usize, ()> { Ok(if t == "lake" { 1 } else { 4 }) };
+        let got = feedback_terms(&[(1.0, "tent lake")], "", 1, 600, rarer).unwrap();
+        assert_eq!(got, ["lake"]);
+        // No terms asked, or no positive score: nothing.
+        assert!(feedback_terms(&hits, "", 0, 600, documents)
+            .unwrap()
+            .is_empty());
+        assert!(feedback_terms(&[(0.0, "tent")], "", 3, 600, documents)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn the_feedback_pass_adds_its_scaled_scores_and_its_own_hits() {
+        let lexical = vec![turn(1, 4.0), turn(2, 2.0)];
+        let feedback = vec![turn(3, 10.0), turn(2, 5.0)];
+        let got = add_feedback_pass(lexical.clone(), feedback.clone(), 0.25);
+        // 1: 0.75 × 4/4; 2: 0.75 × 2/4 + 0.25 × 5/10; 3: 0.25 × 10/10.
+        let cited: Vec<(&str, f64)> = got.iter().map(|r| (r.citation.as_str(), r.score)).collect();
+        assert_eq!(cited, [("turn_1", 0.75), ("turn_2", 0.5), ("turn_3", 0.25)]);
+        // Weight 0 or 1, an empty pass, or a lexical list without scores
+        // keep the lexical list as it is.
+        assert_eq!(
+            add_feedback_pass(lexical.clone(), feedback.clone(), 0.0),
+            lexical
+        );
+        assert_eq!(
+            add_feedback_pass(lexical.clone(), feedback.clone(), 1.0),
+            lexical
+        );
+        assert_eq!(add_feedback_pass(lexical.clone(), Vec::new(), 0.5), lexical);
+        let newest = vec![turn(1, -0.5), turn(2, -1.0)];
+        assert_eq!(add_feedback_pass(newest.clone(), feedback, 0.5), newest);
+    }
+
+    #[test]
+    fn session_term_match_lifts_the_turns_of_sessions_holding_rare_terms() {
+        // Four threads; "tent" in a and b, "lake" in a only.
+        let holding = vec![
+            vec!["a".to_owned(), "b".to_owned()],
+            vec!["a".to_owned()],
+            Vec::new(),
+        ];
+        let scores = crate::ranking::thread_match_scores(&holding, 4);
+        let (two, four) = (3.0f64.ln(), 5.0f64.ln());
+        assert!((scores["a"] - (two + four)).abs() < 1e-12, "{scores:?}");
+        assert!((scores["b"] - two).abs() < 1e-12, "{scores:?}");
+        assert!(!scores.contains_key("c"));
+        // Turn 1 (thread c) leads turn 2 (a) by 0.1 and turn 3 (b) by 0.2;
+        // weight 0.25 lifts 2 by 0.25 and 3 by 0.25 × ln 3 / (ln 3 + ln 5).
+        let mut ranked = vec![
+            in_thread(1, 1.0, "c"),
+            in_thread(2, 0.9, "a"),
+            in_thread(3, 0.8, "b"),
+        ];
+        add_thread_match(&mut ranked, &scores, 0.25);
+        let cited: Vec<&str> = ranked.iter().map(|r| r.citation.as_str()).collect();
+        assert_eq!(cited, ["turn_2", "turn_1", "turn_3"]);
+        assert!((ranked[0].score - 1.15).abs() < 1e-12);
+        let b = 0.8 + 0.25 * two / (two + four);
+        assert!((ranked[2].score - b).abs() < 1e-12);
+        // Weight 0 keeps the list.
+        let before = ranked.clone();
+        add_thread_match(&mut ranked, &scores, 0.0);
+        assert_eq!(ranked, before);
     }
 
     #[test]

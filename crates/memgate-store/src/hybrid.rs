@@ -20,9 +20,12 @@
 //! recall still answers.
 
 use crate::fusion::{
-    add_thread_evidence, cover_threads, diversify_threads, feedback_query, fuse, Rerank,
+    add_feedback_pass, add_thread_evidence, add_thread_match, cover_threads, diversify_threads,
+    feedback_query, feedback_terms, fuse, Rerank,
 };
-use crate::ranking::{candidate_pool, load_item, rank, Ranked};
+use crate::ranking::{
+    candidate_pool, load_item, rank, term_documents, thread_matches, Ranked, POSTINGS_BUDGET,
+};
 use crate::store::MemoryStore;
 use crate::vectors::{stored_model, RetrievalStats, PREFILTER_FACTOR};
 use memgate_core::Result;
@@ -222,29 +225,59 @@ impl MemoryStore {
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
         let dense_limit = pool * dense_pool.max(1);
         let (hits, weight) = rerank.feedback;
-        let again = (hits > 0).then(|| lexical.clone());
-        let fused_with = |query: &[f32], lexical| {
+        let (lexical_hits, lexical_terms, lexical_weight) = rerank.lexical_feedback;
+        let mut again =
+            (hits > 0 || lexical_hits > 0).then(|| (lexical.clone(), lexical_items.clone()));
+        let fused_with = |query: &[f32], lexical, items: &[i64]| {
             self.fused_pool(
                 conn,
                 scope,
                 query,
                 lexical,
-                &lexical_items,
+                items,
                 (dense_limit, prefilter),
                 fusion,
                 category,
             )
         };
-        let mut ranked = fused_with(q, lexical)?;
+        let mut ranked = fused_with(q, lexical, &lexical_items)?;
         v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
-        if let Some(lexical) = again {
+        if lexical_hits > 0 {
+            let docs: Vec<(f64, &str)> = ranked
+                .iter()
+                .take(lexical_hits)
+                .map(|r| (r.score, r.text.as_str()))
+                .collect();
+            let terms = feedback_terms(&docs, query, lexical_terms, POSTINGS_BUDGET, |t| {
+                term_documents(conn, &self.common_terms, scope, t)
+            })?;
+            if let Some((lexical, _)) = again.take_if(|_| !terms.is_empty()) {
+                let second = rank(
+                    conn,
+                    &self.common_terms,
+                    scope,
+                    &terms.join(" "),
+                    pool,
+                    category,
+                )?;
+                let lexical = add_feedback_pass(lexical, second, lexical_weight);
+                let items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
+                ranked = fused_with(q, lexical.clone(), &items)?;
+                again = Some((lexical, items));
+            }
+        }
+        if let Some((lexical, items)) = again.filter(|_| hits > 0) {
             let best: Vec<i64> = ranked.iter().filter_map(|r| r.item()).take(hits).collect();
             let vectors: Vec<Vec<f32>> = self
                 .stored_vectors(conn, &best)?
                 .into_iter()
                 .map(|(_, v)| v)
                 .collect();
-            ranked = fused_with(&feedback_query(q, &vectors, weight), lexical)?;
+            ranked = fused_with(&feedback_query(q, &vectors, weight), lexical, &items)?;
+        }
+        if rerank.thread_match > 0.0 {
+            let matches = thread_matches(conn, &self.common_terms, scope, query)?;
+            add_thread_match(&mut ranked, &matches, rerank.thread_match);
         }
         let (evidence, evidence_weight) = rerank.thread_evidence;
         if evidence_weight > 0.0 {

@@ -221,13 +221,77 @@ enum DenseVariant {
     /// it harder than recall at 100k does.
     Prefilter(usize),
     /// The fused list re-ordered or fed back ([`Rerank`]: thread
-    /// diversity, thread evidence, dense feedback).
+    /// diversity, thread evidence, dense feedback, lexical feedback,
+    /// session term match).
     Reranked(Rerank),
     /// [`DenseVariant::Reranked`] after another fusion.
     RerankedAfter(Fusion, Rerank),
 }
 
-/// The dense-side variants of the default fusion the evaluation prints.
+/// The dense-side variants of the default fusion the evaluation prints:
+/// session 8's base-ranking grids ([`base_ranking_variants`]), then
+/// [`DENSE_VARIANTS`].
+fn dense_variants() -> Vec<DenseVariant> {
+    let mut out = base_ranking_variants();
+    out.extend_from_slice(DENSE_VARIANTS);
+    out
+}
+
+/// Session 8: lexical feedback (hits, terms, weight) and session term
+/// match, alone and under thread evidence and coverage, as whole grids
+/// (a setting is judged with its neighbours, not alone).
+fn base_ranking_variants() -> Vec<DenseVariant> {
+    let mut out = Vec::new();
+    let mut add = |r: Rerank| out.push(DenseVariant::Reranked(r));
+    for hits in [1, 2, 3, 5, 10] {
+        for weight in [0.2, 0.33, 0.5] {
+            add(Rerank::NONE.lexical_feedback(hits, 10, weight));
+        }
+    }
+    for terms in [5, 20] {
+        for hits in [1, 3] {
+            for weight in [0.2, 0.33] {
+                add(Rerank::NONE.lexical_feedback(hits, terms, weight));
+            }
+        }
+    }
+    let fed_back = Rerank::NONE.lexical_feedback(1, 10, 0.33);
+    for weight in [0.1, 0.25, 0.5, 0.75, 1.0] {
+        add(Rerank::NONE.thread_match(weight));
+        add(fed_back.thread_match(weight));
+    }
+    add(fed_back.diversity(0.25, 7));
+    let bases = [
+        fed_back,
+        Rerank::NONE.thread_match(0.25),
+        fed_back.thread_match(0.1),
+        fed_back.thread_match(0.25),
+        fed_back.thread_match(0.5),
+        fed_back.thread_match(0.75),
+        fed_back.thread_match(1.0),
+    ];
+    let spreads = [
+        (0.0, 0.25),
+        (0.0, 0.5),
+        (0.25, 0.25),
+        (0.5, 0.5),
+        (0.5, 0.6),
+        (0.6, 0.6),
+        (0.6, 0.75),
+        (0.75, 0.75),
+        (0.75, 1.0),
+    ];
+    for base in bases {
+        for (evidence, coverage) in spreads {
+            add(base
+                .thread_evidence(ThreadEvidence::Best, evidence)
+                .coverage(coverage));
+        }
+    }
+    out
+}
+
+/// Sessions 6 and 7's variants.
 const DENSE_VARIANTS: &[DenseVariant] = &[
     DenseVariant::ReferenceQuery,
     DenseVariant::Prefilter(1),
@@ -675,10 +739,9 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         .map(|_| SystemTally::default())
         .collect();
     let mut plain = SystemTally::default();
-    let mut dense_variants: Vec<SystemTally> = DENSE_VARIANTS
-        .iter()
-        .map(|_| SystemTally::default())
-        .collect();
+    let variants = dense_variants();
+    let mut dense_variants: Vec<SystemTally> =
+        variants.iter().map(|_| SystemTally::default()).collect();
     let mut overlaps = vec![0.0f64; DENSE_OVERLAPS.len()];
 
     for (i, sample) in samples.iter().enumerate() {
@@ -807,7 +870,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 let started = std::time::Instant::now();
                 let reference = store.reference_query_vector(question);
                 figures.reference_embed_seconds += started.elapsed().as_secs_f64();
-                for (variant, tally) in DENSE_VARIANTS.iter().zip(dense_variants.iter_mut()) {
+                for (variant, tally) in variants.iter().zip(dense_variants.iter_mut()) {
                     let (v, prefilter, fusion, rerank) = match variant {
                         DenseVariant::ReferenceQuery => {
                             (&reference, PREFILTER_FACTOR, DEFAULT_FUSION, Rerank::NONE)
@@ -900,7 +963,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 figures.model
             )));
         }
-        for (variant, tally) in DENSE_VARIANTS.iter().zip(&dense_variants) {
+        for (variant, tally) in variants.iter().zip(&dense_variants) {
             let what = match variant {
                 DenseVariant::ReferenceQuery => {
                     "questions embedded by the document path (float32)".to_owned()

@@ -403,6 +403,87 @@ pub(crate) fn rank_within(
     Ok(out)
 }
 
+/// How many documents of `scope` hold `term` (a folded term, as
+/// [`crate::terms::terms`] gives it), counted no further than
+/// [`POSTINGS_BUDGET`] + 1 and remembered as the query planner's counts are
+/// (the same phrase and limit, so a later ranking with the term reads it
+/// from [`TermCounts`]). Lexical feedback weighs its candidate terms by
+/// rarity with it.
+pub(crate) fn term_documents(
+    conn: &Connection,
+    counts: &TermCounts,
+    scope: i64,
+    term: &str,
+) -> Result<usize> {
+    let phrase = format!("\"{}{term}\"", scope_tag(scope));
+    if counts.is_over_budget(&phrase) {
+        return Ok(POSTINGS_BUDGET + 1);
+    }
+    let n = Counter::new(conn, counts, scope).count(&phrase, POSTINGS_BUDGET + 1)?;
+    if n > POSTINGS_BUDGET {
+        counts.insert_over_budget(&phrase);
+    }
+    Ok(n)
+}
+
+/// Session-level lexical match (an evaluated signal): for each thread of
+/// `scope` holding any of `query`'s terms, the sum over the terms it holds
+/// of their thread rarity ([`thread_match_scores`]). Terms in more than
+/// [`POSTINGS_BUDGET`] documents are left out, as the planner leaves them
+/// out of a ranking. One postings read per term and a thread count, so it
+/// is evaluation machinery, not recall's.
+pub(crate) fn thread_matches(
+    conn: &Connection,
+    counts: &TermCounts,
+    scope: i64,
+    query: &str,
+) -> Result<HashMap<String, f64>> {
+    let threads: usize = conn
+        .prepare_cached("SELECT count(DISTINCT thread) FROM turns WHERE scope_id = ?1")
+        .and_then(|mut s| s.query_row(params![scope], |r| r.get::<_, i64>(0)))
+        .map_err(db_error)? as usize;
+    let mut holding = Vec::new();
+    for phrase in query_phrases(&scope_tag(scope), query) {
+        let term = phrase
+            .trim_matches('"')
+            .trim_start_matches(&scope_tag(scope));
+        if term_documents(conn, counts, scope, term)? > POSTINGS_BUDGET {
+            continue;
+        }
+        let mut of_term = Vec::new();
+        conn.prepare_cached(
+            "SELECT DISTINCT t.thread FROM recall_index CROSS JOIN turns AS t
+                 ON t.id = recall_index.rowid
+             WHERE recall_index MATCH ?1 AND recall_index.rowid > 0 AND t.scope_id = ?2",
+        )
+        .and_then(|mut s| {
+            let mut rows = s.query(params![phrase, scope])?;
+            while let Some(r) = rows.next()? {
+                of_term.push(r.get::<_, String>(0)?);
+            }
+            Ok(())
+        })
+        .map_err(db_error)?;
+        holding.push(of_term);
+    }
+    Ok(thread_match_scores(&holding, threads))
+}
+
+/// [`thread_matches`]' arithmetic: `holding` lists, per query term, the
+/// threads holding it; a thread scores the sum over its terms of
+/// `ln(1 + threads / threads holding the term)` (a term every thread holds
+/// says little about which conversation is asked about).
+pub fn thread_match_scores(holding: &[Vec<String>], threads: usize) -> HashMap<String, f64> {
+    let mut scores: HashMap<String, f64> = HashMap::new();
+    for of_term in holding.iter().filter(|t| !t.is_empty()) {
+        let rarity = (1.0 + threads.max(of_term.len()) as f64 / of_term.len() as f64).ln();
+        for thread in of_term {
+            *scores.entry(thread.clone()).or_default() += rarity;
+        }
+    }
+    scores
+}
+
 /// A candidate before its text is read: its score and, for a turn, where
 /// it sits (what neighbour smoothing needs). Only the final `top_k` are
 /// read in full.
@@ -923,6 +1004,38 @@ mod tests {
     use crate::config::LocalConfig;
     use crate::store::MemoryStore;
     use memgate_core::{Caller, CaptureKind, CaptureRequest, Message};
+
+    #[test]
+    fn term_documents_and_thread_matches_read_the_scopes_postings() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
+        let user = Caller::new("u");
+        let threads = [
+            ("a", ["our tent by the lake", "a long hike"]),
+            ("b", ["the tent leaked", "rainy weather"]),
+            ("c", ["pottery class", "wet clay"]),
+        ];
+        for (thread, texts) in threads {
+            capture_texts(&store, &user, thread, &texts);
+        }
+        store
+            .read(|conn| {
+                let scope = crate::scope::ScopeKey::of(&user).find(conn)?.unwrap();
+                let documents = |t| term_documents(conn, &store.common_terms, scope, t);
+                assert_eq!(documents("tent")?, 2);
+                assert_eq!(documents("lake")?, 1);
+                assert_eq!(documents("volcano")?, 0);
+                let got = thread_matches(conn, &store.common_terms, scope, "a tent at the lake")?;
+                // "tent" in a and b, "lake" in a, of three threads.
+                let held = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect();
+                let want = thread_match_scores(&[held(&["a", "b"]), held(&["a"])], 3);
+                assert_eq!(got, want);
+                assert!(got["a"] > got["b"] && !got.contains_key("c"));
+                Ok(())
+            })
+            .unwrap();
+    }
 
     /// Every statement of a recall is prepared once per connection and then
     /// reused: a re-prepare on every call (what a bound LIMIT, or a bound
