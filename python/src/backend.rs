@@ -8,7 +8,7 @@
 
 use crate::convert;
 use crate::errors;
-use crate::runtime::runtime;
+use crate::runtime::{attached, runtime};
 use memgate_assembly::{
     AssembledBackend, BackendSetup, Deadlines, ManagerClass, MemoryConfig, Operation, Ticket,
 };
@@ -77,7 +77,7 @@ impl KeepHook {
         let Some(hook) = hook.as_ref() else {
             return false;
         };
-        Python::try_attach(|py| {
+        attached(|py| {
             let hook = hook.bind(py);
             let verdict = convert::to_py(py, &Value::Object(kwargs.clone()))
                 .and_then(|arg| hook.call1((arg,)))
@@ -200,7 +200,7 @@ impl Begun {
             Ok(None) => {}
             Err(err) => return backend.soften_write_deadline(Err(err)),
         }
-        let messages = Python::try_attach(|py| {
+        let messages = attached(|py| {
             convert::messages(transcript.bind(py))
                 .map_err(|e| MemoryError::invalid("messages", e.value(py).to_string()))
         })
@@ -523,7 +523,7 @@ impl Backend {
         let answering = self.inner.admit().map_err(errors::to_py)?;
         runtime().spawn(async move {
             let ended = outcome(task).await;
-            Python::try_attach(|py| {
+            attached(|py| {
                 let args = match &ended {
                     Ok(report) => (None, None, Some(report_tuple(report))),
                     Err(err) => (Some(err.code()), Some(err.to_string()), None),
@@ -561,7 +561,7 @@ impl Backend {
                 let (code, message) = (err.code(), err.to_string());
                 tracing::error!(code, "background capture failed: {message}");
                 if let Some(report_to) = report_to {
-                    Python::try_attach(|py| {
+                    attached(|py| {
                         if let Err(e) = report_to.bind(py).call1((code, message)) {
                             e.write_unraisable(py, Some(report_to.bind(py)));
                         }

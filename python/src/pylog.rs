@@ -5,6 +5,7 @@
 //! Only INFO and above are forwarded. Events carry no user text and no
 //! secrets (the backends guarantee it). Spans are not tracked.
 
+use crate::runtime::attached;
 use pyo3::prelude::*;
 use std::fmt::Write as _;
 use tracing::field::{Field, Visit};
@@ -79,7 +80,7 @@ impl Subscriber for PythonLogging {
         let name = logger_name(meta.target());
         let level = python_level(meta.level());
         // Never block on or fail because of logging (e.g. at interpreter exit).
-        Python::try_attach(|py| {
+        attached(|py| {
             let logged = py
                 .import("logging")
                 .and_then(|logging| logging.call_method1("getLogger", (name,)))
