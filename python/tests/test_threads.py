@@ -77,6 +77,27 @@ CASES = {
         assert len(made["m"].get_memory(user_id="alice")["facts"]) == 20
         made["m"].close()
     """,
+    # A host callback that waits on the thread memgate calls it from (the
+    # runtime's) must not stall memgate's other work: the first capture's
+    # callback waits until a second capture has ended.
+    "a_waiting_callback_does_not_stall_other_work": """
+        from memgate.deerflow import LocalMemoryManager
+        m = LocalMemoryManager.from_config({"storage_path": tempfile.mkdtemp()})
+        backend = m._native_backend
+        entered, second_ended, waited = threading.Event(), threading.Event(), []
+        def first(code, message, report):
+            entered.set()
+            waited.append(second_ended.wait(20))
+        def second(code, message, report):
+            second_ended.set()
+        said = [{"type": "human", "content": "I like green tea", "id": "m1"}]
+        backend.capture_then("t1", said, first, "alice", None, "after_turn", None)
+        assert entered.wait(20)
+        backend.capture_then("t2", said, second, "alice", None, "after_turn", None)
+        assert second_ended.wait(20), "the second capture stalled behind the first one's callback"
+        m.close()
+        assert waited == [True]
+    """,
 }
 
 
