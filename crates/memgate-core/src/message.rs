@@ -11,6 +11,7 @@
 use crate::{MemoryError, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::fmt;
 
 /// The role of a message, spelled as the host spelled it (`human`, `user`,
@@ -18,7 +19,7 @@ use std::fmt;
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
-pub struct Role(String);
+pub struct Role(Cow<'static, str>);
 
 /// What a role means, whatever its spelling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -30,21 +31,34 @@ pub enum RoleKind {
     Other,
 }
 
+/// The spellings hosts send on nearly every message: a role read with one
+/// of these holds it without an allocation.
+const COMMON_SPELLINGS: &[&str] = &["human", "ai", "tool", "system", "user", "assistant"];
+
 impl Role {
     pub fn new(spelling: impl Into<String>) -> Self {
-        Self(spelling.into())
+        Self(Cow::Owned(spelling.into()))
+    }
+
+    /// The role spelled `spelling`, read from a host: a common spelling is
+    /// held without copying it (a transcript converts one per message).
+    pub fn spelled(spelling: &str) -> Self {
+        match COMMON_SPELLINGS.iter().find(|common| **common == spelling) {
+            Some(common) => Self(Cow::Borrowed(common)),
+            None => Self::new(spelling),
+        }
     }
     pub fn human() -> Self {
-        Self::new("human")
+        Self::spelled("human")
     }
     pub fn ai() -> Self {
-        Self::new("ai")
+        Self::spelled("ai")
     }
     pub fn tool() -> Self {
-        Self::new("tool")
+        Self::spelled("tool")
     }
     pub fn system() -> Self {
-        Self::new("system")
+        Self::spelled("system")
     }
 
     pub fn as_str(&self) -> &str {
@@ -52,7 +66,7 @@ impl Role {
     }
 
     pub fn kind(&self) -> RoleKind {
-        match self.0.as_str() {
+        match self.as_str() {
             "human" | "user" | "HumanMessageChunk" => RoleKind::Human,
             "ai" | "assistant" | "AIMessageChunk" => RoleKind::Ai,
             "tool" | "function" | "ToolMessageChunk" => RoleKind::Tool,
@@ -237,7 +251,7 @@ impl TryFrom<RawMessage> for Message {
         };
         Ok(Message {
             id,
-            role: Role(role),
+            role: Role(Cow::Owned(role)),
             content: raw.content.unwrap_or_default(),
             tool_calls: raw.tool_calls.unwrap_or_default(),
             tool_call_id: raw.tool_call_id.or(raw.tool_id),
@@ -468,6 +482,28 @@ fn looks_like_jsonl(text: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_role_spelled_by_a_host_is_the_role_of_that_spelling() {
+        for spelling in [
+            "human",
+            "ai",
+            "tool",
+            "system",
+            "user",
+            "assistant",
+            "function",
+            "AIMessageChunk",
+            "critic",
+            "",
+        ] {
+            let spelled = Role::spelled(spelling);
+            assert_eq!(spelled, Role::new(spelling));
+            assert_eq!(spelled.as_str(), spelling);
+            assert_eq!(spelled.kind(), Role::new(spelling).kind());
+            assert_eq!(serde_json::to_value(&spelled).unwrap(), json!(spelling));
+        }
+    }
 
     #[test]
     fn parses_langchain_and_dict_shapes() {
