@@ -76,9 +76,10 @@ pub struct CapturePlan {
     /// The running digest at the matched prefix (`start`): batch
     /// boundaries and the whole transcript are digested from there.
     prefix: Option<SequenceHasher>,
-    /// The digest of the whole transcript, once computed (the intent's last
-    /// batch and the completed cursor name the same prefix).
-    whole_digest: OnceLock<String>,
+    /// The running digest of the whole transcript, once computed (the
+    /// intent's last batch and the completed cursor name the same prefix,
+    /// and the cursor keeps its state): one pass over the signatures.
+    whole: OnceLock<SequenceHasher>,
     /// The whole transcript's [`HeadFingerprint`], which the completed
     /// cursor records for its prefix; `None`: not known here.
     fingerprint: Option<String>,
@@ -116,7 +117,7 @@ impl CapturePlan {
             start,
             pending,
             prefix,
-            whole_digest: OnceLock::new(),
+            whole: OnceLock::new(),
             fingerprint: None,
         }
     }
@@ -134,10 +135,9 @@ impl CapturePlan {
         running
     }
 
-    fn whole_digest(&self) -> String {
-        self.whole_digest
-            .get_or_init(|| self.running_to(self.signatures.len()).digest())
-            .clone()
+    fn whole(&self) -> &SequenceHasher {
+        self.whole
+            .get_or_init(|| self.running_to(self.signatures.len()))
     }
 
     fn pending_signatures(&self, count: usize) -> Vec<&str> {
@@ -151,7 +151,7 @@ impl CapturePlan {
     /// none): the prefix is the whole transcript.
     /// With the transcript's fingerprint known, the cursor records it.
     pub fn completed(&self, cursor: &TranscriptCursor, max_seen: usize) -> TranscriptCursor {
-        let whole = (self.signatures.len() as u64, self.whole_digest());
+        let whole = (self.signatures.len() as u64, self.whole().digest());
         let next = cursor.advanced_to(
             Some(whole),
             &self.pending_signatures(self.pending.len()),
@@ -159,9 +159,7 @@ impl CapturePlan {
             false,
         );
         match &self.fingerprint {
-            Some(fingerprint) => {
-                next.with_prefix_head(fingerprint.clone(), &self.running_to(self.signatures.len()))
-            }
+            Some(fingerprint) => next.with_prefix_head(fingerprint.clone(), self.whole()),
             None => next,
         }
     }
@@ -209,7 +207,7 @@ impl CapturePlan {
                         running.absorb(&self.signatures[running.absorbed()..start + inputs]);
                         let digest = running.digest();
                         if running.absorbed() == self.signatures.len() {
-                            let _ = self.whole_digest.set(digest.clone());
+                            let _ = self.whole.set(running.clone());
                         }
                         Some(digest)
                     })
