@@ -21,6 +21,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use pyo3::Borrowed;
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Nesting deeper than this is refused (a self-referencing list would
 /// otherwise never end; `json.dumps` refuses it too).
@@ -214,8 +215,12 @@ impl<'py> Fields<'py> {
         if let Ok(dict) = value.cast::<PyDict>() {
             return Self::from_dict(dict);
         }
+        if let Some(dict) = instance_dict(value) {
+            return Self::from_dict(&dict);
+        }
         match value.getattr_opt(intern!(value.py(), "__dict__"))? {
             Some(attrs) if attrs.is_instance_of::<PyDict>() => {
+                note_instance_dict(value, &attrs);
                 Self::from_dict(attrs.cast::<PyDict>()?)
             }
             _ => Self::from_attributes(value),
@@ -291,6 +296,66 @@ impl<'py> Fields<'py> {
     }
 }
 
+/// Types whose objects' `__dict__` attribute is their instance dict, the
+/// one `PyObject_GenericGetDict` returns (seen to be the same object on one
+/// object of the type): LangChain's message classes. Reading it directly
+/// skips the attribute lookup through the type's bases on every message.
+/// A type listed here is kept alive for good (its reference is never
+/// released), so its address never names another type.
+static INSTANCE_DICT_TYPES: [AtomicPtr<ffi::PyTypeObject>; 16] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; 16];
+
+/// The instance dict of an object of a listed type.
+fn instance_dict<'py>(value: &Bound<'py, PyAny>) -> Option<Bound<'py, PyDict>> {
+    // SAFETY: `value` is a live object and the GIL is held.
+    let kind = unsafe { ffi::Py_TYPE(value.as_ptr()) };
+    if !INSTANCE_DICT_TYPES
+        .iter()
+        .any(|listed| listed.load(Ordering::Acquire) == kind)
+    {
+        return None;
+    }
+    generic_dict(value)?.cast_into::<PyDict>().ok()
+}
+
+/// `PyObject_GenericGetDict(value)`, or `None` (its error dropped) when the
+/// object has none.
+fn generic_dict<'py>(value: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    let py = value.py();
+    // SAFETY: `value` is live and the GIL is held; a non-null result is a
+    // new reference, which `from_owned_ptr` takes over.
+    let dict = unsafe { ffi::PyObject_GenericGetDict(value.as_ptr(), std::ptr::null_mut()) };
+    if dict.is_null() {
+        drop(PyErr::take(py));
+        return None;
+    }
+    Some(unsafe { Bound::from_owned_ptr(py, dict) })
+}
+
+/// Lists `value`'s type when the `__dict__` its attribute lookup gave is
+/// the instance dict itself.
+fn note_instance_dict(value: &Bound<'_, PyAny>, attrs: &Bound<'_, PyAny>) {
+    if !generic_dict(value).is_some_and(|dict| dict.is(attrs)) {
+        return;
+    }
+    // SAFETY: as in `instance_dict`.
+    let kind = unsafe { ffi::Py_TYPE(value.as_ptr()) };
+    for listed in &INSTANCE_DICT_TYPES {
+        match listed.compare_exchange(
+            std::ptr::null_mut(),
+            kind,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: the type is live (`value` is one of its objects); the
+            // reference taken here is never released.
+            Ok(_) => return unsafe { ffi::Py_IncRef(kind.cast()) },
+            Err(other) if other == kind => return,
+            Err(_) => {}
+        }
+    }
+}
+
 /// Content as read: a string in place, or converted.
 enum ContentRead<'a> {
     Text(&'a str),
@@ -332,7 +397,7 @@ fn optional_str<'a>(value: &'a Option<Bound<'_, PyAny>>, field: &str) -> PyResul
 /// `additional_kwargs` reads as empty.
 pub fn message(value: &Bound<'_, PyAny>) -> PyResult<Message> {
     let fields = Fields::read(value)?;
-    let role = fields.role()?.to_owned();
+    let role = fields.role()?;
     let id = fields.id()?.map(Cow::into_owned);
     let content = fields.content()?.into_owned();
     let tool_calls = fields.tool_calls()?;
@@ -345,7 +410,7 @@ pub fn message(value: &Bound<'_, PyAny>) -> PyResult<Message> {
     };
     Ok(Message {
         id,
-        role: Role::new(role),
+        role: Role::spelled(role),
         content,
         tool_calls,
         tool_call_id: fields.tool_call_id()?.map(str::to_owned),

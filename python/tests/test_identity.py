@@ -118,6 +118,27 @@ def test_conversion_is_faithful_for_every_message_shape():
         assert memgate.message_signature(m) == python_signature(m), m
 
 
+def test_an_object_is_read_through_what_its_dict_attribute_answers_every_time():
+    """The instance dict is read directly only for types whose ``__dict__``
+    attribute is that dict; a type that answers something else is read
+    through the attribute on every object, not only the first."""
+
+    class Shadowed:
+        def __init__(self):
+            self.type, self.content, self.id = "human", "instance text", "x1"
+
+        @property
+        def __dict__(self):
+            return {"type": "human", "content": "attribute text", "id": "x1"}
+
+    expected = python_signature({"type": "human", "content": "attribute text", "id": "x1"})
+    for _ in range(3):
+        assert memgate.message_signature(Shadowed()) == expected
+    for _ in range(3):
+        assert memgate.message_signature(H1) == python_signature(H1)
+        assert memgate.message_signature(A_TOOL) == python_signature(A_TOOL)
+
+
 def test_values_json_cannot_hold_become_their_str():
     class Opaque:
         def __str__(self):
