@@ -16,7 +16,8 @@ import sys
 PHASES = [
     ("python GC (left out)", ["gc_collect_main"]),
     ("reading LangChain objects", ["_native::convert"]),
-    ("signing (SHA-256, canonical JSON)", ["sign_all", "message_signature", "SequenceHasher", "sequence_digest"]),
+    ("signing (SHA-256, canonical JSON)", ["sign_all", "message_signature", "signature_of", "SequenceHasher",
+                                           "sequence_digest", "HeadFingerprint", "Transcript::with_head"]),
     ("redaction", ["redact"]),
     ("payload building", ["to_payload"]),
     ("cursor save (JSON, write, fsync, rename)", ["save_cursor", "to_json<"]),
