@@ -9,7 +9,7 @@
 //! One worker: the work on it is I/O (requests, their answers) and the
 //! capture steps spawned to outlive a caller, while sync calls do their own
 //! CPU work on the calling thread. A second worker cost a first capture of
-//! 1,000 messages 9-14% more CPU (measured through `testkit/capture-cost`):
+//! 1,000 messages 9-15% more CPU (measured through `testkit/capture-cost`):
 //! every answer the I/O driver hands to a task woke the parked sibling to
 //! look for work. With one worker nothing may block it, so Rust code on a
 //! runtime thread reaches Python only through [`attached`].

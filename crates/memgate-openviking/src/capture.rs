@@ -272,10 +272,6 @@ struct Whole<'a> {
 }
 
 impl<'a> Whole<'a> {
-    fn slot(&mut self, index: usize) -> Option<&mut Option<Cow<'a, Message>>> {
-        self.messages.get_mut(index.checked_sub(self.from)?)
-    }
-
     fn holds(&self, index: usize) -> bool {
         index
             .checked_sub(self.from)
@@ -284,7 +280,7 @@ impl<'a> Whole<'a> {
 
     /// The message at `index`, taken out (each is prepared once).
     fn take(&mut self, index: usize) -> Option<Cow<'a, Message>> {
-        self.slot(index)?.take()
+        self.messages.get_mut(index.checked_sub(self.from)?)?.take()
     }
 }
 
