@@ -20,6 +20,7 @@
 //!   whatever its body (the server accepted it).
 
 use crate::config::ApiKey;
+use crate::payload::WireMessage;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use reqwest::{Method, StatusCode, Url};
@@ -270,20 +271,24 @@ impl OpenVikingClient {
 
     /// `POST /api/v1/sessions/{id}/messages/batch` (at most 100 messages):
     /// typed payloads from a capture, queued `Value`s from the outbox.
-    pub async fn add_messages<M: serde::Serialize + Sync>(
+    pub async fn add_messages<M: WireMessage + Sync>(
         &self,
         peer: &str,
         session_id: &str,
         messages: &[M],
     ) -> Result<Value, WireError> {
-        #[derive(serde::Serialize)]
-        struct Batch<'a, M> {
-            messages: &'a [M],
-        }
         // Sized for a typical message, so the body is not regrown a dozen
         // times on its way to tens of KiB.
-        let mut body = Vec::with_capacity(512 * messages.len() + 16);
-        serde_json::to_writer(&mut body, &Batch { messages }).unwrap_or_default();
+        let mut body = String::with_capacity(512 * messages.len() + 16);
+        body.push_str("{\"messages\":[");
+        for (i, message) in messages.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            message.write_wire(&mut body);
+        }
+        body.push_str("]}");
+        let body = body.into_bytes();
         self.send(Call {
             name: "message batch",
             kind: Kind::Write,

@@ -17,10 +17,10 @@
 //! its parts (text, tool ids, names, inputs and outputs) with typed
 //! placeholders.
 
+use memgate_core::canonical_json::write_json_string;
 use memgate_core::message::truthy;
 use memgate_core::redaction::redact_json_strings;
 use memgate_core::{Content, Message, Redactor, RoleKind, ToolCall};
-use serde::ser::{Serialize, SerializeStruct, Serializer};
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -65,9 +65,9 @@ fn blocks_text(blocks: &[Value]) -> String {
 
 /// One OpenViking session message as it goes on the wire. Typed instead of
 /// a `serde_json::Value` tree (no map per message and part to build, walk
-/// and drop); fields serialize in sorted key order, so the body is byte for
-/// byte what the same message as a `Value` serializes to (the outbox's
-/// queued form, [`SessionMessage::to_value`]).
+/// and drop), and written by [`WireMessage::write_wire`] with the eight-bytes
+/// at a time escape scan signing uses: a capture's bodies hold every message's
+/// text, and escaping them byte by byte was a visible share of its CPU.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionMessage {
     pub parts: Vec<Part>,
@@ -98,41 +98,54 @@ pub enum Part {
     },
 }
 
-impl Serialize for SessionMessage {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let len = 2 + usize::from(self.peer_id.is_some());
-        let mut map = serializer.serialize_struct("SessionMessage", len)?;
-        map.serialize_field("parts", &self.parts)?;
-        match &self.peer_id {
-            Some(peer) => map.serialize_field("peer_id", &**peer)?,
-            None => map.skip_field("peer_id")?,
+/// A message as a batch body holds it: compact JSON with sorted keys, the
+/// bytes `serde_json` writes for the same message as a `Value` (so a queued
+/// copy in the outbox goes out exactly as a direct send would).
+pub trait WireMessage {
+    /// Appends the message's JSON to `body`.
+    fn write_wire(&self, body: &mut String);
+}
+
+impl WireMessage for SessionMessage {
+    fn write_wire(&self, body: &mut String) {
+        body.push_str("{\"parts\":[");
+        for (i, part) in self.parts.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            part.write_wire(body);
         }
-        map.serialize_field("role", self.role)?;
-        map.end()
+        body.push(']');
+        if let Some(peer) = &self.peer_id {
+            body.push_str(",\"peer_id\":");
+            write_json_string(body, peer);
+        }
+        body.push_str(",\"role\":");
+        write_json_string(body, self.role);
+        body.push('}');
     }
 }
 
-impl Serialize for Part {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl Part {
+    fn write_wire(&self, body: &mut String) {
         match self {
             Part::Text { text } => {
-                let mut part = serializer.serialize_struct("Part", 2)?;
-                part.serialize_field("text", text)?;
-                part.serialize_field("type", "text")?;
-                part.end()
+                body.push_str("{\"text\":");
+                write_json_string(body, text);
+                body.push_str(",\"type\":\"text\"}");
             }
             Part::ToolCall {
                 tool_id,
                 tool_name,
                 tool_input,
             } => {
-                let mut part = serializer.serialize_struct("Part", 5)?;
-                part.serialize_field("tool_id", tool_id)?;
-                part.serialize_field("tool_input", tool_input)?;
-                part.serialize_field("tool_name", tool_name)?;
-                part.serialize_field("tool_status", "pending")?;
-                part.serialize_field("type", "tool")?;
-                part.end()
+                body.push_str("{\"tool_id\":");
+                write_json_string(body, tool_id);
+                body.push_str(",\"tool_input\":");
+                body.push_str(&tool_input.to_string());
+                body.push_str(",\"tool_name\":");
+                write_json_string(body, tool_name);
+                body.push_str(",\"tool_status\":\"pending\",\"type\":\"tool\"}");
             }
             Part::ToolResult {
                 tool_id,
@@ -140,23 +153,35 @@ impl Serialize for Part {
                 tool_output,
                 failed,
             } => {
-                let mut part = serializer.serialize_struct("Part", 5)?;
-                part.serialize_field("tool_id", tool_id)?;
-                part.serialize_field("tool_name", tool_name)?;
-                part.serialize_field("tool_output", tool_output)?;
-                let status = if *failed { "error" } else { "completed" };
-                part.serialize_field("tool_status", status)?;
-                part.serialize_field("type", "tool")?;
-                part.end()
+                body.push_str("{\"tool_id\":");
+                write_json_string(body, tool_id);
+                body.push_str(",\"tool_name\":");
+                write_json_string(body, tool_name);
+                body.push_str(",\"tool_output\":");
+                write_json_string(body, tool_output);
+                body.push_str(if *failed {
+                    ",\"tool_status\":\"error\",\"type\":\"tool\"}"
+                } else {
+                    ",\"tool_status\":\"completed\",\"type\":\"tool\"}"
+                });
             }
         }
+    }
+}
+
+/// A queued payload (the outbox's form) is written as `serde_json` writes it.
+impl WireMessage for Value {
+    fn write_wire(&self, body: &mut String) {
+        body.push_str(&self.to_string());
     }
 }
 
 impl SessionMessage {
     /// The message as a JSON value (what the outbox queues).
     pub fn to_value(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
+        let mut text = String::new();
+        self.write_wire(&mut text);
+        serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 }
 
@@ -429,14 +454,64 @@ mod tests {
         for m in &messages {
             let typed = to_payload(m, " research ").unwrap();
             let value = typed.to_value();
-            assert_eq!(serde_json::to_string(&typed).unwrap(), value.to_string());
+            assert_eq!(wire(&typed), value.to_string());
             assert_eq!(value["peer_id"], "research");
         }
         let no_peer = to_payload(&Message::human("x"), "  ").unwrap();
         assert_eq!(
-            serde_json::to_string(&no_peer).unwrap(),
+            wire(&no_peer),
             r#"{"parts":[{"text":"x","type":"text"}],"role":"user"}"#
         );
+    }
+
+    fn wire(message: &SessionMessage) -> String {
+        let mut body = String::new();
+        message.write_wire(&mut body);
+        body
+    }
+
+    #[test]
+    fn the_wire_form_escapes_strings_as_serde_json_does() {
+        // Every byte serde_json escapes, quotes and backslashes, text beyond
+        // ASCII, and runs long enough for the eight-byte scan, in every
+        // string field of every part kind.
+        let mut samples: Vec<String> = (0u8..0x20).map(|b| format!("a{}b", b as char)).collect();
+        samples.extend(
+            [
+                "plain",
+                "",
+                "say \"hi\"",
+                "C:\\path\\x",
+                "caf\u{e9} \u{1f600} \u{7f}",
+                "a long run of plain text before\nthe line break and \"a quote\" at the end\\",
+            ]
+            .map(String::from),
+        );
+        for s in &samples {
+            let message = SessionMessage {
+                parts: vec![
+                    Part::Text { text: s.clone() },
+                    Part::ToolCall {
+                        tool_id: s.clone(),
+                        tool_name: s.clone(),
+                        tool_input: json!({ "q": s, "n": [1, 2.5, null, true] }),
+                    },
+                    Part::ToolResult {
+                        tool_id: s.clone(),
+                        tool_name: s.clone(),
+                        tool_output: s.clone(),
+                        failed: s.len() % 2 == 0,
+                    },
+                ],
+                peer_id: Some(Arc::from(s.as_str())),
+                role: "assistant",
+            };
+            let written = wire(&message);
+            let parsed: Value = serde_json::from_str(&written).unwrap();
+            assert_eq!(parsed["parts"][0]["text"], json!(s));
+            assert_eq!(parsed["parts"][2]["tool_output"], json!(s));
+            assert_eq!(serde_json::to_string(&parsed).unwrap(), written, "{s:?}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! a confirmed batch.
 
 use crate::client::{OpenVikingClient, WireError};
-use crate::payload::SessionMessage;
+use crate::payload::{SessionMessage, WireMessage};
 use serde_json::Value;
 
 /// The server's per-batch message limit.
@@ -22,11 +22,11 @@ pub struct Prepared {
     pub input_end: usize,
 }
 
-/// On the wire a prepared message is its payload, so batches are sent
+/// On the wire a prepared message is its payload, so batches are written
 /// straight from the prepared list (no copy of the payloads).
-impl serde::Serialize for Prepared {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.payload.serialize(serializer)
+impl WireMessage for Prepared {
+    fn write_wire(&self, body: &mut String) {
+        self.payload.write_wire(body);
     }
 }
 
