@@ -301,10 +301,29 @@ fn session_dense_variants() -> Vec<DenseVariant> {
                     .coverage_by_session_dense(coverage));
             }
         }
-        for weight in [0.25, 0.5] {
-            add(evidence_and_coverage(0.5, 0.5).session_dense(kind, weight));
+        // Under session 7's spreading: every one-step neighbour of each
+        // setting, in both weights and in the spreading.
+        for weight in [0.1, 0.25, 0.35, 0.5] {
+            for (evidence, coverage) in [(0.4, 0.4), (0.5, 0.5), (0.5, 0.6), (0.6, 0.6)] {
+                add(evidence_and_coverage(evidence, coverage).session_dense(kind, weight));
+            }
         }
     }
+    for k in [2, 5] {
+        add(evidence_and_coverage(0.5, 0.5).session_dense(TopTurns(k), 0.25));
+    }
+    for coverage in [0.5, 0.75] {
+        add(Rerank::NONE
+            .thread_evidence(ThreadEvidence::Best, 0.5)
+            .session_dense(TopTurns(3), 0.25)
+            .coverage_by_session_dense(coverage));
+    }
+    add(evidence_and_coverage(0.5, 0.5)
+        .lexical_feedback(1, 10, 0.33)
+        .session_dense(TopTurns(3), 0.25));
+    add(evidence_and_coverage(0.5, 0.5)
+        .thread_match(0.25)
+        .session_dense(TopTurns(3), 0.25));
     let fed_back = Rerank::NONE.lexical_feedback(1, 10, 0.33);
     for weight in [0.25, 0.5] {
         for coverage in [0.0, 0.25, 0.5] {
