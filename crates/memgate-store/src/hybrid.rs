@@ -39,6 +39,9 @@ use std::time::Instant;
 
 pub use crate::fusion::{Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS, RRF_K};
 
+/// The dense side's nearest items, best first, with their cosine.
+type DensePool = Vec<(i64, f32)>;
+
 /// A query's vector, or `None` when recall stays lexical; possibly still
 /// being embedded on its own thread until [`QueryVector::vector`] is asked.
 pub struct QueryVector {
@@ -337,7 +340,7 @@ impl MemoryStore {
         (limit, prefilter): (usize, usize),
         fusion: Fusion,
         category: Option<&str>,
-    ) -> Result<(Vec<Ranked>, Vec<(i64, f32)>)> {
+    ) -> Result<(Vec<Ranked>, DensePool)> {
         let (dense, similarity) =
             self.nearest_items_with(conn, scope, q, limit, lexical_items, prefilter)?;
         let mut fused = fuse(lexical, &dense, &similarity, fusion);
