@@ -831,6 +831,11 @@ mod tests {
         assert_eq!(cited(&kept), ["turn_1", "turn_2", "turn_3"]);
     }
 
+    /// Scores by thread name.
+    fn by_thread(scores: &[(&str, f64)]) -> HashMap<String, f64> {
+        scores.iter().map(|(t, s)| ((*t).to_owned(), *s)).collect()
+    }
+
     #[test]
     fn session_dense_by_top_turns_averages_a_threads_best_pooled_cosines() {
         // Pool: a holds items 1-3, b item 4, c item 7 (no dense cosine).
@@ -860,20 +865,14 @@ mod tests {
             in_thread(2, 0.9, "b"),
             in_thread(3, 0.8, "c"),
         ];
-        let scores: HashMap<String, f64> = [("a", 0.75), ("b", 0.5), ("c", 0.25), ("d", 0.9)]
-            .into_iter()
-            .map(|(t, s)| (t.to_owned(), s))
-            .collect();
+        let scores = by_thread(&[("a", 0.75), ("b", 0.5), ("c", 0.25), ("d", 0.9)]);
         let got = unit_scaled(&ranked, &scores);
         // d is not in the pool: neither scaled nor the scale's top.
         assert_eq!(got.len(), 3);
         assert!((got["a"] - 1.0).abs() < 1e-12 && (got["b"] - 0.5).abs() < 1e-12);
         assert_eq!(got["c"], 0.0);
         // Threads that tie say nothing: all 0.
-        let tied: HashMap<String, f64> = [("a", 0.3), ("b", 0.3), ("c", 0.3)]
-            .into_iter()
-            .map(|(t, s)| (t.to_owned(), s))
-            .collect();
+        let tied = by_thread(&[("a", 0.3), ("b", 0.3), ("c", 0.3)]);
         assert!(unit_scaled(&ranked, &tied).values().all(|s| *s == 0.0));
     }
 
@@ -887,10 +886,7 @@ mod tests {
             in_thread(3, 0.7, "b"),
             in_thread(4, 0.7, "c"),
         ];
-        let gains: HashMap<String, f64> = [("a", 1.0), ("b", 0.0), ("c", 1.0)]
-            .into_iter()
-            .map(|(t, s)| (t.to_owned(), s))
-            .collect();
+        let gains = by_thread(&[("a", 1.0), ("b", 0.0), ("c", 1.0)]);
         let cited =
             |r: &[Ranked]| -> Vec<String> { r.iter().map(|r| r.citation.clone()).collect() };
         // Weight 0.5: c's turn counts 0.7 × 1.5 = 1.05 and goes before a's
