@@ -244,7 +244,10 @@ impl MemoryStore {
                 category,
             )
         };
-        let lexical_best = lexical.first().map(|r| r.citation.clone());
+        let lexical_best = lexical
+            .first()
+            .filter(|_| rerank.lexical_feedback_from_both_sides)
+            .map(|r| r.citation.clone());
         let (mut ranked, mut dense) = fused_with(q, lexical, &lexical_items)?;
         v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
         if lexical_hits > 0 {
