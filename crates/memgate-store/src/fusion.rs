@@ -130,13 +130,24 @@ pub fn diversify_threads(
 
 /// Thread coverage (an evaluated variant): the top `top_k` are picked
 /// one at a time, a candidate whose thread has no turn picked yet counting
-/// `(1 + weight)` × its score. The gain of covering a new thread is in
-/// proportion to its own evidence, where [`diversify_threads`] takes the
-/// same amount from every later turn of a covered thread whatever its
-/// score. `ranked` is every fused candidate, best first.
-pub fn cover_threads(ranked: Vec<Ranked>, weight: f64, top_k: usize) -> Vec<Ranked> {
+/// `(1 + weight × gain)` × its score, `gain` being its thread's in `gains`
+/// (in [0, 1], e.g. [`unit_scaled`] session dense scores, so the coverage
+/// places go to the sessions most like the question) or 1 without
+/// `gains`. The gain of covering a new thread is in proportion to its own
+/// evidence, where [`diversify_threads`] takes the same amount from every
+/// later turn of a covered thread whatever its score. `ranked` is every
+/// fused candidate, best first.
+pub fn cover_threads(
+    ranked: Vec<Ranked>,
+    weight: f64,
+    top_k: usize,
+    gains: Option<&HashMap<String, f64>>,
+) -> Vec<Ranked> {
     pick_by_thread(ranked, top_k, |r, _, picked| match (&r.origin, picked) {
-        (crate::ranking::Origin::Turn { .. }, 0) => r.score * (1.0 + weight),
+        (crate::ranking::Origin::Turn { thread, .. }, 0) => {
+            let gain = gains.map_or(1.0, |g| g.get(thread).copied().unwrap_or(0.0));
+            r.score * (1.0 + weight * gain)
+        }
         _ => r.score,
     })
 }
@@ -208,6 +219,17 @@ pub struct Rerank {
     pub lexical_feedback: (usize, usize, f64),
     /// [`add_thread_match`] weight (0: off).
     pub thread_match: f64,
+    /// Session dense score: how a thread's score is read and the weight
+    /// each of its pooled turns gains of it, unit-scaled ([`unit_scaled`],
+    /// added by [`add_thread_match`]; 0: off).
+    pub session_dense: (SessionDense, f64),
+    /// Thread coverage's gain per thread ([`cover_threads`]): the same for
+    /// every thread, or its unit-scaled session dense score.
+    pub coverage_by_session_dense: bool,
+    /// Lexical feedback's documents: the best fused hits (false), or the
+    /// lexical list's best hit and the dense side's nearest item (one
+    /// document when they are the same turn).
+    pub lexical_feedback_from_both_sides: bool,
 }
 
 impl Rerank {
@@ -219,7 +241,42 @@ impl Rerank {
         coverage: 0.0,
         lexical_feedback: (0, 0, 0.0),
         thread_match: 0.0,
+        session_dense: (SessionDense::Centroid, 0.0),
+        coverage_by_session_dense: false,
+        lexical_feedback_from_both_sides: false,
     };
+
+    /// True when a thread's session dense score is needed.
+    pub const fn needs_session_dense(&self) -> bool {
+        self.session_dense.1 > 0.0 || (self.coverage > 0.0 && self.coverage_by_session_dense)
+    }
+
+    pub const fn session_dense(self, kind: SessionDense, weight: f64) -> Self {
+        Self {
+            session_dense: (kind, weight),
+            ..self
+        }
+    }
+
+    /// [`Self::coverage`] with the session dense score (of
+    /// [`Self::session_dense`]'s kind) as each thread's gain.
+    pub const fn coverage_by_session_dense(self, weight: f64) -> Self {
+        Self {
+            coverage: weight,
+            coverage_by_session_dense: true,
+            ..self
+        }
+    }
+
+    /// [`Self::lexical_feedback`] from the lexical and the dense side's
+    /// best hit (the first `hits` is 1 or 2 documents whatever is given).
+    pub const fn lexical_feedback_from_both_sides(self, terms: usize, weight: f64) -> Self {
+        Self {
+            lexical_feedback: (1, terms, weight),
+            lexical_feedback_from_both_sides: true,
+            ..self
+        }
+    }
 
     pub const fn thread_match(self, weight: f64) -> Self {
         Self {
@@ -269,12 +326,21 @@ impl std::fmt::Display for Rerank {
         let mut parts = Vec::new();
         if self.lexical_feedback.0 > 0 {
             let (hits, terms, weight) = self.lexical_feedback;
+            let of = if self.lexical_feedback_from_both_sides {
+                "the lexical and the dense best hit".to_owned()
+            } else {
+                format!("the top {hits}")
+            };
             parts.push(format!(
-                "lexical feedback: {terms} terms of the top {hits}, weight {weight}"
+                "lexical feedback: {terms} terms of {of}, weight {weight}"
             ));
         }
         if self.thread_match > 0.0 {
             parts.push(format!("session term match {}", self.thread_match));
+        }
+        if self.session_dense.1 > 0.0 {
+            let (kind, weight) = self.session_dense;
+            parts.push(format!("session dense ({kind}) {weight}"));
         }
         if self.feedback.0 > 0 {
             parts.push(format!(
@@ -288,7 +354,13 @@ impl std::fmt::Display for Rerank {
                 self.thread_evidence.0, self.thread_evidence.1
             ));
         }
-        if self.coverage > 0.0 {
+        if self.coverage > 0.0 && self.coverage_by_session_dense {
+            let kind = self.session_dense.0;
+            parts.push(format!(
+                "thread coverage {} by session dense ({kind})",
+                self.coverage
+            ));
+        } else if self.coverage > 0.0 {
             parts.push(format!("thread coverage {}", self.coverage));
         }
         match self.diversity {
@@ -517,6 +589,86 @@ pub fn add_thread_match(ranked: &mut [Ranked], matches: &HashMap<String, f64>, w
     });
 }
 
+/// How a thread's (session's) dense score is read: a session-level signal
+/// beside the turns' own cosines (an evaluated variant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionDense {
+    /// The cosine of the query with the thread's centroid, the normalised
+    /// mean of all its turns' vectors (not only the pooled ones): what the
+    /// session as a whole is about.
+    Centroid,
+    /// The mean of the thread's best `k` cosines in the dense pool, each
+    /// missing one counted as the pool's last cosine.
+    TopTurns(usize),
+}
+
+impl std::fmt::Display for SessionDense {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Centroid => f.write_str("centroid"),
+            Self::TopTurns(k) => write!(f, "mean of its top {k} pooled cosines"),
+        }
+    }
+}
+
+/// [`SessionDense::TopTurns`]: per thread of `ranked` (the fused pool), the
+/// mean of its best `k` cosines in `dense` (the dense pool, best first),
+/// the pool's last cosine standing in for each it lacks.
+pub fn top_turn_similarity(
+    ranked: &[Ranked],
+    dense: &[(i64, f32)],
+    k: usize,
+) -> HashMap<String, f64> {
+    let floor = dense.last().map_or(0.0, |d| f64::from(d.1));
+    let cosine: HashMap<i64, f64> = dense.iter().map(|(i, c)| (*i, f64::from(*c))).collect();
+    let mut best: HashMap<String, Vec<f64>> = HashMap::new();
+    for r in ranked {
+        if let crate::ranking::Origin::Turn { thread, .. } = &r.origin {
+            let of_thread = best.entry(thread.clone()).or_default();
+            if let Some(c) = r.item().and_then(|i| cosine.get(&i)) {
+                of_thread.push(*c);
+            }
+        }
+    }
+    best.into_iter()
+        .map(|(thread, mut cosines)| {
+            cosines.sort_by(|a, b| b.total_cmp(a));
+            cosines.resize(k.max(1), floor);
+            let mean = cosines.iter().take(k.max(1)).sum::<f64>() / k.max(1) as f64;
+            (thread, mean)
+        })
+        .collect()
+}
+
+/// `scores` scaled to [0, 1] over the threads of `ranked` (the fused pool):
+/// its best thread 1, its worst 0 (all 0 when they tie), like the dense
+/// side's scale in [`fuse`]. Threads outside the pool are left out: the
+/// scale is the pool's, whatever the scope's size.
+pub fn unit_scaled(ranked: &[Ranked], scores: &HashMap<String, f64>) -> HashMap<String, f64> {
+    let pooled: HashMap<&str, f64> = ranked
+        .iter()
+        .filter_map(|r| match &r.origin {
+            crate::ranking::Origin::Turn { thread, .. } => {
+                Some((thread.as_str(), *scores.get(thread)?))
+            }
+            crate::ranking::Origin::Memory => None,
+        })
+        .collect();
+    let top = pooled.values().copied().fold(f64::MIN, f64::max);
+    let floor = pooled.values().copied().fold(f64::MAX, f64::min);
+    pooled
+        .into_iter()
+        .map(|(thread, s)| {
+            let scaled = if top > floor {
+                (s - floor) / (top - floor)
+            } else {
+                0.0
+            };
+            (thread.to_owned(), scaled)
+        })
+        .collect()
+}
+
 /// Fuses `lexical` (best first) with `dense` (the nearest items best first,
 /// with their cosine); `similarity` holds the cosine of lexical hits that
 /// have a vector.
@@ -668,15 +820,84 @@ mod tests {
             |r: &[Ranked]| -> Vec<String> { r.iter().map(|r| r.citation.clone()).collect() };
         // Weight 0.5: turn 1 counts 1.5 (a new thread); then turn 3 counts
         // 0.7 × 1.5 = 1.05 against turn 2's 0.9 (its thread is covered).
-        let got = cover_threads(ranked.clone(), 0.5, 4);
+        let got = cover_threads(ranked.clone(), 0.5, 4, None);
         assert_eq!(cited(&got), ["turn_1", "turn_3", "turn_2", "turn_4"]);
         let scores: Vec<f64> = got.iter().map(|r| r.score).collect();
         for (got, want) in scores.iter().zip([1.5, 1.05, 0.9, 0.5]) {
             assert!((got - want).abs() < 1e-9, "{scores:?}");
         }
         // Weight 0.2: 0.7 × 1.2 = 0.84 < 0.9, the order stays.
-        let kept = cover_threads(ranked, 0.2, 3);
+        let kept = cover_threads(ranked, 0.2, 3, None);
         assert_eq!(cited(&kept), ["turn_1", "turn_2", "turn_3"]);
+    }
+
+    /// Scores by thread name.
+    fn by_thread(scores: &[(&str, f64)]) -> HashMap<String, f64> {
+        scores.iter().map(|(t, s)| ((*t).to_owned(), *s)).collect()
+    }
+
+    #[test]
+    fn session_dense_by_top_turns_averages_a_threads_best_pooled_cosines() {
+        // Pool: a holds items 1-3, b item 4, c item 7 (no dense cosine).
+        let ranked = vec![
+            in_thread(1, 1.0, "a"),
+            in_thread(2, 0.9, "a"),
+            in_thread(3, 0.8, "a"),
+            in_thread(4, 0.7, "b"),
+            in_thread(7, 0.6, "c"),
+        ];
+        let dense = [(1, 0.9), (4, 0.8), (2, 0.6), (3, 0.4), (6, 0.2)];
+        let got = top_turn_similarity(&ranked, &dense, 2);
+        let near = |t: &str, want: f64| (got[t] - want).abs() < 1e-6;
+        // a: its two best (0.9, 0.6); b: 0.8 and the pool's last 0.2; c:
+        // twice the floor.
+        assert!(
+            near("a", 0.75) && near("b", 0.5) && near("c", 0.2),
+            "{got:?}"
+        );
+        assert_eq!(got.len(), 3);
+    }
+
+    #[test]
+    fn unit_scaled_puts_the_pools_best_thread_at_one_and_its_worst_at_zero() {
+        let ranked = vec![
+            in_thread(1, 1.0, "a"),
+            in_thread(2, 0.9, "b"),
+            in_thread(3, 0.8, "c"),
+        ];
+        let scores = by_thread(&[("a", 0.75), ("b", 0.5), ("c", 0.25), ("d", 0.9)]);
+        let got = unit_scaled(&ranked, &scores);
+        // d is not in the pool: neither scaled nor the scale's top.
+        assert_eq!(got.len(), 3);
+        assert!((got["a"] - 1.0).abs() < 1e-12 && (got["b"] - 0.5).abs() < 1e-12);
+        assert_eq!(got["c"], 0.0);
+        // Threads that tie say nothing: all 0.
+        let tied = by_thread(&[("a", 0.3), ("b", 0.3), ("c", 0.3)]);
+        assert!(unit_scaled(&ranked, &tied).values().all(|s| *s == 0.0));
+    }
+
+    #[test]
+    fn coverage_by_session_dense_gives_the_places_to_the_sessions_most_like_the_question() {
+        // b and c tie on their turns; c's session is like the question (gain
+        // 1), b's is not (gain 0).
+        let ranked = vec![
+            in_thread(1, 1.0, "a"),
+            in_thread(2, 0.9, "a"),
+            in_thread(3, 0.7, "b"),
+            in_thread(4, 0.7, "c"),
+        ];
+        let gains = by_thread(&[("a", 1.0), ("b", 0.0), ("c", 1.0)]);
+        let cited =
+            |r: &[Ranked]| -> Vec<String> { r.iter().map(|r| r.citation.clone()).collect() };
+        // Weight 0.5: c's turn counts 0.7 × 1.5 = 1.05 and goes before a's
+        // second turn (0.9); b's counts 0.7 and is last.
+        let got = cover_threads(ranked.clone(), 0.5, 4, Some(&gains));
+        assert_eq!(cited(&got), ["turn_1", "turn_4", "turn_2", "turn_3"]);
+        assert!((got[1].score - 1.05).abs() < 1e-9 && (got[3].score - 0.7).abs() < 1e-9);
+        // With the same gain for every thread, b's turn (the smaller
+        // citation) takes the coverage place before c's.
+        let flat = cover_threads(ranked, 0.5, 4, None);
+        assert_eq!(cited(&flat), ["turn_1", "turn_3", "turn_4", "turn_2"]);
     }
 
     #[test]

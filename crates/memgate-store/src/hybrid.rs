@@ -21,10 +21,11 @@
 
 use crate::fusion::{
     add_feedback_pass, add_thread_evidence, add_thread_match, cover_threads, diversify_threads,
-    feedback_query, feedback_terms, fuse, Rerank,
+    feedback_query, feedback_terms, fuse, top_turn_similarity, unit_scaled, Rerank, SessionDense,
 };
 use crate::ranking::{
-    candidate_pool, load_item, rank, term_documents, thread_matches, Ranked, POSTINGS_BUDGET,
+    candidate_pool, load_item, rank, term_documents, thread_matches, Placed, Ranked,
+    POSTINGS_BUDGET,
 };
 use crate::store::MemoryStore;
 use crate::vectors::{stored_model, RetrievalStats, PREFILTER_FACTOR};
@@ -37,6 +38,9 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 pub use crate::fusion::{Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS, RRF_K};
+
+/// The dense side's nearest items, best first, with their cosine.
+type DensePool = Vec<(i64, f32)>;
 
 /// A query's vector, or `None` when recall stays lexical; possibly still
 /// being embedded on its own thread until [`QueryVector::vector`] is asked.
@@ -240,14 +244,22 @@ impl MemoryStore {
                 category,
             )
         };
-        let mut ranked = fused_with(q, lexical, &lexical_items)?;
+        let lexical_best = lexical
+            .first()
+            .filter(|_| rerank.lexical_feedback_from_both_sides)
+            .map(|r| r.citation.clone());
+        let (mut ranked, mut dense) = fused_with(q, lexical, &lexical_items)?;
         v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
         if lexical_hits > 0 {
-            let docs: Vec<(f64, &str)> = ranked
-                .iter()
-                .take(lexical_hits)
-                .map(|r| (r.score, r.text.as_str()))
-                .collect();
+            let docs: Vec<(f64, &str)> = if rerank.lexical_feedback_from_both_sides {
+                both_sides_best(&ranked, lexical_best.as_ref(), &dense)
+            } else {
+                ranked
+                    .iter()
+                    .take(lexical_hits)
+                    .map(|r| (r.score, r.text.as_str()))
+                    .collect()
+            };
             let terms = feedback_terms(&docs, query, lexical_terms, POSTINGS_BUDGET, |t| {
                 term_documents(conn, &self.common_terms, scope, t)
             })?;
@@ -262,7 +274,7 @@ impl MemoryStore {
                 )?;
                 let lexical = add_feedback_pass(lexical, second, lexical_weight);
                 let items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
-                ranked = fused_with(q, lexical.clone(), &items)?;
+                (ranked, dense) = fused_with(q, lexical.clone(), &items)?;
                 again = Some((lexical, items));
             }
         }
@@ -273,18 +285,40 @@ impl MemoryStore {
                 .into_iter()
                 .map(|(_, v)| v)
                 .collect();
-            ranked = fused_with(&feedback_query(q, &vectors, weight), lexical, &items)?;
+            (ranked, dense) = fused_with(&feedback_query(q, &vectors, weight), lexical, &items)?;
         }
         if rerank.thread_match > 0.0 {
             let matches = thread_matches(conn, &self.common_terms, scope, query)?;
             add_thread_match(&mut ranked, &matches, rerank.thread_match);
+        }
+        let session_dense = if rerank.needs_session_dense() {
+            let scores = match rerank.session_dense.0 {
+                SessionDense::Centroid => {
+                    let threads: std::collections::HashSet<&str> = ranked
+                        .iter()
+                        .filter_map(|r| r.place())
+                        .map(|(t, _)| t)
+                        .collect();
+                    self.session_centroid_similarity(conn, scope, q, threads)?
+                }
+                SessionDense::TopTurns(k) => top_turn_similarity(&ranked, &dense, k),
+            };
+            Some(unit_scaled(&ranked, &scores))
+        } else {
+            None
+        };
+        if let Some(scaled) = session_dense.as_ref() {
+            add_thread_match(&mut ranked, scaled, rerank.session_dense.1);
         }
         let (evidence, evidence_weight) = rerank.thread_evidence;
         if evidence_weight > 0.0 {
             add_thread_evidence(&mut ranked, evidence, evidence_weight);
         }
         if rerank.coverage > 0.0 {
-            return Ok(cover_threads(ranked, rerank.coverage, top_k));
+            let gains = session_dense
+                .as_ref()
+                .filter(|_| rerank.coverage_by_session_dense);
+            return Ok(cover_threads(ranked, rerank.coverage, top_k, gains));
         }
         let (diversity, head) = rerank.diversity;
         if diversity > 0.0 {
@@ -296,7 +330,8 @@ impl MemoryStore {
 
     /// One dense pass with `q` (`limit` nearest, sign prefilter factor)
     /// fused with `lexical`: every candidate, best first, dense-only hits
-    /// loaded with the same scope and state checks as lexical hits.
+    /// loaded with the same scope and state checks as lexical hits; and the
+    /// dense pool (nearest first, with the cosine).
     #[allow(clippy::too_many_arguments)]
     fn fused_pool(
         &self,
@@ -308,7 +343,7 @@ impl MemoryStore {
         (limit, prefilter): (usize, usize),
         fusion: Fusion,
         category: Option<&str>,
-    ) -> Result<Vec<Ranked>> {
+    ) -> Result<(Vec<Ranked>, DensePool)> {
         let (dense, similarity) =
             self.nearest_items_with(conn, scope, q, limit, lexical_items, prefilter)?;
         let mut fused = fuse(lexical, &dense, &similarity, fusion);
@@ -317,6 +352,28 @@ impl MemoryStore {
                 fused.add(score, r);
             }
         }
-        Ok(fused.ranked(usize::MAX))
+        Ok((fused.ranked(usize::MAX), dense))
     }
+}
+
+/// Lexical feedback's documents from both sides: the lexical list's best
+/// hit, and the dense side's nearest item (found in the fused `ranked`)
+/// when it is another turn, each weighted by its fused score, so the
+/// terms of what the model found reach the lexical side even when the
+/// words of the question led elsewhere.
+fn both_sides_best<'a>(
+    ranked: &'a [Ranked],
+    lexical_best: Option<&String>,
+    dense: &[(i64, f32)],
+) -> Vec<(f64, &'a str)> {
+    let lexical = lexical_best.and_then(|c| ranked.iter().find(|r| &r.citation == c));
+    let nearest = dense
+        .first()
+        .and_then(|(item, _)| ranked.iter().find(|r| r.item() == Some(*item)))
+        .filter(|r| lexical.is_none_or(|l| l.citation != r.citation));
+    lexical
+        .into_iter()
+        .chain(nearest)
+        .map(|r| (r.score, r.text.as_str()))
+        .collect()
 }

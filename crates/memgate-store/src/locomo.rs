@@ -164,6 +164,8 @@ pub struct SystemScores {
     pub overall: Scores,
     /// Keyed by category number.
     pub per_category: BTreeMap<u32, Scores>,
+    /// In the file's order of conversations ([`LocomoReport::conversation_ids`]).
+    pub per_conversation: Vec<Scores>,
 }
 
 /// The evaluation report (`--json` serializes it).
@@ -176,7 +178,12 @@ pub struct LocomoReport {
     pub questions_unscored: usize,
     pub evidence_ids_repaired: usize,
     pub evidence_ids_skipped: usize,
+    /// The sample ids, in the file's order.
+    pub conversation_ids: Vec<String>,
     pub systems: Vec<SystemScores>,
+    /// Leave-one-conversation-out selection over named grids of the hybrid
+    /// rows ([`leave_one_out`]); empty without an embedder.
+    pub leave_one_out: Vec<LeaveOneOut>,
     /// No-query block coverage: memgate's first-turn block, then the
     /// newest-turns baseline.
     pub no_query: Vec<BlockCoverage>,
@@ -228,12 +235,110 @@ enum DenseVariant {
     RerankedAfter(Fusion, Rerank),
 }
 
-/// The dense-side variants of the default fusion the evaluation prints:
-/// session 8's base-ranking grids ([`base_ranking_variants`]), then
-/// [`DENSE_VARIANTS`].
-fn dense_variants() -> Vec<DenseVariant> {
-    let mut out = base_ranking_variants();
-    out.extend_from_slice(DENSE_VARIANTS);
+/// The grids the evaluation prints, by name; each is also a grid of the
+/// leave-one-conversation-out selection (with the default added).
+const FUSIONS_GRID: &str = "session 6: fusions and dense pools";
+const SESSION_7_GRID: &str = "sessions 6-7: dense side, re-orderings, dense feedback";
+const SESSION_8_GRID: &str = "session 8: lexical feedback, session term match";
+const SESSION_9_GRID: &str = "session 9: session dense score";
+const EVERY_GRID: &str = "every hybrid row";
+
+/// The dense-side variants of the default fusion the evaluation prints,
+/// with their grid: session 9's ([`session_dense_variants`]), session 8's
+/// base-ranking grids ([`base_ranking_variants`]), then [`DENSE_VARIANTS`].
+fn dense_variants() -> Vec<(&'static str, DenseVariant)> {
+    let mut out: Vec<(&'static str, DenseVariant)> = Vec::new();
+    out.extend(
+        session_dense_variants()
+            .into_iter()
+            .map(|v| (SESSION_9_GRID, v)),
+    );
+    out.extend(
+        base_ranking_variants()
+            .into_iter()
+            .map(|v| (SESSION_8_GRID, v)),
+    );
+    out.extend(DENSE_VARIANTS.iter().map(|v| (SESSION_7_GRID, *v)));
+    out
+}
+
+/// Session 9: a session-level dense score (the thread's centroid, or the
+/// mean of its best pooled cosines) added to its pooled turns, choosing
+/// which threads get thread coverage's places, or both; alone, with
+/// session 8's lexical feedback and under session 7's spreading; and
+/// lexical feedback from the lexical and the dense side's best hits. Whole
+/// grids, so that every setting prints with its neighbours.
+fn session_dense_variants() -> Vec<DenseVariant> {
+    use crate::fusion::SessionDense::{Centroid, TopTurns};
+    let mut out = Vec::new();
+    let mut add = |r: Rerank| out.push(DenseVariant::Reranked(r));
+    let kinds = [Centroid, TopTurns(3)];
+    for kind in kinds {
+        for weight in [0.1, 0.25, 0.5, 0.75, 1.0] {
+            add(Rerank::NONE.session_dense(kind, weight));
+        }
+    }
+    for kind in [TopTurns(1), TopTurns(5)] {
+        for weight in [0.25, 0.5] {
+            add(Rerank::NONE.session_dense(kind, weight));
+        }
+    }
+    for kind in kinds {
+        for weight in [0.25, 0.5] {
+            for coverage in [0.25, 0.5] {
+                add(Rerank::NONE.session_dense(kind, weight).coverage(coverage));
+            }
+        }
+        for coverage in [0.25, 0.5, 0.75, 1.0] {
+            add(Rerank::NONE
+                .session_dense(kind, 0.0)
+                .coverage_by_session_dense(coverage));
+        }
+        for weight in [0.25, 0.5] {
+            for coverage in [0.5, 1.0] {
+                add(Rerank::NONE
+                    .session_dense(kind, weight)
+                    .coverage_by_session_dense(coverage));
+            }
+        }
+        // Under session 7's spreading: every one-step neighbour of each
+        // setting, in both weights and in the spreading.
+        for weight in [0.1, 0.25, 0.35, 0.5] {
+            for (evidence, coverage) in [(0.4, 0.4), (0.5, 0.5), (0.5, 0.6), (0.6, 0.6)] {
+                add(evidence_and_coverage(evidence, coverage).session_dense(kind, weight));
+            }
+        }
+    }
+    for k in [2, 5] {
+        add(evidence_and_coverage(0.5, 0.5).session_dense(TopTurns(k), 0.25));
+    }
+    for coverage in [0.5, 0.75] {
+        add(Rerank::NONE
+            .thread_evidence(ThreadEvidence::Best, 0.5)
+            .session_dense(TopTurns(3), 0.25)
+            .coverage_by_session_dense(coverage));
+    }
+    add(evidence_and_coverage(0.5, 0.5)
+        .lexical_feedback(1, 10, 0.33)
+        .session_dense(TopTurns(3), 0.25));
+    add(evidence_and_coverage(0.5, 0.5)
+        .thread_match(0.25)
+        .session_dense(TopTurns(3), 0.25));
+    let fed_back = Rerank::NONE.lexical_feedback(1, 10, 0.33);
+    for weight in [0.25, 0.5] {
+        for coverage in [0.0, 0.25, 0.5] {
+            add(fed_back.session_dense(Centroid, weight).coverage(coverage));
+        }
+        add(fed_back
+            .session_dense(Centroid, weight)
+            .coverage_by_session_dense(0.5));
+    }
+    for weight in [0.2, 0.33] {
+        let both = Rerank::NONE.lexical_feedback_from_both_sides(10, weight);
+        add(both);
+        add(both.session_dense(Centroid, 0.25));
+        add(both.session_dense(Centroid, 0.25).coverage(0.5));
+    }
     out
 }
 
@@ -550,15 +655,24 @@ fn measure<T: Eq + std::hash::Hash + Copy>(
     ]
 }
 
-/// Per-system tallies, overall and per category.
+/// Per-system tallies, overall, per category and per conversation.
 #[derive(Default)]
 struct SystemTally {
     overall: Tally,
     per_category: BTreeMap<u32, Tally>,
+    per_conversation: Vec<Tally>,
+}
+
+/// Where a question belongs: its conversation (index in the file) and
+/// category.
+#[derive(Clone, Copy)]
+struct Asked {
+    conversation: usize,
+    category: u32,
 }
 
 impl SystemTally {
-    fn add(&mut self, category: u32, ranked: &[Option<DiaId>], evidence: &[DiaId]) {
+    fn add(&mut self, asked: Asked, ranked: &[Option<DiaId>], evidence: &[DiaId]) {
         let turns: HashSet<DiaId> = evidence.iter().copied().collect();
         let sessions: HashSet<u32> = evidence.iter().map(|d| d.session).collect();
         let ranked_sessions: Vec<Option<u32>> =
@@ -566,7 +680,15 @@ impl SystemTally {
         let t = measure(ranked, &turns);
         let s = measure(&ranked_sessions, &sessions);
         self.overall.add(t, s);
-        self.per_category.entry(category).or_default().add(t, s);
+        self.per_category
+            .entry(asked.category)
+            .or_default()
+            .add(t, s);
+        if self.per_conversation.len() <= asked.conversation {
+            self.per_conversation
+                .resize_with(asked.conversation + 1, Tally::default);
+        }
+        self.per_conversation[asked.conversation].add(t, s);
     }
 
     fn finish(&self, system: &str) -> SystemScores {
@@ -578,7 +700,129 @@ impl SystemTally {
                 .iter()
                 .map(|(c, t)| (*c, t.scores()))
                 .collect(),
+            per_conversation: self.per_conversation.iter().map(Tally::scores).collect(),
         }
+    }
+}
+
+/// Issue 11's aims for hybrid recall on the development split: turn and
+/// session recall@10.
+pub const TURN_AIM: f64 = 0.75;
+pub const SESSION_AIM: f64 = 0.92;
+
+/// One held-out conversation of [`leave_one_out`]: the system the rule chose
+/// on the other conversations, its figures there, and its figures on the
+/// held-out one.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Fold {
+    pub held_out: String,
+    pub questions: usize,
+    pub chosen: String,
+    /// Turn and session recall@10 of the chosen system on the other
+    /// conversations (question-weighted).
+    pub chosen_on_others: (f64, f64),
+    /// Its turn and session recall@10 on the held-out conversation.
+    pub held_out_scores: (f64, f64),
+}
+
+/// Leave-one-conversation-out selection over one named grid of systems
+/// ([`leave_one_out`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LeaveOneOut {
+    pub grid: String,
+    pub systems: usize,
+    pub folds: Vec<Fold>,
+    /// Held-out turn and session recall@10, pooled over the folds with the
+    /// question count as weight: what choosing by the rule is worth on
+    /// conversations it did not see.
+    pub pooled: (f64, f64),
+    /// The rule's choice on every conversation, and its (in-sample)
+    /// figures: what the full-split table would suggest.
+    pub chosen_on_all: String,
+    pub chosen_on_all_scores: (f64, f64),
+}
+
+/// Turn and session recall@10 and the question count of the conversations
+/// `keep` accepts (question-weighted).
+fn pooled_recall(per_conversation: &[Scores], keep: impl Fn(usize) -> bool) -> (f64, f64, usize) {
+    let (mut turn, mut session, mut n) = (0.0, 0.0, 0);
+    for (_, s) in per_conversation
+        .iter()
+        .enumerate()
+        .filter(|(c, _)| keep(*c))
+    {
+        turn += s.turn.recall_at_10 * s.questions as f64;
+        session += s.session.recall_at_10 * s.questions as f64;
+        n += s.questions;
+    }
+    let d = n.max(1) as f64;
+    (turn / d, session / d, n)
+}
+
+/// The selection rule: the best turn recall among the systems whose session
+/// recall meets [`SESSION_AIM`], else the best session recall; ties go to
+/// the earlier system (grids list the default first). `figures` are (turn,
+/// session) per system.
+fn choose(figures: &[(f64, f64)]) -> Option<usize> {
+    let meets = |i: &usize| figures[*i].1 >= SESSION_AIM;
+    let best_by = |key: fn(&(f64, f64)) -> f64, only_meeting: bool| {
+        (0..figures.len())
+            .filter(|i| !only_meeting || meets(i))
+            .fold(None, |best: Option<usize>, i| match best {
+                Some(b) if key(&figures[b]) >= key(&figures[i]) => Some(b),
+                _ => Some(i),
+            })
+    };
+    best_by(|f| f.0, true).or_else(|| best_by(|f| f.1, false))
+}
+
+/// For each conversation, [`choose`] a system of `grid` on the other
+/// conversations and score it on the held-out one; `pooled` is the
+/// question-weighted held-out figure. A setting that generalises keeps its
+/// figures when held out; one fitted to the split does not.
+pub fn leave_one_out(
+    name: &str,
+    grid: &[&SystemScores],
+    conversation_ids: &[String],
+) -> LeaveOneOut {
+    let mut folds = Vec::new();
+    let (mut turn, mut session, mut n) = (0.0, 0.0, 0);
+    for (held, id) in conversation_ids.iter().enumerate() {
+        let figures: Vec<(f64, f64)> = grid
+            .iter()
+            .map(|s| {
+                let (t, ss, _) = pooled_recall(&s.per_conversation, |c| c != held);
+                (t, ss)
+            })
+            .collect();
+        let Some(chosen) = choose(&figures) else {
+            continue;
+        };
+        let (t, ss, q) = pooled_recall(&grid[chosen].per_conversation, |c| c == held);
+        turn += t * q as f64;
+        session += ss * q as f64;
+        n += q;
+        folds.push(Fold {
+            held_out: id.clone(),
+            questions: q,
+            chosen: grid[chosen].system.clone(),
+            chosen_on_others: figures[chosen],
+            held_out_scores: (t, ss),
+        });
+    }
+    let d = n.max(1) as f64;
+    let all: Vec<(f64, f64)> = grid
+        .iter()
+        .map(|s| (s.overall.turn.recall_at_10, s.overall.session.recall_at_10))
+        .collect();
+    let on_all = choose(&all);
+    LeaveOneOut {
+        grid: name.to_owned(),
+        systems: grid.len(),
+        folds,
+        pooled: (turn / d, session / d),
+        chosen_on_all: on_all.map_or_else(String::new, |c| grid[c].system.clone()),
+        chosen_on_all_scores: on_all.map_or((0.0, 0.0), |c| all[c]),
     }
 }
 
@@ -727,7 +971,9 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         questions_unscored: 0,
         evidence_ids_repaired: 0,
         evidence_ids_skipped: 0,
+        conversation_ids: Vec::new(),
         systems: Vec::new(),
+        leave_one_out: Vec::new(),
         no_query: Vec::new(),
         embedding: None,
     };
@@ -798,6 +1044,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
             figures.index_seconds += started.elapsed().as_secs_f64();
         }
         report.conversations += 1;
+        report.conversation_ids.push(sample_id.clone());
 
         let asker = Caller::new("locomo").with_agent(sample_id.clone());
         let questions = sample
@@ -823,6 +1070,10 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
             report.evidence_ids_repaired += evidence.repaired;
             report.evidence_ids_skipped += evidence.skipped;
             report.questions_scored += 1;
+            let asked = Asked {
+                conversation: i,
+                category,
+            };
 
             let dia_ids = |ranked: Vec<crate::ranking::Ranked>| -> Vec<Option<DiaId>> {
                 ranked
@@ -836,7 +1087,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     .collect()
             };
             memgate.add(
-                category,
+                asked,
                 &dia_ids(lexical(&store, &asker, question)?),
                 &evidence.ids,
             );
@@ -865,12 +1116,12 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     })?;
                     figures.search_seconds += started.elapsed().as_secs_f64();
                     figures.rankings += 1;
-                    tally.add(category, &dia_ids(ranked), &evidence.ids);
+                    tally.add(asked, &dia_ids(ranked), &evidence.ids);
                 }
                 let started = std::time::Instant::now();
                 let reference = store.reference_query_vector(question);
                 figures.reference_embed_seconds += started.elapsed().as_secs_f64();
-                for (variant, tally) in variants.iter().zip(dense_variants.iter_mut()) {
+                for ((_, variant), tally) in variants.iter().zip(dense_variants.iter_mut()) {
                     let (v, prefilter, fusion, rerank) = match variant {
                         DenseVariant::ReferenceQuery => {
                             (&reference, PREFILTER_FACTOR, DEFAULT_FUSION, Rerank::NONE)
@@ -896,7 +1147,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                         ),
                         None => Ok(Vec::new()),
                     })?;
-                    tally.add(category, &dia_ids(ranked), &evidence.ids);
+                    tally.add(asked, &dia_ids(ranked), &evidence.ids);
                 }
                 let pool = crate::ranking::candidate_pool(DEPTH) * DEFAULT_DENSE_POOL;
                 store.read(|conn| {
@@ -924,7 +1175,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
             }
             all_evidence.extend(evidence.ids.iter().copied());
             if let Some(b) = &baseline {
-                plain.add(category, &b.query(question)?, &evidence.ids);
+                plain.add(asked, &b.query(question)?, &evidence.ids);
             }
         }
         if !all_evidence.is_empty() {
@@ -952,18 +1203,27 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
     store.close()?;
     report.systems.push(memgate.finish("memgate local ranking"));
     if let Some(figures) = embedding {
+        // Indices into `report.systems` of each grid's rows; the default
+        // is in every grid.
+        let mut grids: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        let mut default_row = None;
         for ((fusion, pool), tally) in EVALUATED_FUSIONS.iter().zip(&hybrid) {
             let default = if (*fusion, *pool) == (DEFAULT_FUSION, DEFAULT_DENSE_POOL) {
+                default_row = Some(report.systems.len());
                 ", the default"
             } else {
                 ""
             };
+            grids
+                .entry(FUSIONS_GRID)
+                .or_default()
+                .push(report.systems.len());
             report.systems.push(tally.finish(&format!(
                 "memgate hybrid ({}; {fusion}, dense pool x{pool}{default})",
                 figures.model
             )));
         }
-        for (variant, tally) in variants.iter().zip(&dense_variants) {
+        for ((grid, variant), tally) in variants.iter().zip(&dense_variants) {
             let what = match variant {
                 DenseVariant::ReferenceQuery => {
                     "questions embedded by the document path (float32)".to_owned()
@@ -975,10 +1235,23 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 DenseVariant::RerankedAfter(f, _) => *f,
                 _ => DEFAULT_FUSION,
             };
+            grids.entry(grid).or_default().push(report.systems.len());
             report.systems.push(tally.finish(&format!(
                 "memgate hybrid ({}; {fusion}, dense pool x{DEFAULT_DENSE_POOL}; {what})",
                 figures.model
             )));
+        }
+        let every: Vec<usize> = grids.values().flatten().copied().collect();
+        grids.insert(EVERY_GRID, every);
+        for (name, rows) in &grids {
+            let grid: Vec<&SystemScores> = default_row
+                .iter()
+                .chain(rows.iter().filter(|r| Some(**r) != default_row))
+                .map(|r| &report.systems[*r])
+                .collect();
+            report
+                .leave_one_out
+                .push(leave_one_out(name, &grid, &report.conversation_ids));
         }
         let mut figures = figures;
         figures.dense_overlap = DENSE_OVERLAPS
@@ -1043,6 +1316,59 @@ impl fmt::Display for LocomoReport {
                     ss.recall_at_5, ss.recall_at_10, ss.hit_at_5, ss.hit_at_10, ss.mrr
                 )?;
             }
+        }
+        if let Some(default) = self
+            .systems
+            .iter()
+            .find(|s| s.system.ends_with("the default)"))
+        {
+            writeln!(f)?;
+            writeln!(f, "Per conversation, {}", default.system)?;
+            writeln!(
+                f,
+                "{:<14} {:>5} | {:>6} {:>6} {:>6}",
+                "conversation", "n", "T R@10", "S R@10", "T MRR"
+            )?;
+            for (id, s) in self.conversation_ids.iter().zip(&default.per_conversation) {
+                writeln!(
+                    f,
+                    "{:<14} {:>5} | {:>6.3} {:>6.3} {:>6.3}",
+                    id, s.questions, s.turn.recall_at_10, s.session.recall_at_10, s.turn.mrr
+                )?;
+            }
+        }
+        for l in &self.leave_one_out {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "Leave one conversation out, grid \"{}\" ({} systems, the default included): \
+                 chosen on the other conversations by the best turn R@10 with session R@10 >= \
+                 {SESSION_AIM} (else the best session R@10), scored on the held-out one",
+                l.grid, l.systems
+            )?;
+            for fold in &l.folds {
+                writeln!(
+                    f,
+                    "  held out {:<10} {:>4} q: held-out T/S R@10 {:.3} / {:.3} (others {:.3} / {:.3}); {}",
+                    fold.held_out,
+                    fold.questions,
+                    fold.held_out_scores.0,
+                    fold.held_out_scores.1,
+                    fold.chosen_on_others.0,
+                    fold.chosen_on_others.1,
+                    fold.chosen
+                )?;
+            }
+            writeln!(
+                f,
+                "  pooled held-out T/S R@10 {:.3} / {:.3} (aims {TURN_AIM} / {SESSION_AIM}); \
+                 chosen on all five {:.3} / {:.3}: {}",
+                l.pooled.0,
+                l.pooled.1,
+                l.chosen_on_all_scores.0,
+                l.chosen_on_all_scores.1,
+                l.chosen_on_all
+            )?;
         }
         writeln!(f)?;
         writeln!(
@@ -1139,6 +1465,68 @@ mod tests {
             ]
         );
         assert_eq!((ev.repaired, ev.skipped), (2, 1));
+    }
+
+    /// A system whose turn and session recall@10 are `turn` and
+    /// `session[c]` on conversations of `questions[c]` questions.
+    fn system(name: &str, turn: f64, session: &[f64], questions: &[usize]) -> SystemScores {
+        let scores = |t: f64, s: f64, n: usize| {
+            let mut out = Scores {
+                questions: n,
+                ..Scores::default()
+            };
+            out.turn.recall_at_10 = t;
+            out.session.recall_at_10 = s;
+            out
+        };
+        let n: usize = questions.iter().sum();
+        let pooled = session
+            .iter()
+            .zip(questions)
+            .map(|(s, q)| s * *q as f64)
+            .sum::<f64>();
+        SystemScores {
+            system: name.to_owned(),
+            overall: scores(turn, pooled / n as f64, n),
+            per_category: BTreeMap::new(),
+            per_conversation: session
+                .iter()
+                .zip(questions)
+                .map(|(s, q)| scores(turn, *s, *q))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_rule_prefers_turn_recall_among_systems_meeting_the_session_aim() {
+        // b and c meet the session aim; c has the better turn recall.
+        assert_eq!(choose(&[(0.9, 0.90), (0.7, 0.93), (0.8, 0.92)]), Some(2));
+        // None meets it: the best session recall, the earlier on a tie.
+        assert_eq!(choose(&[(0.9, 0.90), (0.7, 0.91), (0.8, 0.91)]), Some(1));
+        assert_eq!(choose(&[]), None);
+    }
+
+    #[test]
+    fn leave_one_out_chooses_on_the_other_conversations_and_pools_by_questions() {
+        let questions = [10, 10, 20];
+        let ids: Vec<String> = ["c0", "c1", "c2"].map(str::to_owned).to_vec();
+        let default = system("default", 0.7, &[0.9, 0.9, 0.9], &questions);
+        let spread = system("spread", 0.8, &[0.95, 0.95, 0.85], &questions);
+        let got = leave_one_out("g", &[&default, &spread], &ids);
+        let chosen: Vec<&str> = got.folds.iter().map(|f| f.chosen.as_str()).collect();
+        // Holding out c0 or c1, "spread" is at 0.883 on the others (below
+        // the aim and the default's 0.9); holding out c2, it is at 0.95.
+        assert_eq!(chosen, ["default", "default", "spread"]);
+        assert_eq!(got.folds[2].held_out_scores, (0.8, 0.85));
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(near(got.folds[0].chosen_on_others.1, 0.9));
+        // Pooled by questions: (7 + 7 + 16) / 40 and (9 + 9 + 17) / 40.
+        assert!(
+            near(got.pooled.0, 0.75) && near(got.pooled.1, 0.875),
+            "{got:?}"
+        );
+        // On all three both are at session 0.9: the earlier (the default).
+        assert_eq!(got.chosen_on_all, "default");
     }
 
     #[test]

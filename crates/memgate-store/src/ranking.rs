@@ -1114,6 +1114,62 @@ mod tests {
     }
 
     /// Captures one turn per text into thread `thread` of `user`'s scope.
+    /// The session dense score of a real store: each thread's centroid is
+    /// the normalised sum of its turns' stored vectors, topped up as turns
+    /// are embedded, and read in the caller's scope only.
+    #[test]
+    fn session_centroids_follow_the_scopes_embedded_turns() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default())
+            .unwrap()
+            .with_embedder(memgate_conformance::hybrid::ConceptEmbedder::new(
+                "concepts/5",
+            ));
+        let (user, other) = (Caller::new("u"), Caller::new("v"));
+        capture_texts(
+            &store,
+            &user,
+            "pets",
+            &["my cat sleeps", "the kitten plays"],
+        );
+        capture_texts(
+            &store,
+            &user,
+            "cars",
+            &["the garage called", "a long drive"],
+        );
+        capture_texts(&store, &other, "felines", &["a feline", "another cat"]);
+        store.index_all_vectors(8).unwrap();
+        let query = store.reference_query_vector("which pet?");
+        let q = query.vector().unwrap();
+        let similarity = || {
+            store
+                .read(|conn| {
+                    let scope = crate::scope::ScopeKey::of(&user).find(conn)?.unwrap();
+                    store.session_centroid_similarity(conn, scope, q, ["pets", "cars", "felines"])
+                })
+                .unwrap()
+        };
+        let first = similarity();
+        // Another scope's thread is never read, even when named.
+        assert_eq!(first.len(), 2, "{first:?}");
+        assert!(first["pets"] > 0.9 && first["cars"] < 0.5, "{first:?}");
+        // A kitten turn embedded into "cars" moves its centroid towards pets.
+        capture_texts(
+            &store,
+            &user,
+            "cars",
+            &["the garage called", "a long drive", "a kitten"],
+        );
+        store.index_all_vectors(8).unwrap();
+        let second = similarity();
+        assert!(
+            second["cars"] > first["cars"] + 0.05,
+            "{first:?} {second:?}"
+        );
+        assert!((second["pets"] - first["pets"]).abs() < 1e-6);
+    }
+
     fn capture_texts(store: &MemoryStore, user: &Caller, thread: &str, texts: &[&str]) {
         let messages = texts
             .iter()

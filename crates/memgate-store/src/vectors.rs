@@ -100,6 +100,21 @@ struct ScopeVectors {
     codes: Quantized,
     /// Highest `seq` loaded.
     seen: i64,
+    /// Per-thread sums of the turns' vectors, once a session dense score
+    /// was asked for ([`MemoryStore::session_centroid_similarity`]).
+    threads: ThreadSums,
+}
+
+/// The sum of each thread's turn vectors, topped up from `seq` like the
+/// codes: a centroid is its normalised sum, so a query's session dense
+/// score costs one dot product per pooled thread, never a pass over the
+/// scope. A turn's vector is written once (a model change or an erasure
+/// drops the whole copy), so adding each new row once is exact.
+#[derive(Default)]
+struct ThreadSums {
+    sums: HashMap<String, Vec<f32>>,
+    /// Highest `seq` added.
+    seen: i64,
 }
 
 /// Candidates the int8 scan passes on per neighbour wanted; they are
@@ -738,6 +753,59 @@ impl MemoryStore {
             out.push((row.get::<_, i64>(0).map_err(db_error)?, buf));
         }
         Ok(out)
+    }
+
+    /// The cosine of `query` with the centroid of each of `threads` in
+    /// `scope` (the normalised sum of the thread's turn vectors of the
+    /// current model; [`crate::fusion::SessionDense::Centroid`]). The sums
+    /// are kept with the scope's in-memory copy and topped up from `seq`.
+    pub(crate) fn session_centroid_similarity<'a>(
+        &self,
+        conn: &Connection,
+        scope: i64,
+        query: &[f32],
+        threads: impl IntoIterator<Item = &'a str>,
+    ) -> Result<HashMap<String, f64>> {
+        let Some(v) = &self.vectorizer else {
+            return Ok(HashMap::new());
+        };
+        let shared = v.cache.scope(scope);
+        let mut vectors = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let sums = &mut vectors.threads;
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT v.seq, t.thread, v.vector FROM vectors AS v
+                 CROSS JOIN turns AS t ON t.id = v.item
+                 WHERE v.scope_id = ?1 AND v.model = ?2 AND v.seq > ?3 AND v.item > 0
+                 ORDER BY v.seq",
+            )
+            .map_err(db_error)?;
+        let mut rows = stmt
+            .query(params![scope, v.key(), sums.seen])
+            .map_err(db_error)?;
+        let mut buf = Vec::new();
+        while let Some(row) = rows.next().map_err(db_error)? {
+            let (seq, thread): (i64, String) =
+                (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
+            buf.clear();
+            from_blob(vector_blob(row.get_ref(2))?, &mut buf);
+            let sum = sums
+                .sums
+                .entry(thread)
+                .or_insert_with(|| vec![0.0; buf.len()]);
+            if sum.len() == buf.len() {
+                sum.iter_mut().zip(&buf).for_each(|(s, x)| *s += x);
+            }
+            sums.seen = seq;
+        }
+        Ok(threads
+            .into_iter()
+            .filter_map(|thread| {
+                let sum = sums.sums.get(thread).filter(|s| s.len() == query.len())?;
+                let norm = dot(sum, sum).sqrt();
+                (norm > 0.0).then(|| (thread.to_owned(), f64::from(dot(sum, query) / norm)))
+            })
+            .collect())
     }
 
     /// Evaluations: the `k` items of `scope` nearest to `query` by the exact

@@ -74,6 +74,14 @@ fn locomo_eval_ingests_every_turn_and_scores_the_evidence() {
     // The image caption is part of the turn: "instrument … recital" finds
     // D2:1 and D2:2 (repaired from "D2:1; D2:2").
     assert_eq!(ours.per_category[&1].turn.recall_at_10, 1.0);
+    // Per conversation, in the file's order: three questions of conv-a, one
+    // of conv-b ("sourdough" is found).
+    assert_eq!(report.conversation_ids, ["conv-a", "conv-b"]);
+    let per: Vec<usize> = ours.per_conversation.iter().map(|s| s.questions).collect();
+    assert_eq!(per, [3, 1]);
+    assert_eq!(ours.per_conversation[1].turn.recall_at_10, 1.0);
+    // Leave-one-out selection is over hybrid rows: none without an embedder.
+    assert!(report.leave_one_out.is_empty());
     // The no-query block is measured next to the newest-turns baseline.
     assert_eq!(report.no_query.len(), 2);
     let block = &report.no_query[0];
