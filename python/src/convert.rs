@@ -159,11 +159,13 @@ impl<'py> Fields<'py> {
     /// One pass over a mapping's items (a dict message, or a pydantic
     /// model's `__dict__`): no per-field lookups, no exceptions. Attribute
     /// names are interned, so a key is first matched by identity against
-    /// the interned field names; only other keys are read as text. The walk
+    /// the interned field names, then against the listed keys that name no
+    /// field ([`OTHER_KEYS`]); only other keys are read as text, and an
+    /// instance dict's (`learn`) are then listed. The walk
     /// borrows (`PyDict_Next`): a value is touched only when its key is a
     /// field read here, so the objects of fields no signature covers
     /// (response metadata, usage) are never brought into the cache.
-    fn from_dict(dict: &Bound<'py, PyDict>) -> PyResult<Self> {
+    fn from_dict(dict: &Bound<'py, PyDict>, learn: bool) -> PyResult<Self> {
         let py = dict.py();
         let names = interned_field_names(py);
         let mut fields = Self::default();
@@ -180,12 +182,17 @@ impl<'py> Fields<'py> {
                 .find_map(|(name, interned)| (interned.as_ptr() == key).then_some(*name));
             let name = match interned {
                 Some(name) => Some(name),
+                None if is_other_key(key) => None,
                 None => {
                     let key = unsafe { Borrowed::from_ptr(py, key) };
                     match key.cast::<PyString>() {
-                        Ok(key) => {
-                            let text = key.to_str()?;
-                            FIELD_NAMES.iter().find(|name| **name == text).copied()
+                        Ok(text_key) => {
+                            let text = text_key.to_str()?;
+                            let name = FIELD_NAMES.iter().find(|name| **name == text).copied();
+                            if name.is_none() && learn {
+                                note_other_key(&key);
+                            }
+                            name
                         }
                         Err(_) => None,
                     }
@@ -213,15 +220,15 @@ impl<'py> Fields<'py> {
     /// any other object by attribute.
     fn read(value: &Bound<'py, PyAny>) -> PyResult<Self> {
         if let Ok(dict) = value.cast::<PyDict>() {
-            return Self::from_dict(dict);
+            return Self::from_dict(dict, false);
         }
         if let Some(dict) = instance_dict(value) {
-            return Self::from_dict(&dict);
+            return Self::from_dict(&dict, true);
         }
         match value.getattr_opt(intern!(value.py(), "__dict__"))? {
             Some(attrs) if attrs.is_instance_of::<PyDict>() => {
                 note_instance_dict(value, &attrs);
-                Self::from_dict(attrs.cast::<PyDict>()?)
+                Self::from_dict(attrs.cast::<PyDict>()?, false)
             }
             _ => Self::from_attributes(value),
         }
@@ -340,20 +347,48 @@ fn note_instance_dict(value: &Bound<'_, PyAny>, attrs: &Bound<'_, PyAny>) {
     }
     // SAFETY: as in `instance_dict`.
     let kind = unsafe { ffi::Py_TYPE(value.as_ptr()) };
-    for listed in &INSTANCE_DICT_TYPES {
+    list_for_good(&INSTANCE_DICT_TYPES, kind);
+}
+
+/// Puts the live object `object` in the first free slot of `list` (unless
+/// it is there already) and keeps it alive for good; a full list is left
+/// as it is.
+fn list_for_good<T>(list: &[AtomicPtr<T>], object: *mut T) {
+    for listed in list {
         match listed.compare_exchange(
             std::ptr::null_mut(),
-            kind,
+            object,
             Ordering::AcqRel,
             Ordering::Acquire,
         ) {
-            // SAFETY: the type is live (`value` is one of its objects); the
+            // SAFETY: the caller's object is live and the GIL is held; the
             // reference taken here is never released.
-            Ok(_) => return unsafe { ffi::Py_IncRef(kind.cast()) },
-            Err(other) if other == kind => return,
+            Ok(_) => return unsafe { ffi::Py_IncRef(object.cast()) },
+            Err(other) if other == object => return,
             Err(_) => {}
         }
     }
+}
+
+/// Keys of listed types' instance dicts that name no field
+/// (`response_metadata`, `usage_metadata`, `example`, ...), by address:
+/// pydantic fills every instance's dict with the same key objects, so after
+/// the first message they are passed over without being read as text (they
+/// were most of a head's reading). A listed key is kept alive for good, so
+/// its address can never name another string; plain dict messages, whose
+/// keys may be new objects every time, list nothing.
+static OTHER_KEYS: [AtomicPtr<ffi::PyObject>; 16] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; 16];
+
+fn is_other_key(key: *mut ffi::PyObject) -> bool {
+    OTHER_KEYS
+        .iter()
+        .any(|listed| listed.load(Ordering::Acquire) == key)
+}
+
+/// Lists `key`, a key of an instance dict that names no field.
+fn note_other_key(key: &Borrowed<'_, '_, PyAny>) {
+    list_for_good(&OTHER_KEYS, key.as_ptr());
 }
 
 /// Content as read: a string in place, or converted.

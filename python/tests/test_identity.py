@@ -139,6 +139,32 @@ def test_an_object_is_read_through_what_its_dict_attribute_answers_every_time():
         assert memgate.message_signature(A_TOOL) == python_signature(A_TOOL)
 
 
+def test_attributes_that_name_no_field_never_hide_the_fields():
+    """Keys of an instance dict that name no field are listed and passed
+    over by address after the first read; more of them than the list holds,
+    on objects read again and again, still leave every field read."""
+
+    # A field name that is not the interned string: it is read as text, and
+    # must never be listed as naming no field.
+    content_key = "".join(["con", "tent"])
+
+    class Wide:
+        def __init__(self, i):
+            self.__dict__[content_key] = f"text {i}"
+            self.type = "human"
+            for k in range(40):
+                setattr(self, f"extra_{k}", k)
+            self.id = f"w{i}"
+
+    for i in range(5):
+        m = Wide(i)
+        fields = {"type": "human", "content": f"text {i}", "id": f"w{i}"}
+        assert memgate.message_signature(m) == python_signature(fields)
+    for _ in range(3):
+        assert memgate.message_signature(H1) == python_signature(H1)
+        assert memgate.message_signature(A_TOOL) == python_signature(A_TOOL)
+
+
 def test_values_json_cannot_hold_become_their_str():
     class Opaque:
         def __str__(self):
