@@ -51,8 +51,10 @@
 //! private conversation again.
 
 use crate::signature::{sequence_digest, PrefixState, SequenceHasher};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::hash_map::RandomState;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::hash::{BuildHasher, Hasher};
@@ -396,12 +398,49 @@ impl TranscriptCursor {
     /// are not signatures, counts that are not non-negative integers, a
     /// digest without its count (or the reverse), `{}`.
     pub fn from_json(bytes: &[u8]) -> Result<Self, CursorError> {
+        match Self::from_json_borrowing(bytes) {
+            Some(cursor) => Ok(cursor),
+            None => Self::from_json_value(bytes),
+        }
+    }
+
+    /// The full reading, through one `Value`: the answer (and the error)
+    /// for everything the borrowing reading passes on.
+    fn from_json_value(bytes: &[u8]) -> Result<Self, CursorError> {
         let value: Value = serde_json::from_slice(bytes)
             .map_err(|e| CursorError::Unreadable(format!("not JSON ({e})")))?;
         let Value::Object(obj) = value else {
             return Err(CursorError::Invalid("not a JSON object".into()));
         };
         Self::from_object(&obj)
+    }
+
+    /// [`from_json`](Self::from_json) of a valid cursor without a `Value`
+    /// per window signature (a capture reads its cursor every time, and the
+    /// window's hundreds of strings were most of it): the top-level fields
+    /// are taken as raw text, the window as borrowed strings, every other
+    /// field checked by [`from_object`](Self::from_object) as always.
+    /// `None` for anything that is not a valid cursor (or holds escapes),
+    /// which the full reading then answers, with its error.
+    fn from_json_borrowing(bytes: &[u8]) -> Option<Self> {
+        let fields: BTreeMap<&str, &RawValue> = serde_json::from_slice(bytes).ok()?;
+        let window: Vec<&str> =
+            serde_json::from_str(fields.get("submitted_signatures")?.get()).ok()?;
+        if !window.iter().all(|s| is_digest(s)) {
+            return None;
+        }
+        let mut obj = Map::new();
+        for (key, raw) in fields {
+            let value = match key {
+                // Checked above; `from_object` only needs it present.
+                "submitted_signatures" => Value::Array(Vec::new()),
+                _ => serde_json::from_str(raw.get()).ok()?,
+            };
+            obj.insert(key.to_owned(), value);
+        }
+        let mut cursor = Self::from_object(&obj).ok()?;
+        cursor.submitted_signatures = window.into_iter().map(str::to_owned).collect();
+        Some(cursor)
     }
 
     fn from_object(obj: &Map<String, Value>) -> Result<Self, CursorError> {
@@ -1064,6 +1103,96 @@ mod tests {
             )
             .prefix_head
             .is_none());
+    }
+
+    #[test]
+    fn the_borrowing_reading_agrees_with_the_full_one() {
+        let all = sigs("b", 40);
+        let plain = TranscriptCursor::default().advanced(Some(&all[..30]), &all[..30], 16, false);
+        let mut intent = headed(&all[..30]);
+        intent.server_total = Some(30);
+        intent.in_flight = Some(InFlight {
+            base_total: 30,
+            written_ms: 1_700_000_000_000,
+            start: Some(30),
+            signatures: all[30..].to_vec(),
+            batches: vec![BatchMark {
+                inputs: 10,
+                payloads: 10,
+                prefix_digest: Some(sequence_digest(&all)),
+            }],
+        });
+        let valid = [plain.to_json(), headed(&all).to_json(), intent.to_json()];
+        for body in &valid {
+            let read = TranscriptCursor::from_json_borrowing(body.as_bytes());
+            assert!(read.is_some(), "a cursor memgate wrote is read borrowing");
+            assert_eq!(
+                read,
+                TranscriptCursor::from_json_value(body.as_bytes()).ok()
+            );
+        }
+        // Valid, but with an escape in a window signature: left to the full
+        // reading, which accepts it.
+        let first = &plain.submitted_signatures[0];
+        let escaped = plain.to_json().replacen(
+            first,
+            &format!("\\u00{:x}{}", first.as_bytes()[0], &first[1..]),
+            1,
+        );
+        assert!(TranscriptCursor::from_json_borrowing(escaped.as_bytes()).is_none());
+        assert_eq!(
+            TranscriptCursor::from_json(escaped.as_bytes()).unwrap(),
+            plain_read(&plain)
+        );
+        // Whatever the full reading refuses, the borrowing one never accepts.
+        let body: Map<String, Value> = serde_json::from_str(&plain.to_json()).unwrap();
+        let mut refused: Vec<Vec<u8>> = vec![b"{}".to_vec(), b"[]".to_vec(), b"".to_vec()];
+        for key in KEYS {
+            for value in [
+                Value::Null,
+                1.into(),
+                (-1).into(),
+                "x".into(),
+                Value::Bool(true),
+                serde_json::json!([first]),
+                serde_json::json!(["abc"]),
+                serde_json::json!([first.to_uppercase()]),
+                serde_json::json!({}),
+            ] {
+                let mut changed = body.clone();
+                changed.insert(key.to_owned(), value);
+                refused.push(serde_json::to_vec(&changed).unwrap());
+            }
+            let mut missing = body.clone();
+            missing.remove(key);
+            refused.push(serde_json::to_vec(&missing).unwrap());
+        }
+        let mut extra = body.clone();
+        extra.insert("extra".into(), 1.into());
+        refused.push(serde_json::to_vec(&extra).unwrap());
+        let duplicated = plain.to_json().replacen(
+            "\"commit_pending\": false",
+            "\"commit_pending\": false, \"commit_pending\": 2",
+            1,
+        );
+        refused.push(duplicated.into_bytes());
+        let mut checked = 0;
+        for bytes in &refused {
+            if TranscriptCursor::from_json_value(bytes).is_err() {
+                checked += 1;
+                assert_eq!(
+                    TranscriptCursor::from_json_borrowing(bytes),
+                    None,
+                    "{}",
+                    String::from_utf8_lossy(bytes)
+                );
+            }
+        }
+        assert!(checked > 30, "only {checked} refused bodies");
+    }
+
+    fn plain_read(c: &TranscriptCursor) -> TranscriptCursor {
+        TranscriptCursor::from_json_value(c.to_json().as_bytes()).unwrap()
     }
 
     #[test]
