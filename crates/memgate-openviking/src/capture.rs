@@ -21,7 +21,10 @@
 //!
 //! Step 5 runs in its own task: once messages are on their way, a caller
 //! that stops waiting (a host timeout) does not stop the cursor from being
-//! saved, so confirmed messages are never sent twice because of it.
+//! saved, so confirmed messages are never sent twice because of it. A
+//! caller still waiting on its own thread is handed the outcome and writes
+//! it there ([`on_callers_thread`]); a caller gone by then leaves it to the
+//! task.
 //!
 //! Reconciliation relies on OpenViking 0.5's `total_message_count`, which
 //! counts every message the session ever received, committed or not (pinned
@@ -799,11 +802,22 @@ pub async fn capture_session(
         .unwrap_or_else(|| unreachable!("set just above"));
     saved?;
 
+    // A caller waiting on its own thread writes the outcome there (warm,
+    // and no hand-off to the blocking pool and back); the task keeps it
+    // when nobody is waiting any more.
+    let (handback, outcome) = match ON_CALLERS_THREAD.try_with(|_| ()) {
+        Ok(()) => {
+            let (sender, receiver) = tokio::sync::oneshot::channel();
+            (Some(sender), Some(receiver))
+        }
+        Err(_) => (None, None),
+    };
+    let outcome = outcome.map(|receiver| (receiver, target.session_id.clone()));
     let task = tokio::spawn(async move {
         // The lock and the operation both live until the cursor is saved:
         // no other capture of this session reads a stale cursor, and
         // shutdown waits for the save.
-        let _lock = guard;
+        let lock = guard;
         let sid = target.session_id.as_str();
         let recorded = recorder::record(
             operation.client(),
@@ -824,7 +838,20 @@ pub async fn capture_session(
         match recorded {
             Ok(_) => {
                 let next = settled(plan.completed(&cursor, max_seen), intent.batches.len());
-                save(path, next, SaveMode::CoveredByIntent, sid).await?;
+                let unsaved = OutcomeSave {
+                    path,
+                    cursor: next,
+                    lock,
+                    operation,
+                };
+                match handback {
+                    Some(caller) => {
+                        if let Err(unsaved) = caller.send(unsaved) {
+                            unsaved.save(sid).await?;
+                        }
+                    }
+                    None => unsaved.save(sid).await?,
+                }
                 Ok(CaptureOutcome {
                     sent: pending_len,
                     already_known,
@@ -898,8 +925,43 @@ pub async fn capture_session(
             }
         }
     });
-    task.await
-        .map_err(|e| MemoryError::Backend(format!("OpenViking capture task failed: {e}")))?
+    let captured = task
+        .await
+        .map_err(|e| MemoryError::Backend(format!("OpenViking capture task failed: {e}")))??;
+    // Written in the same poll that received it: no await in between, so a
+    // caller that stops waiting leaves it with the task (or, dropped after
+    // the hand-off, with the durable intent, which the next capture
+    // reconciles).
+    if let Some((mut receiver, sid)) = outcome {
+        if let Ok(unsaved) = receiver.try_recv() {
+            unsaved.save(&sid).await?;
+        }
+    }
+    Ok(captured)
+}
+
+/// The cursor after a confirmed write, with the session's lock and the
+/// operation, both held until it is written.
+struct OutcomeSave {
+    path: PathBuf,
+    cursor: TranscriptCursor,
+    lock: SessionGuard,
+    operation: Operation,
+}
+
+impl OutcomeSave {
+    /// Covered by the durable intent, so its rename is not fsynced.
+    async fn save(self, sid: &str) -> Result<()> {
+        let OutcomeSave {
+            path,
+            cursor,
+            lock,
+            operation,
+        } = self;
+        let saved = save(path, cursor, SaveMode::CoveredByIntent, sid).await;
+        drop((lock, operation));
+        saved
+    }
 }
 
 /// The payloads of the pending messages, converted and redacted: what is

@@ -15,6 +15,7 @@ use memgate_core::{
     Caller, KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, SearchQuery,
     ToolCall, UserId, WarmStatus,
 };
+use memgate_openviking::capture::on_callers_thread;
 use memgate_openviking::scope::session_id;
 use memgate_openviking::{OpenVikingBackend, UriStyle};
 use serde_json::{json, Value};
@@ -667,6 +668,52 @@ async fn a_capture_abandoned_by_its_caller_still_saves_its_cursor() {
         .unwrap();
     assert_eq!(report.stored, 0);
     assert_eq!(s.fake.batches().len(), 1, "nothing is sent twice");
+}
+
+#[tokio::test]
+async fn a_caller_waiting_on_its_own_thread_writes_the_outcome_before_it_returns() {
+    let s = setup(|_| {}).await;
+    let messages = vec![human("h1", "hi"), ai("a1", "hello")];
+    let request = capture_request(&alice(), messages);
+    let report = on_callers_thread(s.backend.capture(&request))
+        .await
+        .unwrap();
+    assert_eq!(report.stored, 2);
+    let cursor = load_cursor(&s.backend.config().cursor_path(&sid(&alice()))).unwrap();
+    assert_eq!(cursor.submitted_prefix_count, Some(2));
+    assert!(cursor.in_flight.is_none(), "the outcome, not the intent");
+}
+
+#[tokio::test]
+async fn an_abandoned_caller_on_its_own_thread_leaves_the_outcome_to_the_task() {
+    let s = setup(|_| {}).await;
+    s.fake.plan("batch", [Reply::Blocked]);
+    let messages = vec![human("h1", "hi"), ai("a1", "hello")];
+    let backend = s.backend.clone();
+    let request = capture_request(&alice(), messages.clone());
+    let waiting = tokio::spawn(async move { on_callers_thread(backend.capture(&request)).await });
+    s.fake.wait_blocked().await;
+    waiting.abort(); // the host stopped waiting
+    let _ = waiting.await;
+    s.fake.release();
+    let path = s.backend.config().cursor_path(&sid(&alice()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while load_cursor(&path).unwrap().submitted_prefix_count != Some(2) {
+        assert!(Instant::now() < deadline, "cursor was not saved");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(load_cursor(&path).unwrap().in_flight.is_none());
+    let asked = s.fake.requests().len();
+    s.backend
+        .capture(&capture_request(&alice(), messages))
+        .await
+        .unwrap();
+    assert_eq!(s.fake.batches().len(), 1, "nothing is sent twice");
+    assert_eq!(
+        s.fake.requests().len(),
+        asked,
+        "the outcome was written, so nothing is asked"
+    );
 }
 
 #[tokio::test]
