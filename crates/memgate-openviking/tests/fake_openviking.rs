@@ -642,25 +642,36 @@ async fn shutdown_timeout_closes_resources_after_active_write_finishes() {
     assert!(s.backend.shutdown(Duration::from_secs(1)).await);
 }
 
-#[tokio::test]
-async fn a_capture_abandoned_by_its_caller_still_saves_its_cursor() {
+/// A capture whose host stops waiting while its batch is in flight (on
+/// the host's own thread or not): the write finishes on its own, the
+/// outcome is written (not left as an intent), and capturing the same
+/// messages again sends and asks nothing.
+async fn a_capture_abandoned_mid_write_is_settled(on_own_thread: bool) {
     let s = setup(|_| {}).await;
     s.fake.plan("batch", [Reply::Blocked]);
     let messages = vec![human("h1", "hi"), ai("a1", "hello")];
     let backend = s.backend.clone();
     let request = capture_request(&alice(), messages.clone());
-    let waiting = tokio::spawn(async move { backend.capture(&request).await });
+    let waiting = tokio::spawn(async move {
+        let capture = backend.capture(&request);
+        if on_own_thread {
+            on_callers_thread(capture).await
+        } else {
+            capture.await
+        }
+    });
     s.fake.wait_blocked().await;
     waiting.abort(); // the host stopped waiting
     let _ = waiting.await;
     s.fake.release();
-    // The write finishes on its own and the cursor records it.
     let path = s.backend.config().cursor_path(&sid(&alice()));
     let deadline = Instant::now() + Duration::from_secs(10);
     while load_cursor(&path).unwrap().submitted_prefix_count != Some(2) {
         assert!(Instant::now() < deadline, "cursor was not saved");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert!(load_cursor(&path).unwrap().in_flight.is_none());
+    let asked = s.fake.requests().len();
     let report = s
         .backend
         .capture(&capture_request(&alice(), messages))
@@ -668,6 +679,21 @@ async fn a_capture_abandoned_by_its_caller_still_saves_its_cursor() {
         .unwrap();
     assert_eq!(report.stored, 0);
     assert_eq!(s.fake.batches().len(), 1, "nothing is sent twice");
+    assert_eq!(
+        s.fake.requests().len(),
+        asked,
+        "the outcome was written, so nothing is asked"
+    );
+}
+
+#[tokio::test]
+async fn a_capture_abandoned_by_its_caller_still_saves_its_cursor() {
+    a_capture_abandoned_mid_write_is_settled(false).await;
+}
+
+#[tokio::test]
+async fn an_abandoned_caller_on_its_own_thread_leaves_the_outcome_to_the_task() {
+    a_capture_abandoned_mid_write_is_settled(true).await;
 }
 
 #[tokio::test]
@@ -682,38 +708,6 @@ async fn a_caller_waiting_on_its_own_thread_writes_the_outcome_before_it_returns
     let cursor = load_cursor(&s.backend.config().cursor_path(&sid(&alice()))).unwrap();
     assert_eq!(cursor.submitted_prefix_count, Some(2));
     assert!(cursor.in_flight.is_none(), "the outcome, not the intent");
-}
-
-#[tokio::test]
-async fn an_abandoned_caller_on_its_own_thread_leaves_the_outcome_to_the_task() {
-    let s = setup(|_| {}).await;
-    s.fake.plan("batch", [Reply::Blocked]);
-    let messages = vec![human("h1", "hi"), ai("a1", "hello")];
-    let backend = s.backend.clone();
-    let request = capture_request(&alice(), messages.clone());
-    let waiting = tokio::spawn(async move { on_callers_thread(backend.capture(&request)).await });
-    s.fake.wait_blocked().await;
-    waiting.abort(); // the host stopped waiting
-    let _ = waiting.await;
-    s.fake.release();
-    let path = s.backend.config().cursor_path(&sid(&alice()));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while load_cursor(&path).unwrap().submitted_prefix_count != Some(2) {
-        assert!(Instant::now() < deadline, "cursor was not saved");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(load_cursor(&path).unwrap().in_flight.is_none());
-    let asked = s.fake.requests().len();
-    s.backend
-        .capture(&capture_request(&alice(), messages))
-        .await
-        .unwrap();
-    assert_eq!(s.fake.batches().len(), 1, "nothing is sent twice");
-    assert_eq!(
-        s.fake.requests().len(),
-        asked,
-        "the outcome was written, so nothing is asked"
-    );
 }
 
 #[tokio::test]
