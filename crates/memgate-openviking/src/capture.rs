@@ -453,6 +453,11 @@ pub async fn on_callers_thread<F: Future>(capture: F) -> F::Output {
     ON_CALLERS_THREAD.scope((), capture).await
 }
 
+/// Whether the capture being polled runs on its caller's own thread.
+fn polled_by_its_caller() -> bool {
+    ON_CALLERS_THREAD.try_with(|_| ()).is_ok()
+}
+
 /// Saves the cursor. A failed save is never softened by the write policy.
 async fn save(
     path: PathBuf,
@@ -471,7 +476,7 @@ async fn save_from(
     mode: SaveMode,
     session_id: &str,
 ) -> Result<()> {
-    let saved = if ON_CALLERS_THREAD.try_with(|_| ()).is_ok() {
+    let saved = if polled_by_its_caller() {
         save_cursor_with(&path, &cursor, mode)
     } else {
         let cursor = cursor.into_owned();
@@ -805,14 +810,12 @@ pub async fn capture_session(
     // A caller waiting on its own thread writes the outcome there (warm,
     // and no hand-off to the blocking pool and back); the task keeps it
     // when nobody is waiting any more.
-    let (handback, outcome) = match ON_CALLERS_THREAD.try_with(|_| ()) {
-        Ok(()) => {
-            let (sender, receiver) = tokio::sync::oneshot::channel();
-            (Some(sender), Some(receiver))
-        }
-        Err(_) => (None, None),
+    let (handback, outcome) = if polled_by_its_caller() {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        (Some(sender), Some(receiver))
+    } else {
+        (None, None)
     };
-    let outcome = outcome.map(|receiver| (receiver, target.session_id.clone()));
     let task = tokio::spawn(async move {
         // The lock and the operation both live until the cursor is saved:
         // no other capture of this session reads a stale cursor, and
@@ -841,16 +844,17 @@ pub async fn capture_session(
                 let unsaved = OutcomeSave {
                     path,
                     cursor: next,
+                    session_id: sid.to_owned(),
                     lock,
                     operation,
                 };
-                match handback {
-                    Some(caller) => {
-                        if let Err(unsaved) = caller.send(unsaved) {
-                            unsaved.save(sid).await?;
-                        }
-                    }
-                    None => unsaved.save(sid).await?,
+                // Handed to a waiting caller, or written here.
+                let unsaved = match handback {
+                    Some(caller) => caller.send(unsaved).err(),
+                    None => Some(unsaved),
+                };
+                if let Some(unsaved) = unsaved {
+                    unsaved.save().await?;
                 }
                 Ok(CaptureOutcome {
                     sent: pending_len,
@@ -932,10 +936,8 @@ pub async fn capture_session(
     // caller that stops waiting leaves it with the task (or, dropped after
     // the hand-off, with the durable intent, which the next capture
     // reconciles).
-    if let Some((mut receiver, sid)) = outcome {
-        if let Ok(unsaved) = receiver.try_recv() {
-            unsaved.save(&sid).await?;
-        }
+    if let Some(unsaved) = outcome.and_then(|mut receiver| receiver.try_recv().ok()) {
+        unsaved.save().await?;
     }
     Ok(captured)
 }
@@ -945,20 +947,22 @@ pub async fn capture_session(
 struct OutcomeSave {
     path: PathBuf,
     cursor: TranscriptCursor,
+    session_id: String,
     lock: SessionGuard,
     operation: Operation,
 }
 
 impl OutcomeSave {
     /// Covered by the durable intent, so its rename is not fsynced.
-    async fn save(self, sid: &str) -> Result<()> {
+    async fn save(self) -> Result<()> {
         let OutcomeSave {
             path,
             cursor,
+            session_id,
             lock,
             operation,
         } = self;
-        let saved = save(path, cursor, SaveMode::CoveredByIntent, sid).await;
+        let saved = save(path, cursor, SaveMode::CoveredByIntent, &session_id).await;
         drop((lock, operation));
         saved
     }

@@ -632,9 +632,10 @@ pub fn top_turn_similarity(
     }
     best.into_iter()
         .map(|(thread, mut cosines)| {
+            let k = k.max(1);
             cosines.sort_by(|a, b| b.total_cmp(a));
-            cosines.resize(k.max(1), floor);
-            let mean = cosines.iter().take(k.max(1)).sum::<f64>() / k.max(1) as f64;
+            cosines.resize(k, floor);
+            let mean = cosines.iter().sum::<f64>() / k as f64;
             (thread, mean)
         })
         .collect()

@@ -1113,7 +1113,6 @@ mod tests {
             .unwrap();
     }
 
-    /// Captures one turn per text into thread `thread` of `user`'s scope.
     /// The session dense score of a real store: each thread's centroid is
     /// the normalised sum of its turns' stored vectors, topped up as turns
     /// are embedded, and read in the caller's scope only.
@@ -1170,6 +1169,7 @@ mod tests {
         assert!((second["pets"] - first["pets"]).abs() < 1e-6);
     }
 
+    /// Captures one turn per text into thread `thread` of `user`'s scope.
     fn capture_texts(store: &MemoryStore, user: &Caller, thread: &str, texts: &[&str]) {
         let messages = texts
             .iter()
