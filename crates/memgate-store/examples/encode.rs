@@ -1,14 +1,14 @@
-//! `cargo run --release -p memgate-store --example encode -- MODEL_DIR [N]
-//! [LOCOMO_JSON]`: the local encoder's cost alone — model load time, then N
-//! embeddings of a query-length and of a turn-length text, wall and on-CPU
-//! p50/p99 (on-CPU from the thread's CPU clock, the honest figure on a
-//! shared machine), at each precision (`Exact`: float32, what documents are
-//! embedded with; `Int8`: the query path where the CPU has AVX-512 VNNI).
-//! With a LoCoMo file, also the token counts of its questions (the lengths
-//! a real query has), one embedding of each at each precision, and how far
-//! the int8 vectors are from the float32 ones (cosine).
+//! `cargo run --release -p memgate-store --example encode -- MODEL [N]
+//! [LOCOMO_JSON]`: a local model's cost alone (MODEL: MiniLM's directory or
+//! e5's file, as `model_path`) — model load time, then N embeddings of a
+//! query-length text by the exact query path (float32) and by the query
+//! path recall uses (int8 where the CPU has AVX-512 VNNI), and of a
+//! turn-length text as a document, wall and on-CPU p50/p99 (on-CPU from the
+//! thread's CPU clock, the honest figure on a shared machine). With a LoCoMo
+//! file, also the token counts of its questions (the lengths a real query
+//! has), one embedding of each by both query paths, and how far the query
+//! path's vectors are from the exact ones (cosine).
 
-use memgate_embed::{MiniLm, Precision};
 use memgate_store::bench::thread_cpu_ns;
 use std::time::{Duration, Instant};
 
@@ -75,57 +75,61 @@ fn timed(texts: &[&str], rounds: usize, embed: impl Fn(&str) -> Vec<f32>) -> Str
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let dir = args
-        .next()
-        .expect("usage: encode MODEL_DIR [N] [LOCOMO_JSON]");
+    let dir = args.next().expect("usage: encode MODEL [N] [LOCOMO_JSON]");
     let n: usize = args.next().and_then(|v| v.parse().ok()).unwrap_or(200);
     let questions = args.next().map(|p| locomo_questions(&p));
     let started = Instant::now();
-    let model = MiniLm::load(dir.as_ref()).expect("load the model");
-    println!("model load {:.0} ms", started.elapsed().as_secs_f64() * 1e3);
-    println!("query path on this CPU: {:?}", model.query_precision());
-    let precisions = [Precision::Exact, Precision::Int8];
-    for (name, text) in [("query", QUERY), ("turn", TURN)] {
-        let tokens = model.token_count(text);
-        for p in precisions {
-            let line = timed(&[text], n, |t| model.embed_one_with(t, p));
-            println!("{name} ({tokens} tokens) x{n}, {p:?}: {line}");
-        }
-    }
+    let model = memgate_embed::load_local(dir.as_ref()).expect("load the model");
+    println!(
+        "model {} load {:.0} ms",
+        model.model(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    let tokens = |t: &str| model.token_count(t).unwrap_or(0);
+    let exact = |t: &str| model.embed_query_exact(t).expect("embed");
+    let query_path = |t: &str| model.embed_query(t).expect("embed");
+    let document = |t: &str| model.embed(&[t]).expect("embed").remove(0);
+    println!(
+        "query ({} tokens) x{n}, exact: {}",
+        tokens(QUERY),
+        timed(&[QUERY], n, exact)
+    );
+    println!(
+        "query ({} tokens) x{n}, query path: {}",
+        tokens(QUERY),
+        timed(&[QUERY], n, query_path)
+    );
+    println!("turn x{n}, as a document: {}", timed(&[TURN], n, document));
     if let Some(questions) = questions {
         let texts: Vec<&str> = questions.iter().map(String::as_str).collect();
-        let mut tokens: Vec<usize> = texts.iter().map(|q| model.token_count(q)).collect();
-        tokens.sort_unstable();
-        let mean = tokens.iter().sum::<usize>() as f64 / tokens.len().max(1) as f64;
-        let mut histogram = std::collections::BTreeMap::new();
-        for t in &tokens {
-            *histogram.entry(*t).or_insert(0usize) += 1;
-        }
+        let mut counts: Vec<usize> = texts.iter().map(|q| tokens(q)).collect();
+        counts.sort_unstable();
+        let mean = counts.iter().sum::<usize>() as f64 / counts.len().max(1) as f64;
         println!(
             "LoCoMo questions x{}: tokens mean {mean:.1}, p50 {}, p99 {}",
-            tokens.len(),
-            tokens[tokens.len() / 2],
-            tokens[(tokens.len() - 1) * 99 / 100],
+            counts.len(),
+            counts[counts.len() / 2],
+            counts[(counts.len() - 1) * 99 / 100],
         );
-        println!("token histogram (tokens: questions): {histogram:?}");
-        for p in precisions {
-            let line = timed(&texts, 1, |t| model.embed_one_with(t, p));
-            println!("LoCoMo questions, {p:?}: {line}");
-        }
+        println!("LoCoMo questions, exact: {}", timed(&texts, 1, exact));
+        println!(
+            "LoCoMo questions, query path: {}",
+            timed(&texts, 1, query_path)
+        );
         let mut cosines: Vec<f32> = texts
             .iter()
             .map(|t| {
-                let (a, b) = (
-                    model.embed_one_with(t, Precision::Exact),
-                    model.embed_one_with(t, Precision::Int8),
-                );
-                a.iter().zip(&b).map(|(x, y)| x * y).sum()
+                exact(t)
+                    .iter()
+                    .zip(&query_path(t))
+                    .map(|(x, y)| x * y)
+                    .sum()
             })
             .collect();
         cosines.sort_by(f32::total_cmp);
         let mean = cosines.iter().sum::<f32>() / cosines.len().max(1) as f32;
         println!(
-            "LoCoMo questions, cosine of Int8 to Exact vectors: mean {mean:.6}, min {:.6}",
+            "LoCoMo questions, cosine of the query path to the exact vectors: mean {mean:.6}, min {:.6}",
             cosines[0]
         );
     }

