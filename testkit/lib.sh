@@ -271,8 +271,9 @@ wheel = zipfile.ZipFile(glob.glob(os.path.join(scratch, "*.whl"))[0])
 tmp = dest + ".part"
 shutil.rmtree(tmp, ignore_errors=True)
 for name in wheel.namelist():
-    if name.startswith(prefix) and not name.endswith("/") and name[len(prefix):] in (only or name[len(prefix):],):
-        target = os.path.join(tmp, name[len(prefix):])
+    rel = name[len(prefix):]
+    if name.startswith(prefix) and rel and not name.endswith("/") and (not only or rel == only):
+        target = os.path.join(tmp, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with wheel.open(name) as src, open(target, "wb") as out:
             shutil.copyfileobj(src, out)

@@ -21,10 +21,6 @@ use crate::{EmbedError, Embedder, Result};
 use std::collections::HashMap;
 use std::path::Path;
 
-/// Longest input in tokens: documents are a turn and the one before it,
-/// and the encoder's cost grows with the square of the length.
-pub const MAX_TOKENS: usize = 256;
-
 const MAGIC: &[u8; 4] = b"E5S1";
 const VERSION: u32 = 1;
 const DTYPE_F32: u8 = 0;
@@ -34,7 +30,6 @@ const DTYPE_Q4: u8 = 1;
 pub struct E5Small {
     tokenizer: Unigram,
     encoder: Encoder,
-    max_tokens: usize,
     id: String,
     query_precision: Precision,
 }
@@ -43,7 +38,8 @@ fn bad(why: impl std::fmt::Display) -> EmbedError {
     EmbedError::Config(format!("e5 model file {why}"))
 }
 
-/// Little-endian reads that fail with the file's name instead of panicking.
+/// Little-endian reads of the model file: running past its end is a
+/// config error, never a panic.
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -96,6 +92,7 @@ struct Shape {
     feed_forward: usize,
     vocabulary: usize,
     positions: usize,
+    token_types: usize,
     eps: f32,
 }
 
@@ -115,12 +112,13 @@ fn read_shape(r: &mut Reader) -> Result<Shape> {
     let feed_forward = r.count("feed-forward width", 1 << 18)?;
     let vocabulary = r.count("vocabulary size", 1 << 24)?;
     let positions = r.count("position count", 1 << 16)?;
-    let _token_types = r.count("token type count", 1 << 16)?;
+    let token_types = r.count("token type count", 1 << 16)?;
     let eps = r.f32()?;
     let block = r.count("block size", 1 << 16)?;
     if block != Q4_BLOCK
         || heads == 0
         || layers == 0
+        || token_types == 0
         || !hidden.is_multiple_of(heads)
         || !hidden.is_multiple_of(Q4_BLOCK)
         || !feed_forward.is_multiple_of(Q4_BLOCK)
@@ -136,6 +134,7 @@ fn read_shape(r: &mut Reader) -> Result<Shape> {
         feed_forward,
         vocabulary,
         positions,
+        token_types,
         eps,
     })
 }
@@ -284,12 +283,9 @@ impl E5Small {
         let (h, f) = (shape.hidden, shape.feed_forward);
         let words = t.get("emb.word", DTYPE_Q4, shape.vocabulary, h)?.to_vec();
         let positions = t.f32s("emb.pos", shape.positions, h)?;
-        let token_type =
-            t.0.get("emb.type")
-                .map(|&(_, elements, _)| elements / h.max(1))
-                .filter(|&rows| rows >= 1)
-                .ok_or_else(|| bad("has no tensor emb.type"))
-                .and_then(|rows| t.f32s("emb.type", rows, h))?;
+        // Every text is of type 0: its row is the first.
+        let mut token_type = t.f32s("emb.type", shape.token_types, h)?;
+        token_type.truncate(h);
         let embedding_norm = t.norm("emb.ln", h)?;
         let layers = (0..shape.layers)
             .map(|l| {
@@ -309,7 +305,7 @@ impl E5Small {
             eps: shape.eps,
             words: Words::Q4(words),
             positions,
-            token_type: token_type[..h].to_vec(),
+            token_type,
             embedding_norm,
             layers,
         };
@@ -318,7 +314,6 @@ impl E5Small {
         }
         Ok(Self {
             tokenizer,
-            max_tokens: MAX_TOKENS.min(encoder.max_positions()),
             encoder,
             id: format!("multilingual-e5-small-q4/{h}"),
             query_precision: query_precision(),
@@ -337,7 +332,7 @@ impl E5Small {
             Role::Passage => "passage: ",
         };
         self.tokenizer
-            .encode(&format!("{prefix}{text}"), self.max_tokens)
+            .encode(&format!("{prefix}{text}"), self.encoder.max_tokens())
     }
 
     /// The unit vector of `text` in `role`, the dense layers at `precision`.

@@ -108,14 +108,20 @@ pub(crate) struct Encoder {
     pub layers: Vec<Layer>,
 }
 
+/// Longest input in tokens for either model (MiniLM's `max_seq_length`;
+/// e5 could read 512, but a document is a turn and the one before it, and
+/// the encoder's cost grows with the square of the length).
+const MAX_TOKENS: usize = 256;
+
 impl Encoder {
-    /// How many positions the model has rows for.
-    pub fn max_positions(&self) -> usize {
-        self.positions.len() / self.hidden
+    /// How many tokens an input is cut to: [`MAX_TOKENS`], or fewer when
+    /// the model has fewer positions.
+    pub fn max_tokens(&self) -> usize {
+        MAX_TOKENS.min(self.positions.len() / self.hidden)
     }
 
     /// The unit vector of token `ids` (ids within the table, at most
-    /// [`Self::max_positions`] of them), the dense layers at `precision`
+    /// [`Self::max_tokens`] of them), the dense layers at `precision`
     /// (attention, norms and GELU stay float32).
     pub fn embed_ids(&self, ids: &[u32], precision: Precision) -> Vec<f32> {
         let (n, h) = (ids.len(), self.hidden);

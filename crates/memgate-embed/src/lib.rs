@@ -28,7 +28,6 @@ pub use dense::Precision;
 pub use e5::E5Small;
 pub use endpoint::{EndpointConfig, EndpointEmbedder};
 pub use minilm::MiniLm;
-pub use unigram::{Unigram, UnigramVocab};
 pub use wordpiece::WordPiece;
 
 /// Why an embedding could not be made.

@@ -17,9 +17,6 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// Longest input in tokens (the model's `max_seq_length`).
-pub const MAX_TOKENS: usize = 256;
-
 #[derive(Deserialize)]
 struct BertConfig {
     hidden_size: usize,
@@ -34,7 +31,6 @@ struct BertConfig {
 pub struct MiniLm {
     tokenizer: WordPiece,
     encoder: Encoder,
-    max_tokens: usize,
     id: String,
     query_precision: Precision,
 }
@@ -177,15 +173,9 @@ impl MiniLm {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        if config.num_hidden_layers == 0 {
-            return Err(EmbedError::Config(
-                "config.json: num_hidden_layers must be at least 1".into(),
-            ));
-        }
         Ok(Self {
             tokenizer,
             id: format!("all-minilm-l6-v2/{h}"),
-            max_tokens: MAX_TOKENS.min(config.max_position_embeddings),
             encoder: Encoder {
                 hidden: h,
                 heads: config.num_attention_heads,
@@ -207,7 +197,7 @@ impl MiniLm {
 
     /// How many tokens `text` is encoded as (with `[CLS]` and `[SEP]`).
     pub fn token_count(&self, text: &str) -> usize {
-        self.tokenizer.encode(text, self.max_tokens).len()
+        self.tokenizer.encode(text, self.encoder.max_tokens()).len()
     }
 
     /// The unit vector of one text (float32 throughout: the reference, and
@@ -219,7 +209,7 @@ impl MiniLm {
     /// [`Self::embed_one`] with the dense layers at `precision` (attention,
     /// norms and GELU stay float32).
     pub fn embed_one_with(&self, text: &str, precision: Precision) -> Vec<f32> {
-        let ids = self.tokenizer.encode(text, self.max_tokens);
+        let ids = self.tokenizer.encode(text, self.encoder.max_tokens());
         self.encoder.embed_ids(&ids, precision)
     }
 }
