@@ -142,7 +142,7 @@ impl Part {
                 body.push_str("{\"tool_id\":");
                 write_json_string(body, tool_id);
                 body.push_str(",\"tool_input\":");
-                body.push_str(&tool_input.to_string());
+                push_value(body, tool_input);
                 body.push_str(",\"tool_name\":");
                 write_json_string(body, tool_name);
                 body.push_str(",\"tool_status\":\"pending\",\"type\":\"tool\"}");
@@ -172,8 +172,17 @@ impl Part {
 /// A queued payload (the outbox's form) is written as `serde_json` writes it.
 impl WireMessage for Value {
     fn write_wire(&self, body: &mut String) {
-        body.push_str(&self.to_string());
+        push_value(body, self);
     }
+}
+
+/// Appends `value` as compact JSON. Through `serde_json`'s byte writer, not
+/// `Value`'s `Display`: the same bytes, but `Display` writes them through the
+/// `fmt::Write` adapter a piece at a time, 2.2–2.6× slower for a tool call's
+/// arguments.
+fn push_value(body: &mut String, value: &Value) {
+    // A `Value` always serializes: its map keys are strings.
+    body.push_str(&serde_json::to_string(value).expect("a JSON value serializes"));
 }
 
 impl SessionMessage {
