@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testkit"))
-from json_http import JsonHandler  # noqa: E402  (testkit's shared JSON answer)
+from fake_openviking import FakeOpenViking  # noqa: E402  (testkit's FAKE server)
 
 OWNER = "alice"
 PEER = "deerflow"
@@ -67,77 +67,6 @@ TOPICS = ["refund", "invoice", "helm chart", "postgres index", "coffee order", "
 
 
 # --- the FAKE OpenViking server (child process) ---------------------------------------------
-
-
-class FakeOpenViking(JsonHandler):
-    """Answers the session routes both managers call; counts per session.
-    Keep-alive HTTP/1.1 (`JsonHandler`), as both clients pool connections."""
-
-    sessions: dict[str, dict[str, int]] = {}
-    routes: dict[str, int] = {}
-    lock = threading.Lock()
-
-    def _ok(self, result: Any) -> None:
-        self.send_json(200, {"status": "ok", "result": result, "error": None})
-
-    def _not_found(self, message: str) -> None:
-        self.send_json(404, {"status": "error", "result": None, "error": {"code": "NOT_FOUND", "message": message}})
-
-    def _body(self) -> Any:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        return json.loads(raw) if raw else None
-
-    def _count(self, route: str) -> None:
-        with self.lock:
-            self.routes[route] = self.routes.get(route, 0) + 1
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/_fake/stats":
-            with self.lock:
-                self._ok({"sessions": {k: v["total"] for k, v in self.sessions.items()}, "routes": dict(self.routes)})
-        elif path == "/health":
-            self._count("health")
-            self._ok({"status": "ok", "healthy": True, "version": "0.5.2"})
-        elif path.startswith("/api/v1/sessions/") and path.count("/") == 4:
-            self._count("session")
-            sid = path.rsplit("/", 1)[1]
-            with self.lock:
-                state = self.sessions.get(sid)
-                state = dict(state) if state else None
-            if state is None:
-                self._not_found(f"Session {sid} not found")
-            else:
-                self._ok({"session_id": sid, "message_count": state["live"], "total_message_count": state["total"],
-                          "pending_tokens": state["tokens"], "commit_count": state["commits"]})
-        else:
-            self._count("unknown " + path)
-            self._not_found("Not Found")
-
-    def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0]
-        body = self._body()
-        parts = path.split("/")
-        if len(parts) == 6 and parts[:4] == ["", "api", "v1", "sessions"] and parts[5] == "commit":
-            self._count("commit")
-            sid = parts[4]
-            with self.lock:
-                state = self.sessions.setdefault(sid, {"total": 0, "live": 0, "tokens": 0, "commits": 0})
-                state.update(live=0, tokens=0, commits=state["commits"] + 1)
-            self._ok({"session_id": sid, "status": "accepted", "task_id": f"task-{uuid.uuid4().hex[:8]}", "archived": True})
-        elif len(parts) == 7 and parts[:4] == ["", "api", "v1", "sessions"] and parts[5:] == ["messages", "batch"]:
-            self._count("batch")
-            sid = parts[4]
-            added = len((body or {}).get("messages") or [])
-            with self.lock:
-                state = self.sessions.setdefault(sid, {"total": 0, "live": 0, "tokens": 0, "commits": 0})
-                state.update(total=state["total"] + added, live=state["live"] + added, tokens=state["tokens"] + 10 * added)
-                answer = {"session_id": sid, "message_count": state["live"], "added": added, "pending_tokens": state["tokens"]}
-            self._ok(answer)
-        else:
-            self._count("unknown " + path)
-            self._not_found("Not Found")
 
 
 def serve() -> None:

@@ -9,7 +9,8 @@ mod common;
 
 use common::*;
 use memgate_core::{
-    BackendContext, Caller, MemoryBackend, MemoryError, RecallRequest, SearchQuery, WarmStatus,
+    BackendContext, Caller, MemoryBackend, MemoryError, Message, RecallRequest, SearchQuery,
+    ToolCall, WarmStatus,
 };
 use memgate_openviking::{OpenVikingBackend, UriStyle};
 use serde_json::{json, Value};
@@ -521,6 +522,91 @@ async fn real_server_pins_the_session_counts_reconciliation_reads() {
     let (_, body) = get(&format!("{}/api/v1/sessions/{sid}", server.url), key).await;
     assert_eq!(cursor.server_total, counts(&body).1, "{body}");
     assert!(cursor.in_flight.is_none());
+    alice.shutdown(Duration::from_secs(5)).await;
+    account.delete().await;
+}
+
+/// Tool parts as the real server keeps them: a capture whose tool-call
+/// arguments and results hold what the body writer must escape (quotes,
+/// backslashes, control characters, text beyond ASCII; nested objects,
+/// numbers, booleans, null) is accepted, and the commit's archive holds the
+/// same text, arguments and output memgate was given.
+#[tokio::test]
+#[ignore = "real server: OpenViking (testkit/up)"]
+async fn real_server_keeps_tool_parts_with_escaped_arguments_as_sent() {
+    let server = real_server();
+    let account = create_account(&server, "tool").await;
+    let key = &account.alice_key;
+    let dir = tempfile::tempdir().unwrap();
+    let alice = backend(&server.url, key, "alice", dir.path());
+    let tricky =
+        "say \"hi\" \\ C:\\path\n\ttab \u{1} caf\u{e9} \u{2713} \u{4f60}\u{597d} \u{1f600}";
+    let args = json!({"query": tricky, "limit": 5, "ratio": 0.25, "exact": true, "near": null,
+                      "filters": {"tags": ["a", "b\"c"], "nested": {"deep": [1, 2.5, false]}}});
+    let messages = vec![
+        human("h1", &format!("look up {tricky}")),
+        Message::ai("")
+            .with_id("a1")
+            .with_tool_calls(vec![ToolCall::new(
+                "search",
+                args.clone(),
+                Some("call_1".into()),
+            )]),
+        Message::tool(format!("found {tricky}"), "call_1")
+            .with_id("t1")
+            .with_name("search"),
+        common::ai("a2", &format!("answer {tricky}")),
+    ];
+    let caller = Caller::new("alice")
+        .with_agent("tools")
+        .with_thread("t-tools");
+    alice
+        .capture(&capture_request(&caller, messages))
+        .await
+        .unwrap();
+
+    let sid = memgate_openviking::scope::session_id("alice", "tools", "t-tools");
+    let (status, session) = get(&format!("{}/api/v1/sessions/{sid}", server.url), key).await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(session["result"]["total_message_count"], 4, "{session}");
+    let uri = session["result"]["uri"]
+        .as_str()
+        .expect("the session's uri");
+    let archive = format!("{uri}/history/archive_001/messages.jsonl");
+    let read_url = reqwest::Url::parse_with_params(
+        &format!("{}/api/v1/content/read", server.url),
+        [("uri", archive.as_str()), ("offset", "0"), ("limit", "-1")],
+    )
+    .unwrap();
+    let (status, read) = get(read_url.as_str(), key).await;
+    assert_eq!(status, 200, "{read}");
+    let kept: Vec<Value> = read["result"]
+        .as_str()
+        .expect("the archive's text")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("one message per line"))
+        .collect();
+    assert_eq!(kept.len(), 4, "{kept:?}");
+    let parts = |i: usize| kept[i]["parts"].as_array().cloned().unwrap_or_default();
+    let part_text = |i: usize| parts(i)[0]["text"].as_str().map(str::to_owned);
+    assert_eq!(
+        part_text(0).as_deref(),
+        Some(format!("look up {tricky}").as_str())
+    );
+    let call = &parts(1)[0];
+    assert_eq!(call["tool_input"], args, "{call}");
+    assert_eq!(call["tool_name"], "search");
+    let result = &parts(2)[0];
+    assert_eq!(
+        result["tool_output"],
+        json!(format!("found {tricky}")),
+        "{result}"
+    );
+    assert_eq!(
+        part_text(3).as_deref(),
+        Some(format!("answer {tricky}").as_str())
+    );
     alice.shutdown(Duration::from_secs(5)).await;
     account.delete().await;
 }
