@@ -37,7 +37,7 @@ use crate::lifecycle::Operation;
 use crate::locks::SessionGuard;
 use crate::outbox::Outbox;
 use crate::payload::{payload_of, payload_peer, redact_payload};
-use crate::recorder::{self, Prepared, RecordError, MAX_BATCH_MESSAGES};
+use crate::recorder::{self, Prepared, RecordError};
 use memgate_core::cursor::{
     load_cursor, save_cursor_with, BatchMark, CursorError, InFlight, SaveMode, TranscriptCursor,
 };
@@ -192,13 +192,13 @@ impl CapturePlan {
 
     /// The durable intent of sending `prepared` (converted from the pending
     /// messages) when the session held `base_total` messages: one mark per
-    /// batch of at most [`MAX_BATCH_MESSAGES`], as the recorder sends them.
-    pub fn intent(&self, base_total: u64, prepared: &[Prepared]) -> InFlight {
+    /// batch of at most [`MAX_BATCH_MESSAGES`](recorder::MAX_BATCH_MESSAGES), as the recorder sends them.
+    pub fn intent(&self, base_total: u64, prepared: &Prepared) -> InFlight {
         let ends: Vec<(usize, usize)> = prepared
-            .chunks(MAX_BATCH_MESSAGES)
+            .batches(0)
             .scan(0, |payloads, batch| {
-                *payloads += batch.len();
-                Some((batch.last().map_or(0, |p| p.input_end), *payloads))
+                *payloads += batch.len;
+                Some((batch.input_end, *payloads))
             })
             .collect();
         // Every boundary's prefix digest, extending one running digest.
@@ -783,7 +783,7 @@ pub async fn capture_session(
             // capture whole (its first attempt reads the count).
             Err(cause) => match &target.outbox {
                 Some(outbox) => {
-                    let payloads = queued_form(&prepared);
+                    let payloads = prepared.values(0);
                     return queue_plan(&target, outbox, path, &loaded, &cursor, &plan, payloads)
                         .await;
                 }
@@ -871,7 +871,7 @@ pub async fn capture_session(
                     Some(outbox) => {
                         let queued = TakeOver {
                             outbox,
-                            payloads: queued_form(&prepared),
+                            payloads: prepared.values(0),
                             base_total,
                             intent_ms: intent.written_ms,
                         };
@@ -906,7 +906,7 @@ pub async fn capture_session(
                         .map_or(0, |i| intent.batches[i].payloads as usize);
                     let queued = TakeOver {
                         outbox,
-                        payloads: queued_form(&prepared[done..]),
+                        payloads: prepared.values(done),
                         base_total: base_total + done as u64,
                         intent_ms: intent.written_ms,
                     };
@@ -969,25 +969,20 @@ impl OutcomeSave {
 }
 
 /// The payloads of the pending messages, converted and redacted: what is
-/// sent, and what the outbox queues. `None` when a pending message is not
-/// held whole (its signature was all the surface gave).
-fn prepare(
-    plan: &CapturePlan,
-    whole: &mut Whole<'_>,
-    target: &CaptureTarget,
-) -> Option<Vec<Prepared>> {
+/// sent, and what the outbox queues. Each payload is written out as JSON
+/// and dropped at once, while it is still in the cache. `None` when a
+/// pending message is not held whole (its signature was all the surface
+/// gave).
+fn prepare(plan: &CapturePlan, whole: &mut Whole<'_>, target: &CaptureTarget) -> Option<Prepared> {
     if !plan.pending.iter().all(|&i| whole.holds(i)) {
         return None;
     }
     let peer = payload_peer(&target.peer);
-    let mut prepared = Vec::with_capacity(plan.pending.len());
+    let mut prepared = Prepared::with_capacity(plan.pending.len());
     for (k, &i) in plan.pending.iter().enumerate() {
         if let Some(mut payload) = payload_of(whole.take(i)?, peer.as_ref()) {
             redact_payload(&mut payload, &target.redactor);
-            prepared.push(Prepared {
-                payload,
-                input_end: k + 1,
-            });
+            prepared.push(&payload, k + 1);
         }
     }
     Some(prepared)
@@ -1006,11 +1001,6 @@ async fn needs_whole(
         save(path, cursor, SaveMode::Durable, sid).await?;
     }
     Ok(CaptureOutcome::needs_whole())
-}
-
-/// What the outbox queues: exactly what is (or would have been) sent.
-fn queued_form(prepared: &[Prepared]) -> Vec<Value> {
-    prepared.iter().map(|p| p.payload.to_value()).collect()
 }
 
 /// A failed write handed to the outbox: queued (fsynced) first, then the
@@ -1102,7 +1092,7 @@ async fn queue_behind(
         loaded,
         &cursor,
         &plan,
-        queued_form(&prepared),
+        prepared.values(0),
     )
     .await
 }
@@ -1201,13 +1191,11 @@ mod tests {
         let plan = CapturePlan::new(&cursor, all.clone());
         assert_eq!(plan.start, Some(30));
         // Every pending message but one (index 40) is recorded.
-        let prepared: Vec<Prepared> = (0..plan.pending.len())
-            .filter(|&k| k != 10)
-            .map(|k| Prepared {
-                payload: crate::payload::to_payload(&Message::human("x"), "p").unwrap(),
-                input_end: k + 1,
-            })
-            .collect();
+        let payload = crate::payload::to_payload(&Message::human("x"), "p").unwrap();
+        let mut prepared = Prepared::default();
+        for k in (0..plan.pending.len()).filter(|&k| k != 10) {
+            prepared.push(&payload, k + 1);
+        }
         let intent = plan.intent(7, &prepared);
         let marks: Vec<(u64, u64, Option<String>)> = intent
             .batches

@@ -20,7 +20,6 @@
 //!   whatever its body (the server accepted it).
 
 use crate::config::ApiKey;
-use crate::payload::WireMessage;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use reqwest::{Method, StatusCode, Url};
@@ -269,26 +268,20 @@ impl OpenVikingClient {
         .await
     }
 
-    /// `POST /api/v1/sessions/{id}/messages/batch` (at most 100 messages):
-    /// typed payloads from a capture, queued `Value`s from the outbox.
-    pub async fn add_messages<M: WireMessage + Sync>(
+    /// `POST /api/v1/sessions/{id}/messages/batch` with `messages`, the
+    /// comma-separated JSON of at most 100 messages (a
+    /// [`Batch`](crate::recorder::Batch) of a capture or of the outbox).
+    pub async fn add_messages(
         &self,
         peer: &str,
         session_id: &str,
-        messages: &[M],
+        messages: &str,
     ) -> Result<Value, WireError> {
-        // Sized for a typical message, so the body is not regrown a dozen
-        // times on its way to tens of KiB.
-        let mut body = String::with_capacity(512 * messages.len() + 16);
-        body.push_str("{\"messages\":[");
-        for (i, message) in messages.iter().enumerate() {
-            if i > 0 {
-                body.push(',');
-            }
-            message.write_wire(&mut body);
-        }
-        body.push_str("]}");
-        let body = body.into_bytes();
+        const OPEN: &str = "{\"messages\":[";
+        let mut body = Vec::with_capacity(OPEN.len() + messages.len() + 2);
+        body.extend_from_slice(OPEN.as_bytes());
+        body.extend_from_slice(messages.as_bytes());
+        body.extend_from_slice(b"]}");
         self.send(Call {
             name: "message batch",
             kind: Kind::Write,

@@ -10,7 +10,7 @@
 use crate::capture::{server_total, settled_total, Unsettled};
 use crate::client::OpenVikingClient;
 use crate::outbox::{payloads, Entry, Outbox};
-use crate::recorder::{self, MAX_BATCH_MESSAGES};
+use crate::recorder::{self, Prepared, MAX_BATCH_MESSAGES};
 use memgate_core::{MemoryError, Result};
 use std::sync::Arc;
 
@@ -109,9 +109,9 @@ async fn deliver_entry(
             0
         }
     };
-    for batch in payloads(entry)[skip..].chunks(MAX_BATCH_MESSAGES) {
+    for batch in Prepared::from_values(&payloads(entry)[skip..]).batches(0) {
         client
-            .add_messages(peer, sid, batch)
+            .add_messages(peer, sid, batch.wire)
             .await
             .map_err(|e| Attempt::Retry(e.to_string()))?;
     }

@@ -186,7 +186,7 @@ fn push_value(body: &mut String, value: &Value) {
 }
 
 impl SessionMessage {
-    /// The message as a JSON value (what the outbox queues).
+    /// The message as a JSON value (the form the outbox queues).
     pub fn to_value(&self) -> Value {
         let mut text = String::new();
         self.write_wire(&mut text);
