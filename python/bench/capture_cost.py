@@ -203,7 +203,8 @@ def measured(call: Callable[[], None], collect: bool = True) -> dict[str, float]
 
 
 def profile_loop(args: argparse.Namespace) -> int:
-    """One situation in a tight loop (no gc.collect, no table) for a
+    """One situation in a tight loop (no table; no gc.collect unless
+    ``--collect``, which makes each capture start cold as in the table) for a
     profiler: ``perf record -g -- python -X perf capture_cost.py --profile
     +2 --columns memgate --sizes 1000 --repeats 200``. ``+2`` grows one
     thread by two messages per capture."""
@@ -219,15 +220,19 @@ def profile_loop(args: argparse.Namespace) -> int:
             extra = [m for i in range(args.repeats) for m in two_more(i)] if args.profile == "+2" else []
             grown = [messages + extra[: 2 * k] for k in range(1, args.repeats + 1)] if extra else []
             print(f"looping: pid {os.getpid()}", file=sys.stderr, flush=True)
-            started = time.process_time()
+            spent = 0.0
             for i in range(args.repeats):
+                if args.collect:
+                    gc.collect()  # as the table does before each call: the capture starts cold
+                started = time.process_time()
                 if args.profile == "first":
                     manager.add(str(uuid.uuid4()), messages, user_id=OWNER)
                 elif args.profile == "unchanged":
                     manager.add(thread, messages, user_id=OWNER)
                 else:
                     manager.add(thread, grown[i], user_id=OWNER)
-            spent = (time.process_time() - started) / args.repeats * 1e3
+                spent += time.process_time() - started
+            spent = spent / args.repeats * 1e3
             print(f"{column} {args.profile} N={args.sizes[0]}: {spent:.2f} ms process CPU per capture (mean)")
             manager.shutdown_flush(5.0)
     finally:
@@ -338,6 +343,9 @@ def main() -> int:
     parser.add_argument("--scratch", default=None, help="where the cursor directories go (default: the temp dir)")
     parser.add_argument("--profile", choices=("first", "unchanged", "+2"), default=None,
                         help="run one situation in a loop for a profiler instead of the table")
+    parser.add_argument("--collect", action="store_true",
+                        help="with --profile: gc.collect() before each capture, as the table does, so each "
+                             "capture starts with cold caches (perf_phases.py leaves the collection out)")
     args = parser.parse_args()
     if args.serve:
         serve()
