@@ -4,7 +4,9 @@
 //!   `X-API-Key`; requests made on behalf of a peer also carry
 //!   `X-OpenViking-Actor-Peer`. No trusted-mode header (`X-OpenViking-Account`,
 //!   `-User`, `-Role`), no `Authorization`, no ambient configuration
-//!   (`ovcli.conf`, `OPENVIKING_*`, proxy variables) is ever used.
+//!   (`ovcli.conf`, `OPENVIKING_*`, proxy variables) is ever used. A
+//!   redirect is answered as an error and never followed (as the official
+//!   SDK's client does): the key goes only to `base_url`.
 //! - **Deadline.** Each request has one total deadline (`timeout_seconds`)
 //!   covering connect, headers and the whole body: reqwest's own timeout,
 //!   and a `tokio::time::timeout` around the complete exchange.
@@ -183,6 +185,9 @@ impl OpenVikingClient {
             .timeout(timeout)
             .connect_timeout(timeout)
             .no_proxy()
+            // A redirect is an error, never followed: reqwest would carry
+            // the key header to wherever it points.
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("memgate-openviking/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("could not build the OpenViking HTTP client: {e}"))?;

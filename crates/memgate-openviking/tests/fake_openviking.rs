@@ -170,6 +170,34 @@ async fn writes_are_batches_then_an_always_commit_with_only_the_user_key() {
     assert_no_trusted_headers(&s.fake);
 }
 
+#[tokio::test]
+async fn a_redirect_is_never_followed_so_the_key_goes_only_to_the_configured_server() {
+    // reqwest keeps custom headers across hosts when it follows a redirect,
+    // and the USER key is one; the official SDK does not follow them either.
+    let s = setup(|_| {}).await;
+    let elsewhere = FakeOpenViking::start().await;
+    s.fake
+        .plan("batch", [Reply::Redirect(elsewhere.url.clone())]);
+    for route in ["find", "search"] {
+        s.fake.plan(route, [Reply::Redirect(elsewhere.url.clone())]);
+    }
+    let report = s
+        .backend
+        .capture(&capture_request(&alice(), vec![human("h1", "hi")]))
+        .await
+        .unwrap();
+    assert_eq!(report.stored, 0, "a redirected write is a failed write");
+    let _ = s.backend.recall(&recall_request(alice())).await;
+    assert_eq!(s.fake.requests_to("batch").len(), 1);
+    let retrievals = s.fake.requests_to("find").len() + s.fake.requests_to("search").len();
+    assert_eq!(retrievals, 1, "a redirected read is not retried either");
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the redirect target was called: {:?}",
+        elsewhere.requests()
+    );
+}
+
 fn assert_no_trusted_headers(fake: &FakeOpenViking) {
     for r in fake.requests() {
         for forbidden in [

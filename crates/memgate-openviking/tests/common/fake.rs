@@ -48,6 +48,8 @@ pub enum Reply {
     Blocked,
     /// A 200 with a body of this many bytes of JSON.
     Huge(usize),
+    /// A 307 to this URL (another host, say), the same path appended.
+    Redirect(String),
 }
 
 #[derive(Default)]
@@ -251,6 +253,11 @@ impl FakeOpenViking {
                 self.gate.notified().await;
                 self.answer(route, &seen)
             }
+            Reply::Redirect(to) => (
+                StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, format!("{to}{path}"))],
+            )
+                .into_response(),
             Reply::Huge(bytes) => {
                 let big = format!("{{\"status\":\"ok\",\"result\":{{\"memories\":[],\"pad\":\"{}\"}}}}", "x".repeat(bytes));
                 (StatusCode::OK, big).into_response()
