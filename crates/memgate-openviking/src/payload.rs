@@ -185,6 +185,9 @@ fn push_value(body: &mut String, value: &Value) {
     body.push_str(&serde_json::to_string(value).expect("a JSON value serializes"));
 }
 
+/// Tests compare payloads as JSON values; a capture writes them straight
+/// into its buffer (`recorder::Prepared`).
+#[cfg(test)]
 impl SessionMessage {
     /// The message as a JSON value (the form the outbox queues).
     pub fn to_value(&self) -> Value {
