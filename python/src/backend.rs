@@ -484,7 +484,7 @@ impl Backend {
         let report = match self.read_capture(who, parse_kind(kind)?, messages, trace_id)? {
             // Run on this (detached) thread: a capture with nothing to send
             // then never leaves it, and one that sends hands off only its
-            // requests and the save after them, not its start, its answer
+            // requests and their confirmation, not its start, its answer
             // or the intent saved before them (`on_callers_thread`).
             Read::Whole(ticket, request) => {
                 let backend = &self.inner;

@@ -20,6 +20,8 @@
 //! }
 //! ```
 //!
+//! (`memgate_confirmed` follows them while a write is in flight; see below.)
+//!
 //! - `submitted_signatures` is a sliding window of the last N confirmed
 //!   signatures, oldest first (N = the backend's `max_seen_message_ids`);
 //! - `submitted_prefix_count` / `submitted_prefix_digest` describe the
@@ -49,6 +51,19 @@
 //! fsync, rename, fsync of the directory. A cursor that is not exactly valid
 //! fails closed ([`CursorError`]): replaying an unknown prefix would copy a
 //! private conversation again.
+//!
+//! A write's intent is saved *optimistically* ([`save_optimistic`]): the
+//! DeerFlow keys already hold the cursor as it will be once every batch and
+//! the commit succeed (so DeerFlow's own manager reads the outcome), the
+//! intent carries a [`Rollback`] to the state the write started from, and a
+//! last key, `memgate_confirmed`, is a fixed-width slot of 32 spaces. When
+//! the write succeeds the slot is overwritten in place with the rollback's
+//! token ([`Confirmation::confirm`]): no second file, no fsync. A file whose
+//! slot holds the token reads as the outcome; any other slot (not written
+//! yet, or lost or torn in a power cut: spaces and hex digits mixed) reads
+//! as the state before the write with its intent, which the next capture
+//! reconciles against the server. Either reading is safe; only the token
+//! skips the question.
 
 use crate::signature::{sequence_digest, PrefixState, SequenceHasher};
 use serde_json::value::RawValue;
@@ -65,7 +80,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The only schema version this code reads and writes.
 pub const CURSOR_SCHEMA_VERSION: u64 = 1;
 
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
     "schema_version",
     "submitted_signatures",
     "commit_pending",
@@ -74,6 +89,7 @@ const KEYS: [&str; 8] = [
     "memgate_server_total",
     "memgate_in_flight",
     "memgate_prefix_head",
+    "memgate_confirmed",
 ];
 
 /// What a cursor file records about one conversation.
@@ -179,6 +195,11 @@ impl PrefixHead {
 /// The durable intent of one write: which messages, in which batches, and
 /// the server's cumulative count before the first batch. Reconciliation
 /// compares that count with the server's to tell how many batches arrived.
+///
+/// In the file its signatures are one string of 64 hex digits each (read
+/// as one string, not one per signature; an array, as written before, is
+/// read too), and an optimistic intent leaves out the ones the window
+/// already ends with (`window_tail`: how many).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InFlight {
     /// The server's cumulative message count before the first batch.
@@ -207,6 +228,157 @@ pub struct BatchMark {
     /// write is append-only.
     pub prefix_digest: Option<String>,
 }
+
+/// How an optimistically saved cursor ([`save_optimistic`]) goes back to the
+/// state its write started from, and the token that confirms the write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rollback {
+    /// 32 lowercase hex digits; `memgate_confirmed` holds them once the
+    /// write succeeded.
+    pub token: String,
+    /// Length of the window before the write.
+    pub window_len: u64,
+    /// The entries the write pushed out of the window, oldest first: the
+    /// window before it is these, then the head of the window after it.
+    pub evicted: Vec<String>,
+    /// The prefix before the write, and its head.
+    pub prefix_count: Option<u64>,
+    pub prefix_digest: Option<String>,
+    pub prefix_head: Option<PrefixHead>,
+    pub commit_pending: bool,
+}
+
+impl Rollback {
+    /// The rollback from `outcome` to `base`, whose write added `added`
+    /// signatures to the window (as [`TranscriptCursor::advanced_to`] does),
+    /// with a fresh token.
+    pub fn between(base: &TranscriptCursor, outcome: &TranscriptCursor, added: usize) -> Self {
+        let before = base.submitted_signatures.len();
+        let pushed_out = (before + added)
+            .saturating_sub(outcome.submitted_signatures.len())
+            .min(before);
+        let random = RandomState::new();
+        let token = format!(
+            "{:016x}{:016x}",
+            random.hash_one(before),
+            random.hash_one(added)
+        );
+        Self {
+            token,
+            window_len: before as u64,
+            evicted: base.submitted_signatures[..pushed_out].to_vec(),
+            prefix_count: base.submitted_prefix_count,
+            prefix_digest: base.submitted_prefix_digest.clone(),
+            prefix_head: base.prefix_head.clone(),
+            commit_pending: base.commit_pending,
+        }
+    }
+
+    fn from_value(value: &Value) -> Result<Self, CursorError> {
+        const F: &str = "memgate_in_flight.rollback";
+        let Value::Object(obj) = value else {
+            return Err(invalid(F, "must be an object"));
+        };
+        const FIELDS: [&str; 7] = [
+            "token",
+            "window_len",
+            "evicted",
+            "prefix_count",
+            "prefix_digest",
+            "prefix_head",
+            "commit_pending",
+        ];
+        if let Some(k) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(invalid(&format!("{F}.{k}"), "is not a known field"));
+        }
+        if let Some(k) = FIELDS.iter().find(|k| !obj.contains_key(**k)) {
+            return Err(invalid(&format!("{F}.{k}"), "is required"));
+        }
+        let token = match obj.get("token") {
+            Some(Value::String(t)) if is_lower_hex(t, 32) => t.clone(),
+            _ => {
+                return Err(invalid(
+                    &format!("{F}.token"),
+                    "must be 32 lowercase hex digits",
+                ))
+            }
+        };
+        let window_len = count(obj.get("window_len"), &format!("{F}.window_len"))?
+            .ok_or_else(|| invalid(&format!("{F}.window_len"), "must be a non-negative integer"))?;
+        let evicted = digest_list(&obj["evicted"], &format!("{F}.evicted"))?;
+        let prefix_count = count(obj.get("prefix_count"), &format!("{F}.prefix_count"))?;
+        let prefix_digest = digest(obj.get("prefix_digest"), &format!("{F}.prefix_digest"))?;
+        if prefix_count.is_some() != prefix_digest.is_some() {
+            return Err(invalid(
+                &format!("{F}.prefix_count"),
+                "and prefix_digest must both be set or both be null",
+            ));
+        }
+        let prefix_head = match &obj["prefix_head"] {
+            Value::Null => None,
+            v => Some(
+                PrefixHead::from_value(v, prefix_count, prefix_digest.as_deref()).map_err(
+                    |_| {
+                        invalid(
+                            &format!("{F}.prefix_head"),
+                            "must be null or the head of prefix_count and prefix_digest",
+                        )
+                    },
+                )?,
+            ),
+        };
+        let Some(Value::Bool(commit_pending)) = obj.get("commit_pending") else {
+            return Err(invalid(
+                &format!("{F}.commit_pending"),
+                "must be true or false",
+            ));
+        };
+        if evicted.len() as u64 > window_len {
+            return Err(invalid(
+                &format!("{F}.evicted"),
+                "must not be longer than window_len",
+            ));
+        }
+        Ok(Self {
+            token,
+            window_len,
+            evicted,
+            prefix_count,
+            prefix_digest,
+            prefix_head,
+            commit_pending: *commit_pending,
+        })
+    }
+
+    fn push_json(&self, out: &mut String) {
+        out.push_str("{\"token\": ");
+        push_json_string(out, &self.token);
+        out.push_str(", \"window_len\": ");
+        out.push_str(&self.window_len.to_string());
+        out.push_str(", \"evicted\": [");
+        for (i, sig) in self.evicted.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            push_json_string(out, sig);
+        }
+        out.push_str("], \"prefix_count\": ");
+        push_count(out, self.prefix_count);
+        out.push_str(", \"prefix_digest\": ");
+        push_digest(out, self.prefix_digest.as_deref());
+        out.push_str(", \"prefix_head\": ");
+        match &self.prefix_head {
+            Some(head) => head.push_json(out),
+            None => out.push_str("null"),
+        }
+        out.push_str(", \"commit_pending\": ");
+        out.push_str(if self.commit_pending { "true" } else { "false" });
+        out.push('}');
+    }
+}
+
+/// The `memgate_confirmed` slot before its write is confirmed.
+const UNCONFIRMED: &str = "                                ";
 
 /// Why a cursor file cannot be trusted. Either way the caller must refuse to
 /// capture rather than guess what was already sent.
@@ -259,6 +431,31 @@ fn digest_list(value: &Value, field: &str) -> Result<Vec<String>, CursorError> {
         .collect()
 }
 
+/// An intent's signatures: one string of 64 hex digits each (as written),
+/// or an array of them (as written before); how many, and, when `keep`,
+/// the signatures.
+fn signature_run(value: &Value, keep: bool) -> Result<(usize, Vec<String>), CursorError> {
+    const F: &str = "memgate_in_flight.signatures";
+    match value {
+        Value::String(run) if run.len() % 64 == 0 && is_lower_hex(run, run.len()) => {
+            let signatures = if keep {
+                // ASCII, checked above: every 64-byte step is a char boundary.
+                (0..run.len() / 64)
+                    .map(|i| run[i * 64..(i + 1) * 64].to_owned())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            Ok((run.len() / 64, signatures))
+        }
+        Value::String(_) => Err(invalid(F, "must be 64 lowercase hex digits per signature")),
+        other => {
+            let signatures = digest_list(other, F)?;
+            Ok((signatures.len(), signatures))
+        }
+    }
+}
+
 fn count(value: Option<&Value>, field: &str) -> Result<Option<u64>, CursorError> {
     match value {
         None | Some(Value::Null) => Ok(None),
@@ -278,13 +475,32 @@ fn digest(value: Option<&Value>, field: &str) -> Result<Option<String>, CursorEr
 }
 
 impl InFlight {
-    fn from_value(value: &Value) -> Result<Self, CursorError> {
+    /// The intent, and its rollback when the cursor around it was saved
+    /// optimistically.
+    /// With `keep_signatures` false (an intent that is confirmed and only
+    /// checked) its signatures are checked but not kept. `window`: the
+    /// file's window, whose last `window_tail` entries an optimistic intent's
+    /// signatures end with (written once, in the window).
+    fn from_value(
+        value: &Value,
+        keep_signatures: bool,
+        window: &[String],
+    ) -> Result<(Self, Option<Rollback>), CursorError> {
         const F: &str = "memgate_in_flight";
         let Value::Object(obj) = value else {
             return Err(invalid(F, "must be an object or null"));
         };
         if let Some(k) = obj.keys().find(|k| {
-            !["base_total", "written_ms", "start", "signatures", "batches"].contains(&k.as_str())
+            ![
+                "base_total",
+                "written_ms",
+                "start",
+                "signatures",
+                "batches",
+                "rollback",
+                "window_tail",
+            ]
+            .contains(&k.as_str())
         }) {
             return Err(invalid(&format!("{F}.{k}"), "is not a known field"));
         }
@@ -293,10 +509,22 @@ impl InFlight {
         let written_ms = count(obj.get("written_ms"), "memgate_in_flight.written_ms")?
             .ok_or_else(|| invalid("memgate_in_flight.written_ms", "is required"))?;
         let start = count(obj.get("start"), "memgate_in_flight.start")?;
-        let signatures = digest_list(
+        let (listed, mut signatures) = signature_run(
             obj.get("signatures").unwrap_or(&Value::Null),
-            "memgate_in_flight.signatures",
+            keep_signatures,
         )?;
+        let tail = count(obj.get("window_tail"), "memgate_in_flight.window_tail")?.unwrap_or(0);
+        let tail = usize::try_from(tail).unwrap_or(usize::MAX);
+        if tail > 0 && (!obj.contains_key("rollback") || tail > window.len()) {
+            return Err(invalid(
+                "memgate_in_flight.window_tail",
+                "needs a rollback and must not exceed the window",
+            ));
+        }
+        if keep_signatures {
+            signatures.extend_from_slice(&window[window.len() - tail..]);
+        }
+        let covered = listed + tail;
         let Some(Value::Array(marks)) = obj.get("batches") else {
             return Err(invalid("memgate_in_flight.batches", "must be an array"));
         };
@@ -316,7 +544,7 @@ impl InFlight {
             if m.len() != 3
                 || next.inputs <= inputs
                 || next.payloads <= payloads
-                || next.inputs > signatures.len() as u64
+                || next.inputs > covered as u64
                 || next.prefix_digest.is_some() != start.is_some()
             {
                 return Err(invalid(B, "must grow strictly within the signatures"));
@@ -327,30 +555,52 @@ impl InFlight {
         if batches.is_empty() {
             return Err(invalid("memgate_in_flight.batches", "must not be empty"));
         }
-        Ok(Self {
+        let rollback = match obj.get("rollback") {
+            None => None,
+            Some(v) => Some(Rollback::from_value(v)?),
+        };
+        let intent = Self {
             base_total,
             written_ms,
             start,
             signatures,
             batches,
-        })
+        };
+        Ok((intent, rollback))
     }
 
-    fn push_json(&self, out: &mut String) {
+    /// `window`: with a rollback, the window written beside the intent; the
+    /// signatures it ends with are not written twice.
+    fn push_json(&self, out: &mut String, rollback: Option<&Rollback>, window: &[String]) {
+        // The window after a write ends with the write's signatures (as many
+        // as it holds).
+        let most = self.signatures.len().min(window.len());
+        let tail = match rollback {
+            Some(_)
+                if self.signatures[self.signatures.len() - most..]
+                    == window[window.len() - most..] =>
+            {
+                most
+            }
+            _ => 0,
+        };
         out.push_str("{\"base_total\": ");
         out.push_str(&self.base_total.to_string());
         out.push_str(", \"written_ms\": ");
         out.push_str(&self.written_ms.to_string());
         out.push_str(", \"start\": ");
         push_count(out, self.start);
-        out.push_str(", \"signatures\": [");
-        for (i, sig) in self.signatures.iter().enumerate() {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            push_json_string(out, sig);
+        // One string of 64 hex digits per signature: read as one string.
+        out.push_str(", \"signatures\": \"");
+        for sig in &self.signatures[..self.signatures.len() - tail] {
+            out.push_str(sig);
         }
-        out.push_str("], \"batches\": [");
+        out.push('"');
+        if tail > 0 {
+            out.push_str(", \"window_tail\": ");
+            out.push_str(&tail.to_string());
+        }
+        out.push_str(", \"batches\": [");
         for (i, b) in self.batches.iter().enumerate() {
             if i > 0 {
                 out.push_str(", ");
@@ -362,7 +612,12 @@ impl InFlight {
             push_digest(out, b.prefix_digest.as_deref());
             out.push('}');
         }
-        out.push_str("]}");
+        out.push(']');
+        if let Some(rollback) = rollback {
+            out.push_str(", \"rollback\": ");
+            rollback.push_json(out);
+        }
+        out.push('}');
     }
 
     /// Messages the whole write sends.
@@ -412,7 +667,7 @@ impl TranscriptCursor {
         let Value::Object(obj) = value else {
             return Err(CursorError::Invalid("not a JSON object".into()));
         };
-        Self::from_object(&obj)
+        Self::from_object(&obj, None)
     }
 
     /// [`from_json`](Self::from_json) of a valid cursor without a `Value`
@@ -432,18 +687,24 @@ impl TranscriptCursor {
         let mut obj = Map::new();
         for (key, raw) in fields {
             let value = match key {
-                // Checked above; `from_object` only needs it present.
+                // Checked above; `from_object` is given it.
                 "submitted_signatures" => Value::Array(Vec::new()),
                 _ => serde_json::from_str(raw.get()).ok()?,
             };
             obj.insert(key.to_owned(), value);
         }
-        let mut cursor = Self::from_object(&obj).ok()?;
-        cursor.submitted_signatures = window.into_iter().map(str::to_owned).collect();
-        Some(cursor)
+        let window = window.into_iter().map(str::to_owned).collect();
+        Self::from_object(&obj, Some(window)).ok()
     }
 
-    fn from_object(obj: &Map<String, Value>) -> Result<Self, CursorError> {
+    /// The cursor `obj` describes; `window`: its `submitted_signatures`,
+    /// already read and checked (else read from `obj`). An optimistic file
+    /// reads as its outcome when confirmed, else as the state before its
+    /// write, with the intent.
+    fn from_object(
+        obj: &Map<String, Value>,
+        window: Option<Vec<String>>,
+    ) -> Result<Self, CursorError> {
         if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(invalid(k, "is not a cursor field"));
         }
@@ -456,9 +717,10 @@ impl TranscriptCursor {
                 )))
             }
         }
-        let submitted_signatures = match obj.get("submitted_signatures") {
-            Some(v) => digest_list(v, "submitted_signatures")?,
-            None => return Err(invalid("submitted_signatures", "is required")),
+        let submitted_signatures = match (window, obj.get("submitted_signatures")) {
+            (_, None) => return Err(invalid("submitted_signatures", "is required")),
+            (Some(window), Some(_)) => window,
+            (None, Some(v)) => digest_list(v, "submitted_signatures")?,
         };
         let commit_pending = match obj.get("commit_pending") {
             Some(Value::Bool(b)) => *b,
@@ -481,10 +743,44 @@ impl TranscriptCursor {
                 "and submitted_prefix_digest must both be set or both be null",
             ));
         }
-        let in_flight = match obj.get("memgate_in_flight") {
+        let slot = match obj.get("memgate_confirmed") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(InFlight::from_value(v)?),
+            Some(Value::String(s))
+                if s.len() == UNCONFIRMED.len()
+                    && s.bytes()
+                        .all(|b| matches!(b, b' ' | b'0'..=b'9' | b'a'..=b'f')) =>
+            {
+                Some(s.as_str())
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "memgate_confirmed",
+                    "must be 32 characters, each a space or a lowercase hex digit",
+                ))
+            }
         };
+        // A confirmed intent is only checked: the cursor is its outcome.
+        let confirmed = slot.is_some_and(|slot| {
+            obj.get("memgate_in_flight")
+                .and_then(|i| i.get("rollback"))
+                .and_then(|r| r.get("token"))
+                .and_then(Value::as_str)
+                == Some(slot)
+        });
+        let (in_flight, rollback) = match obj.get("memgate_in_flight") {
+            None | Some(Value::Null) => (None, None),
+            Some(v) => {
+                let (intent, rollback) =
+                    InFlight::from_value(v, !confirmed, &submitted_signatures)?;
+                (Some(intent), rollback)
+            }
+        };
+        if slot.is_some() != rollback.is_some() {
+            return Err(invalid(
+                "memgate_confirmed",
+                "and memgate_in_flight.rollback must both be present or both be absent",
+            ));
+        }
         let prefix_head = match obj.get("memgate_prefix_head") {
             None | Some(Value::Null) => None,
             Some(v) => Some(PrefixHead::from_value(
@@ -493,7 +789,7 @@ impl TranscriptCursor {
                 submitted_prefix_digest.as_deref(),
             )?),
         };
-        Ok(Self {
+        let cursor = Self {
             recorded: true,
             submitted_signatures,
             commit_pending,
@@ -502,15 +798,57 @@ impl TranscriptCursor {
             server_total: count(obj.get("memgate_server_total"), "memgate_server_total")?,
             in_flight,
             prefix_head,
+        };
+        match (rollback, slot) {
+            (Some(rollback), Some(slot)) => cursor.settled(rollback, slot),
+            _ => Ok(cursor),
+        }
+    }
+
+    /// An optimistic file's cursor: the outcome it holds when `slot` is the
+    /// rollback's token, else the state before the write, with its intent.
+    fn settled(mut self, rollback: Rollback, slot: &str) -> Result<Self, CursorError> {
+        let window_len = usize::try_from(rollback.window_len).unwrap_or(usize::MAX);
+        let kept = window_len - rollback.evicted.len();
+        if kept > self.submitted_signatures.len() {
+            return Err(invalid(
+                "memgate_in_flight.rollback.window_len",
+                "must not exceed the evicted entries and the window",
+            ));
+        }
+        if slot == rollback.token {
+            self.in_flight = None;
+            return Ok(self);
+        }
+        let mut window = rollback.evicted;
+        window.extend(self.submitted_signatures.drain(..kept));
+        let intent = self.in_flight.take();
+        Ok(Self {
+            recorded: true,
+            submitted_signatures: window,
+            commit_pending: rollback.commit_pending,
+            submitted_prefix_count: rollback.prefix_count,
+            submitted_prefix_digest: rollback.prefix_digest,
+            server_total: intent.as_ref().map(|i| i.base_total),
+            in_flight: intent,
+            prefix_head: rollback.prefix_head,
         })
     }
 
     /// The file body: two-space indented JSON with the keys in schema order.
     pub fn to_json(&self) -> String {
-        let in_flight = self
-            .in_flight
-            .as_ref()
-            .map_or(0, |i| 160 + i.signatures.len() * 68 + i.batches.len() * 120);
+        self.to_json_with(None).0
+    }
+
+    /// [`to_json`](Self::to_json) with the intent's `rollback` and the
+    /// unconfirmed `memgate_confirmed` slot when given (an optimistic save),
+    /// and the slot's byte offset in the body.
+    fn to_json_with(&self, rollback: Option<&Rollback>) -> (String, Option<usize>) {
+        let in_flight = self.in_flight.as_ref().map_or(0, |i| {
+            160 + i.signatures.len() * 68
+                + i.batches.len() * 120
+                + rollback.map_or(0, |r| 300 + r.evicted.len() * 68)
+        });
         let mut out = String::with_capacity(260 + self.submitted_signatures.len() * 72 + in_flight);
         out.push_str("{\n  \"schema_version\": 1,\n  \"submitted_signatures\": ");
         if self.submitted_signatures.is_empty() {
@@ -536,7 +874,7 @@ impl TranscriptCursor {
         push_count(&mut out, self.server_total);
         out.push_str(",\n  \"memgate_in_flight\": ");
         match &self.in_flight {
-            Some(intent) => intent.push_json(&mut out),
+            Some(intent) => intent.push_json(&mut out, rollback, &self.submitted_signatures),
             None => out.push_str("null"),
         }
         out.push_str(",\n  \"memgate_prefix_head\": ");
@@ -544,8 +882,15 @@ impl TranscriptCursor {
             Some(head) => head.push_json(&mut out),
             None => out.push_str("null"),
         }
+        let slot = rollback.filter(|_| self.in_flight.is_some()).map(|_| {
+            out.push_str(",\n  \"memgate_confirmed\": \"");
+            let offset = out.len();
+            out.push_str(UNCONFIRMED);
+            out.push('"');
+            offset
+        });
         out.push_str("\n}");
-        out
+        (out, slot)
     }
 
     /// How much of `signatures` (the current transcript) was already
@@ -791,16 +1136,76 @@ pub fn save_cursor(path: &Path, cursor: &TranscriptCursor) -> io::Result<()> {
 
 /// [`save_cursor`] with the durability of the rename chosen by `mode`.
 pub fn save_cursor_with(path: &Path, cursor: &TranscriptCursor, mode: SaveMode) -> io::Result<()> {
+    save_body(path, cursor.to_json().as_bytes(), mode).map(drop)
+}
+
+/// A write saved by [`save_optimistic`], not confirmed yet.
+#[derive(Debug)]
+pub struct Confirmation {
+    /// The saved file (open from before its rename, so a later save of the
+    /// same path is never written into).
+    file: fs::File,
+    offset: u64,
+    token: String,
+}
+
+impl Confirmation {
+    /// Records that the write succeeded: the token goes into the slot, in
+    /// place. Not fsynced: lost in a power cut, the file reads as before
+    /// the write with its intent, which the next capture reconciles.
+    pub fn confirm(self) -> io::Result<()> {
+        write_at(&self.file, self.token.as_bytes(), self.offset)
+    }
+}
+
+/// Saves `outcome` (the cursor once its write succeeds, with that write as
+/// its intent) durably, as [`save_cursor`] does, with `rollback` to the
+/// state the write started from and the unconfirmed slot; see the module
+/// documentation.
+pub fn save_optimistic(
+    path: &Path,
+    outcome: &TranscriptCursor,
+    rollback: &Rollback,
+) -> io::Result<Confirmation> {
+    let (body, offset) = outcome.to_json_with(Some(rollback));
+    let Some(offset) = offset else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "an optimistic cursor needs its intent",
+        ));
+    };
+    let file = save_body(path, body.as_bytes(), SaveMode::Durable)?;
+    Ok(Confirmation {
+        file,
+        offset: offset as u64,
+        token: rollback.token.clone(),
+    })
+}
+
+#[cfg(unix)]
+fn write_at(file: &fs::File, bytes: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
+}
+
+#[cfg(not(unix))]
+fn write_at(mut file: &fs::File, bytes: &[u8], offset: u64) -> io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    file.seek(SeekFrom::Start(offset))?;
+    file.write_all(bytes)
+}
+
+/// Writes `body` to `path` through a temp file (see [`save_cursor`]) and
+/// returns the file, still open.
+fn save_body(path: &Path, body: &[u8], mode: SaveMode) -> io::Result<fs::File> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or_else(|| Path::new("."));
     fs::create_dir_all(dir)?;
-    let body = cursor.to_json();
     let mut attempts = 0;
     let result = loop {
         let temp = temp_path_for(path);
-        let result = write_and_rename(&temp, path, body.as_bytes());
+        let result = write_and_rename(&temp, path, body);
         match result {
             // A leftover with this very name (not ours: never removed).
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -817,17 +1222,17 @@ pub fn save_cursor_with(path: &Path, cursor: &TranscriptCursor, mode: SaveMode) 
                 }
                 break Err(e);
             }
-            Ok(()) => break Ok(()),
+            Ok(file) => break Ok(file),
         }
     };
-    result?;
-    match mode {
-        SaveMode::Durable => sync_dir(dir),
-        SaveMode::CoveredByIntent => Ok(()),
+    let file = result?;
+    if mode == SaveMode::Durable {
+        sync_dir(dir)?;
     }
+    Ok(file)
 }
 
-fn write_and_rename(temp: &Path, target: &Path, body: &[u8]) -> io::Result<()> {
+fn write_and_rename(temp: &Path, target: &Path, body: &[u8]) -> io::Result<fs::File> {
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -835,8 +1240,8 @@ fn write_and_rename(temp: &Path, target: &Path, body: &[u8]) -> io::Result<()> {
     file.write_all(body)?;
     file.sync_all()?;
     FSYNCS.fetch_add(1, Ordering::Relaxed);
-    drop(file);
-    fs::rename(temp, target)
+    fs::rename(temp, target)?;
+    Ok(file)
 }
 
 #[cfg(unix)]
@@ -854,6 +1259,7 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn sigs(prefix: &str, n: usize) -> Vec<String> {
         (0..n)
@@ -1320,6 +1726,28 @@ mod tests {
             TranscriptCursor::from_json(c.to_json().as_bytes()).unwrap(),
             c
         );
+        // Written as one run of hex digits; the array form written before
+        // reads the same, and a run that is not whole signatures is refused.
+        let mut v: Value = serde_json::from_str(&c.to_json()).unwrap();
+        assert_eq!(
+            v["memgate_in_flight"]["signatures"],
+            json!(all[1..].concat())
+        );
+        v["memgate_in_flight"]["signatures"] = json!(all[1..].to_vec());
+        assert_eq!(
+            TranscriptCursor::from_json(v.to_string().as_bytes()).unwrap(),
+            c
+        );
+        for run in [
+            all[1..].concat()[1..].to_owned(),
+            all[1..].concat().to_uppercase(),
+        ] {
+            v["memgate_in_flight"]["signatures"] = json!(run);
+            assert!(matches!(
+                TranscriptCursor::from_json(v.to_string().as_bytes()),
+                Err(CursorError::Invalid(m)) if m.contains("memgate_in_flight.signatures")
+            ));
+        }
         assert_eq!(intent.payloads(), 3);
         let rest = intent.after(1).unwrap();
         assert_eq!((rest.base_total, rest.start), (9, Some(3)));
@@ -1327,6 +1755,151 @@ mod tests {
         assert_eq!((rest.batches[0].inputs, rest.batches[0].payloads), (2, 1));
         assert!(intent.after(2).is_none());
         assert_eq!(intent.after(0).unwrap(), intent);
+    }
+
+    /// A write from `base` (its window capped at `max_seen`) of `added`
+    /// signatures in one batch: the outcome with its intent, and the
+    /// rollback.
+    fn optimistic(
+        base: &TranscriptCursor,
+        transcript: &[String],
+        max_seen: usize,
+    ) -> (TranscriptCursor, Rollback) {
+        let start = base.submitted_prefix_count.unwrap_or(0) as usize;
+        let added = &transcript[start..];
+        let mut running = SequenceHasher::default();
+        running.absorb(transcript);
+        let mut outcome = base
+            .advanced(Some(transcript), added, max_seen, false)
+            .with_prefix_head("f".repeat(32), &running);
+        let base_total = base.server_total.unwrap_or(0);
+        outcome.server_total = Some(base_total + added.len() as u64);
+        let rollback = Rollback::between(base, &outcome, added.len());
+        outcome.in_flight = Some(InFlight {
+            base_total,
+            written_ms: 1_700_000_000_000,
+            start: Some(start as u64),
+            signatures: added.to_vec(),
+            batches: vec![BatchMark {
+                inputs: added.len() as u64,
+                payloads: added.len() as u64,
+                prefix_digest: Some(running.digest()),
+            }],
+        });
+        (outcome, rollback)
+    }
+
+    #[test]
+    fn an_optimistic_save_reads_as_its_base_until_confirmed_then_as_its_outcome() {
+        let all = sigs("o", 40);
+        // (window cap, base prefix, transcript): room left, a window that
+        // pushes two out, a write longer than the whole window.
+        for (max_seen, before, after) in [(512, 3, 7), (16, 16, 18), (16, 4, 30)] {
+            let mut base = headed(&all[..before]);
+            base = base.advanced(Some(&all[..before]), &[] as &[String], max_seen, false);
+            let mut running = SequenceHasher::default();
+            running.absorb(&all[..before]);
+            base = base.with_prefix_head(FINGERPRINT.into(), &running);
+            base.server_total = Some(before as u64);
+            let (outcome, rollback) = optimistic(&base, &all[..after], max_seen);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.json");
+            // (Its fsyncs are counted exactly by the openviking crate's
+            // `capture_fsyncs`, alone in its process.)
+            let confirmation = save_optimistic(&path, &outcome, &rollback).unwrap();
+
+            // DeerFlow's keys already hold the outcome.
+            let file: Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+            let expected: Value = serde_json::from_str(&outcome.to_json()).unwrap();
+            for key in &KEYS[..5] {
+                assert_eq!(file[key], expected[key], "{key}");
+            }
+            // Unconfirmed: the base, exactly, with the intent.
+            let with_intent = TranscriptCursor {
+                in_flight: outcome.in_flight.clone(),
+                ..base.clone()
+            };
+            assert_eq!(
+                load_cursor(&path).unwrap(),
+                with_intent,
+                "{max_seen}/{before}/{after}"
+            );
+
+            confirmation.confirm().unwrap();
+            let confirmed = TranscriptCursor {
+                in_flight: None,
+                ..outcome.clone()
+            };
+            assert_eq!(load_cursor(&path).unwrap(), confirmed);
+            assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1, "one file");
+        }
+    }
+
+    #[test]
+    fn a_confirmation_slot_that_is_not_the_token_reads_as_the_base_and_a_malformed_one_is_refused()
+    {
+        let all = sigs("t", 6);
+        let mut base = headed(&all[..2]);
+        base.server_total = Some(2);
+        let (outcome, rollback) = optimistic(&base, &all, 512);
+        let (body, offset) = outcome.to_json_with(Some(&rollback));
+        let offset = offset.unwrap();
+        let with_slot = |slot: &str| {
+            let mut b = body.clone();
+            b.replace_range(offset..offset + 32, slot);
+            b
+        };
+        let read = |b: &str| TranscriptCursor::from_json(b.as_bytes());
+        let token = rollback.token.clone();
+        let torn = format!("{}{}", &token[..10], &UNCONFIRMED[10..]);
+        let other = "0".repeat(32);
+        for slot in [UNCONFIRMED, torn.as_str(), other.as_str()] {
+            let c = read(&with_slot(slot)).unwrap();
+            assert_eq!(c.submitted_prefix_count, Some(2), "{slot:?}");
+            assert!(c.in_flight.is_some() && c.prefix_head == base.prefix_head);
+        }
+        assert!(read(&with_slot(&token)).unwrap().in_flight.is_none());
+
+        let refused = |b: String, why: &str| match read(&b) {
+            Err(CursorError::Invalid(m)) => assert!(m.contains(why), "{m}"),
+            other => panic!("{why}: {other:?}"),
+        };
+        refused(with_slot(&token.to_uppercase()), "memgate_confirmed");
+        refused(
+            with_slot(&format!("{}x", &token[..31])),
+            "memgate_confirmed",
+        );
+        let mut v: Value = serde_json::from_str(&body).unwrap();
+        v.as_object_mut().unwrap().remove("memgate_confirmed");
+        refused(v.to_string(), "both be present");
+        let mut v: Value = serde_json::from_str(&body).unwrap();
+        let intent = v["memgate_in_flight"].as_object_mut().unwrap();
+        intent.remove("rollback");
+        refused(v.to_string(), "window_tail needs a rollback");
+        v["memgate_in_flight"]
+            .as_object_mut()
+            .unwrap()
+            .remove("window_tail");
+        v["memgate_in_flight"]["signatures"] = json!(all[2..].concat());
+        refused(v.to_string(), "both be present");
+        let mut v: Value = serde_json::from_str(&body).unwrap();
+        v["memgate_in_flight"]["window_tail"] = json!(7);
+        refused(v.to_string(), "window_tail");
+        for (field, value, why) in [
+            ("window_len", json!(9), "window_len"),
+            ("window_len", json!(-1), "window_len"),
+            ("evicted", json!(vec!["a".repeat(64); 3]), "evicted"),
+            ("evicted", json!(["A".repeat(64)]), "evicted"),
+            ("token", json!("12"), "token"),
+            ("prefix_count", Value::Null, "prefix_count"),
+            ("prefix_head", json!({}), "prefix_head"),
+            ("commit_pending", json!(0), "commit_pending"),
+            ("surprise", json!(1), "surprise"),
+        ] {
+            let mut v: Value = serde_json::from_str(&body).unwrap();
+            v["memgate_in_flight"]["rollback"][field] = value;
+            refused(v.to_string(), why);
+        }
     }
 
     #[test]

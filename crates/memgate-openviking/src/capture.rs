@@ -14,17 +14,19 @@
 //! 4. decide what is new: the messages after the matched prefix, or, when
 //!    the prefix cannot be matched (compaction, edits), every message whose
 //!    signature the window does not hold;
-//! 5. save the intent durably (the one added fsync), record the new
-//!    messages and commit, then save the outcome; the intent already covers
-//!    that last save, so its rename is not fsynced. Nothing new: no write at
-//!    all unless the cursor itself changes.
+//! 5. save the intent durably, optimistically: the cursor as it will be once
+//!    every batch and the commit succeed, with the intent and the way back
+//!    (`memgate_core::cursor::save_optimistic`, the fsyncs of one durable
+//!    save); record the new messages and commit, then confirm the outcome in
+//!    place (a few bytes, not fsynced: lost in a power cut, the intent is
+//!    reconciled). A partial failure saves the cursor it leaves instead.
+//!    Nothing new: no write at all unless the cursor itself changes.
 //!
-//! Step 5 runs in its own task: once messages are on their way, a caller
-//! that stops waiting (a host timeout) does not stop the cursor from being
-//! saved, so confirmed messages are never sent twice because of it. A
-//! caller still waiting on its own thread is handed the outcome and writes
-//! it there ([`on_callers_thread`]); a caller gone by then leaves it to the
-//! task.
+//! Step 5's requests and confirmation run in their own task: once messages
+//! are on their way, a caller that stops waiting (a host timeout) does not
+//! stop the outcome from being recorded, so confirmed messages are never
+//! sent twice because of it. The intent is saved on a waiting caller's own
+//! thread ([`on_callers_thread`]).
 //!
 //! Reconciliation relies on OpenViking 0.5's `total_message_count`, which
 //! counts every message the session ever received, committed or not (pinned
@@ -39,7 +41,8 @@ use crate::outbox::Outbox;
 use crate::payload::{payload_of, payload_peer, redact_payload};
 use crate::recorder::{self, Prepared, RecordError};
 use memgate_core::cursor::{
-    load_cursor, save_cursor_with, BatchMark, CursorError, InFlight, SaveMode, TranscriptCursor,
+    load_cursor, save_cursor_with, save_optimistic, BatchMark, CursorError, InFlight, Rollback,
+    SaveMode, TranscriptCursor,
 };
 use memgate_core::signature::{message_signature, signature_of, HeadFingerprint, SequenceHasher};
 use memgate_core::{KnownHead, MemoryError, Message, Redactor, Result};
@@ -442,7 +445,7 @@ tokio::task_local! {
     /// for it anyway and may block (the Python extension's sync capture:
     /// `block_on` on the calling thread). Saves then write there instead of
     /// crossing to the blocking pool and back. A task spawned from the
-    /// capture (the record-and-save step) runs on a runtime worker and does
+    /// capture (the record-and-confirm step) runs on a runtime worker and does
     /// not inherit it.
     static ON_CALLERS_THREAD: ();
 }
@@ -465,28 +468,23 @@ async fn save(
     mode: SaveMode,
     session_id: &str,
 ) -> Result<()> {
-    save_from(path, Cow::Owned(cursor), mode, session_id).await
+    on_disk(session_id, move || save_cursor_with(&path, &cursor, mode)).await
 }
 
-/// [`save`] of a cursor that may be borrowed: it is copied only to cross
-/// to the blocking pool (a caller's own thread writes it as it is).
-async fn save_from(
-    path: PathBuf,
-    cursor: Cow<'_, TranscriptCursor>,
-    mode: SaveMode,
+/// Runs a cursor write on the caller's own thread when it polls the
+/// capture, else on the blocking pool; a failure names the session.
+async fn on_disk<T: Send + 'static>(
     session_id: &str,
-) -> Result<()> {
-    let saved = if polled_by_its_caller() {
-        save_cursor_with(&path, &cursor, mode)
+    write: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T> {
+    let written = if polled_by_its_caller() {
+        write()
     } else {
-        let cursor = cursor.into_owned();
-        tokio::task::spawn_blocking(move || save_cursor_with(&path, &cursor, mode))
-            .await
-            .map_err(|e| {
-                MemoryError::Backend(format!("OpenViking cursor write task failed: {e}"))
-            })?
+        tokio::task::spawn_blocking(write).await.map_err(|e| {
+            MemoryError::Backend(format!("OpenViking cursor write task failed: {e}"))
+        })?
     };
-    saved.map_err(|e| {
+    written.map_err(|e| {
         MemoryError::Backend(format!(
             "OpenViking capture cursor could not be saved (session={session_id}): {e}"
         ))
@@ -797,25 +795,24 @@ pub async fn capture_session(
         },
     };
     cursor.server_total = Some(base_total);
-    // The intent is saved with the cursor, then taken back: the cursor the
-    // outcome is built from has none.
-    cursor.in_flight = Some(plan.intent(base_total, &prepared));
-    let saved = save_from(path.clone(), Cow::Borrowed(&cursor), SaveMode::Durable, sid).await;
-    let intent = cursor
-        .in_flight
-        .take()
-        .unwrap_or_else(|| unreachable!("set just above"));
-    saved?;
+    // Saved optimistically: the cursor as it will be once everything
+    // arrives, with the intent and the way back to `cursor`. Success then
+    // only confirms it in place.
+    let intent = plan.intent(base_total, &prepared);
+    let mut outcome = plan.completed(&cursor, max_seen);
+    outcome.server_total = Some(base_total + intent.payloads());
+    let rollback = Rollback::between(&cursor, &outcome, intent.signatures.len());
+    outcome.in_flight = Some(intent);
+    let (confirmation, intent) = on_disk(sid, {
+        let path = path.clone();
+        move || {
+            let confirmation = save_optimistic(&path, &outcome, &rollback)?;
+            Ok((confirmation, outcome.in_flight))
+        }
+    })
+    .await?;
+    let intent = intent.unwrap_or_else(|| unreachable!("set just above"));
 
-    // A caller waiting on its own thread writes the outcome there (warm,
-    // and no hand-off to the blocking pool and back); the task keeps it
-    // when nobody is waiting any more.
-    let (handback, outcome) = if polled_by_its_caller() {
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        (Some(sender), Some(receiver))
-    } else {
-        (None, None)
-    };
     let task = tokio::spawn(async move {
         // The lock and the operation both live until the cursor is saved:
         // no other capture of this session reads a stale cursor, and
@@ -840,22 +837,12 @@ pub async fn capture_session(
         };
         match recorded {
             Ok(_) => {
-                let next = settled(plan.completed(&cursor, max_seen), intent.batches.len());
-                let unsaved = OutcomeSave {
-                    path,
-                    cursor: next,
-                    session_id: sid.to_owned(),
-                    lock,
-                    operation,
-                };
-                // Handed to a waiting caller, or written here.
-                let unsaved = match handback {
-                    Some(caller) => caller.send(unsaved).err(),
-                    None => Some(unsaved),
-                };
-                if let Some(unsaved) = unsaved {
-                    unsaved.save().await?;
+                // Not confirmed (an I/O error): the intent stays, and the
+                // next capture asks the server, which holds everything.
+                if let Err(e) = confirmation.confirm() {
+                    tracing::warn!(session = sid, error = %e, "OpenViking capture cursor could not be confirmed; the next capture reconciles it");
                 }
+                drop((lock, operation));
                 Ok(CaptureOutcome {
                     sent: pending_len,
                     already_known,
@@ -929,43 +916,8 @@ pub async fn capture_session(
             }
         }
     });
-    let captured = task
-        .await
-        .map_err(|e| MemoryError::Backend(format!("OpenViking capture task failed: {e}")))??;
-    // Written in the same poll that received it: no await in between, so a
-    // caller that stops waiting leaves it with the task (or, dropped after
-    // the hand-off, with the durable intent, which the next capture
-    // reconciles).
-    if let Some(unsaved) = outcome.and_then(|mut receiver| receiver.try_recv().ok()) {
-        unsaved.save().await?;
-    }
-    Ok(captured)
-}
-
-/// The cursor after a confirmed write, with the session's lock and the
-/// operation, both held until it is written.
-struct OutcomeSave {
-    path: PathBuf,
-    cursor: TranscriptCursor,
-    session_id: String,
-    lock: SessionGuard,
-    operation: Operation,
-}
-
-impl OutcomeSave {
-    /// Covered by the durable intent, so its rename is not fsynced.
-    async fn save(self) -> Result<()> {
-        let OutcomeSave {
-            path,
-            cursor,
-            session_id,
-            lock,
-            operation,
-        } = self;
-        let saved = save(path, cursor, SaveMode::CoveredByIntent, &session_id).await;
-        drop((lock, operation));
-        saved
-    }
+    task.await
+        .map_err(|e| MemoryError::Backend(format!("OpenViking capture task failed: {e}")))?
 }
 
 /// The payloads of the pending messages, converted and redacted: what is

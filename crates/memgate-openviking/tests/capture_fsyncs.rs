@@ -4,9 +4,9 @@
 //! BENCHMARKS.md (`cargo test -p memgate-openviking --test capture_fsyncs --
 //! --nocapture`); wall times are printed, never asserted.
 //!
-//! - a capture that sends: the intent (body + directory) and the outcome
-//!   (body only, the intent covers its rename): 3 fsyncs, one more than the
-//!   2 of a plain durable cursor save;
+//! - a capture that sends: the intent, saved as the outcome with the way
+//!   back (body + directory), then confirmed in place without an fsync: 2
+//!   fsyncs, those of a plain durable cursor save;
 //! - an unchanged re-capture: no write at all (0 fsyncs, file untouched).
 
 mod common;
@@ -18,7 +18,7 @@ use memgate_core::{Caller, MemoryBackend};
 use std::time::{Duration, Instant};
 
 #[tokio::test]
-async fn capture_fsyncs_are_three_when_sending_and_zero_when_unchanged() {
+async fn capture_fsyncs_are_two_when_sending_and_zero_when_unchanged() {
     let fake = FakeOpenViking::start().await;
     let dir = tempfile::tempdir().unwrap();
     let backend = backend_with(&fake.url, dir.path(), |_| {});
@@ -47,10 +47,10 @@ async fn capture_fsyncs_are_three_when_sending_and_zero_when_unchanged() {
                 assert_eq!(spent, expected, "{label} at {n}");
             }
         };
-        run("first capture", messages.clone(), 3).await;
+        run("first capture", messages.clone(), 2).await;
         run("unchanged", messages.clone(), 0).await;
         messages.extend(conversation(2, &format!("new{n}-")));
-        run("+2 messages", messages.clone(), 3).await;
+        run("+2 messages", messages.clone(), 2).await;
         run("unchanged", messages, 0).await;
     }
     backend.shutdown(Duration::from_secs(5)).await;

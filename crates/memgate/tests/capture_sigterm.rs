@@ -198,8 +198,10 @@ fn cursor_file(home: &Path) -> PathBuf {
     files[0].clone()
 }
 
-fn cursor(home: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(cursor_file(home)).unwrap()).unwrap()
+/// The cursor as a capture reads it (an unconfirmed optimistic file is the
+/// state before its write, with the intent).
+fn cursor(home: &Path) -> memgate_core::cursor::TranscriptCursor {
+    memgate_core::cursor::load_cursor(&cursor_file(home)).unwrap()
 }
 
 #[test]
@@ -219,8 +221,8 @@ fn sigterm_during_a_stuck_write_exits_at_the_budget_and_leaves_the_intent() {
         "it waited for the write: {took:?}"
     );
     let c = cursor(home.path());
-    assert_eq!(c["memgate_in_flight"]["base_total"], 0, "{c}");
-    assert_eq!(c["submitted_prefix_count"], serde_json::Value::Null, "{c}");
+    assert_eq!(c.in_flight.as_ref().map(|i| i.base_total), Some(0), "{c:?}");
+    assert_eq!(c.submitted_prefix_count, None, "{c:?}");
     drop(fake.release_batch);
 }
 
@@ -237,7 +239,7 @@ fn sigterm_with_a_write_that_finishes_in_the_budget_records_it() {
     assert_eq!(code, Some(143), "{err}");
     assert!(err.contains("nothing left in flight"), "{err}");
     let c = cursor(home.path());
-    assert_eq!(c["memgate_in_flight"], serde_json::Value::Null, "{c}");
-    assert_eq!(c["submitted_prefix_count"], 2, "{c}");
-    assert_eq!(c["memgate_server_total"], 2, "{c}");
+    assert!(c.in_flight.is_none(), "{c:?}");
+    assert_eq!(c.submitted_prefix_count, Some(2), "{c:?}");
+    assert_eq!(c.server_total, Some(2), "{c:?}");
 }
