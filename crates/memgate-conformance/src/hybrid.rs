@@ -146,6 +146,41 @@ pub async fn hybrid_recall_finds_what_shares_no_word_and_stays_in_its_scope(s: &
     );
 }
 
+/// A question that names one speaker ranks that speaker's turn above
+/// another's that matches it as well or better: the default re-ordering
+/// ([`memgate_store::fusion::Rerank::DEFAULT`]) runs on every backend.
+pub async fn hybrid_recall_prefers_the_speaker_a_question_names(s: &impl Subject) {
+    let h = s.hybrid(ConceptEmbedder::new("concepts/5")).await;
+    h.backend
+        .capture(&capture(
+            &alice(),
+            "t1",
+            vec![
+                // Ben's turn holds every word of the question, "Ana" in
+                // its text; Ana's holds her name only as its speaker.
+                Message::human("Ana, do you keep a kitten? I keep a kitten.").with_name("Ben"),
+                Message::ai("I keep a kitten at home").with_name("Ana"),
+                Message::human("The garage fixed my vehicle").with_name("Ben"),
+            ],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(indexed(&h).await, (3, 3));
+    let got = searched(&h, &alice(), "Does Ana keep a kitten?", None).await;
+    assert_eq!(
+        got.first().map(String::as_str),
+        Some("I keep a kitten at home"),
+        "{got:?}"
+    );
+    // Naming no speaker, the turn with more of the question leads.
+    let got = searched(&h, &alice(), "who keeps a kitten?", None).await;
+    assert_eq!(
+        got.first().map(String::as_str),
+        Some("Ana, do you keep a kitten? I keep a kitten."),
+        "{got:?}"
+    );
+}
+
 pub async fn hybrid_vectors_follow_revise_and_retire(s: &impl Subject) {
     let h = s.hybrid(ConceptEmbedder::new("concepts/5")).await;
     h.backend

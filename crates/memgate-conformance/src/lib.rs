@@ -125,6 +125,7 @@ macro_rules! conformance_tests {
         );
         $crate::conformance_tests!(@each [$(#[$attr])*] $subject; hybrid;
             hybrid_recall_finds_what_shares_no_word_and_stays_in_its_scope,
+            hybrid_recall_prefers_the_speaker_a_question_names,
             hybrid_vectors_follow_revise_and_retire,
             hybrid_forget_erases_the_vectors_of_what_is_forgotten,
             hybrid_model_change_keeps_recall_lexical_until_reembed,

@@ -28,7 +28,7 @@ use crate::terms::{query_terms, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
 use memgate_store::facts::citation;
-use memgate_store::fusion::{fuse, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
+use memgate_store::fusion::{fuse, rerank_fused, Rerank, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
 use memgate_store::ranking::{
     candidate_pool, smooth_neighbours, turn_citation, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
     TURN_KIND,
@@ -139,9 +139,9 @@ fn newest_memories(q: &str, kind_filter: &str) -> String {
 
 impl PostgresBackend {
     /// Ranks `query` in the caller's scope, best first, at most `top_k`:
-    /// hybrid ([`DEFAULT_FUSION`], `local`'s own fusion) when `vector` is
-    /// given and the schema's vectors are of this backend's model, else
-    /// full text only.
+    /// hybrid ([`DEFAULT_FUSION`] and [`Rerank::DEFAULT`], `local`'s own
+    /// fusion and re-ordering) when `vector` is given and the schema's
+    /// vectors are of this backend's model, else full text only.
     async fn rank(
         &self,
         c: &impl GenericClient,
@@ -171,7 +171,13 @@ impl PostgresBackend {
         for (score, entry) in self.load_items(c, scope, &missing, category).await? {
             fused.add(score, entry);
         }
-        Ok(fused.ranked(top_k))
+        Ok(rerank_fused(
+            fused.ranked(usize::MAX),
+            query,
+            &Rerank::DEFAULT,
+            top_k,
+            None,
+        ))
     }
 
     /// Dense hits the full text missed, with their fused score: loaded with

@@ -11,7 +11,9 @@
 //! lexical score of the query, plus `lambda` times the cosine similarity
 //! scaled so the nearest item gets 1 and the last of the dense pool 0. Scores
 //! carry how much better the best match is than the rest, which ranks alone
-//! ([`Fusion::Rank`], reciprocal rank) throw away.
+//! ([`Fusion::Rank`], reciprocal rank) throw away. The fused candidates are
+//! then re-ordered ([`rerank_fused`] with [`Rerank::DEFAULT`]: the named
+//! speaker, thread evidence, thread coverage) and cut to `top_k`.
 //!
 //! Anything else is the lexical ranking unchanged: no embedder, vectors of
 //! another model or recipe (after a change, until `reembed`), or an embedder
@@ -20,8 +22,8 @@
 //! recall still answers.
 
 use crate::fusion::{
-    add_feedback_pass, add_thread_evidence, add_thread_match, cover_threads, diversify_threads,
-    feedback_query, feedback_terms, fuse, top_turn_similarity, unit_scaled, Rerank, SessionDense,
+    add_feedback_pass, add_thread_match, feedback_query, feedback_terms, fuse, rerank_fused,
+    top_turn_similarity, unit_scaled, Rerank, SessionDense,
 };
 use crate::ranking::{
     candidate_pool, load_item, rank, term_documents, thread_matches, Placed, Ranked,
@@ -180,13 +182,13 @@ impl MemoryStore {
             DEFAULT_FUSION,
             DEFAULT_DENSE_POOL,
             PREFILTER_FACTOR,
-            Rerank::NONE,
+            Rerank::DEFAULT,
         )
     }
 
     /// [`Self::ranked_in`] with the fusion, dense pool multiple, sign
     /// prefilter factor ([`Self::nearest_items_with`]) and re-ordering
-    /// ([`Rerank`]; recall: [`Rerank::NONE`]) given (the evaluation
+    /// ([`Rerank`]; recall: [`Rerank::DEFAULT`]) given (the evaluation
     /// compares them).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn fused_in(
@@ -304,22 +306,10 @@ impl MemoryStore {
         if let Some(scaled) = session_dense.as_ref() {
             add_thread_match(&mut ranked, scaled, rerank.session_dense.1);
         }
-        let (evidence, evidence_weight) = rerank.thread_evidence;
-        if evidence_weight > 0.0 {
-            add_thread_evidence(&mut ranked, evidence, evidence_weight);
-        }
-        if rerank.coverage > 0.0 {
-            let gains = session_dense
-                .as_ref()
-                .filter(|_| rerank.coverage_by_session_dense);
-            return Ok(cover_threads(ranked, rerank.coverage, top_k, gains));
-        }
-        let (diversity, head) = rerank.diversity;
-        if diversity > 0.0 {
-            return Ok(diversify_threads(ranked, diversity, head, top_k));
-        }
-        ranked.truncate(top_k);
-        Ok(ranked)
+        let gains = session_dense
+            .as_ref()
+            .filter(|_| rerank.coverage_by_session_dense);
+        Ok(rerank_fused(ranked, query, &rerank, top_k, gains))
     }
 
     /// One dense pass with `q` (`limit` nearest, sign prefilter factor)

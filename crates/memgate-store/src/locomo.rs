@@ -38,7 +38,7 @@
 //! seen by the block.
 
 use crate::config::{EmbedderSettings, LocalConfig};
-use crate::fusion::{Fusion, Rerank, ThreadEvidence};
+use crate::fusion::{Fusion, Rerank, ThreadEvidence, EXPLORED_FUSION};
 use crate::hybrid::{DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS};
 use crate::ranking::Origin;
 use crate::store::MemoryStore;
@@ -241,6 +241,8 @@ const FUSIONS_GRID: &str = "session 6: fusions and dense pools";
 const SESSION_7_GRID: &str = "sessions 6-7: dense side, re-orderings, dense feedback";
 const SESSION_8_GRID: &str = "session 8: lexical feedback, session term match";
 const SESSION_9_GRID: &str = "session 9: session dense score";
+const SESSION_16_GRID: &str = "session 16: named speaker, evidence, coverage, fusion";
+const SESSION_16_PARTS: &str = "session 16: the default's parts";
 const EVERY_GRID: &str = "every hybrid row";
 
 /// The dense-side variants of the default fusion the evaluation prints,
@@ -248,6 +250,7 @@ const EVERY_GRID: &str = "every hybrid row";
 /// base-ranking grids ([`base_ranking_variants`]), then [`DENSE_VARIANTS`].
 fn dense_variants() -> Vec<(&'static str, DenseVariant)> {
     let mut out: Vec<(&'static str, DenseVariant)> = Vec::new();
+    out.extend(named_speaker_variants());
     out.extend(
         session_dense_variants()
             .into_iter()
@@ -259,6 +262,41 @@ fn dense_variants() -> Vec<(&'static str, DenseVariant)> {
             .map(|v| (SESSION_8_GRID, v)),
     );
     out.extend(DENSE_VARIANTS.iter().map(|v| (SESSION_7_GRID, *v)));
+    out
+}
+
+/// Session 16: the named speaker's preference under thread evidence and
+/// thread coverage, with the fusion's lambda: the whole 3 × 3 × 3 × 3 grid
+/// fixed before its leave-one-out was read ([`Rerank::DEFAULT`] is its
+/// centre); and the default's parts, each alone and without the speaker.
+fn named_speaker_variants() -> Vec<(&'static str, DenseVariant)> {
+    let mut out = Vec::new();
+    for lambda in [0.5, 0.6, 0.75] {
+        for speaker in [0.3, 0.4, 0.5] {
+            for evidence in [0.4, 0.5, 0.6] {
+                for coverage in [0.4, 0.5, 0.6] {
+                    out.push((
+                        SESSION_16_GRID,
+                        DenseVariant::RerankedAfter(
+                            Fusion::Score { lambda },
+                            evidence_and_coverage(evidence, coverage).named_speaker(speaker),
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let parts = [
+        Rerank::NONE,
+        Rerank::NONE.named_speaker(0.4),
+        evidence_and_coverage(0.5, 0.5),
+    ];
+    out.extend(parts.into_iter().map(|r| {
+        (
+            SESSION_16_PARTS,
+            DenseVariant::RerankedAfter(DEFAULT_FUSION, r),
+        )
+    }));
     out
 }
 
@@ -985,6 +1023,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         .map(|_| SystemTally::default())
         .collect();
     let mut plain = SystemTally::default();
+    let mut default_hybrid = SystemTally::default();
     let variants = dense_variants();
     let mut dense_variants: Vec<SystemTally> =
         variants.iter().map(|_| SystemTally::default()).collect();
@@ -1097,6 +1136,15 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 figures.embed_seconds += started.elapsed().as_secs_f64();
                 figures.queries += 1;
                 let key = crate::scope::ScopeKey::of(&asker);
+                let started = std::time::Instant::now();
+                let ranked = store.read(|conn| match key.find(conn)? {
+                    // Exactly what recall ranks with.
+                    Some(scope) => store.ranked_in(conn, scope, question, &vector, DEPTH, None),
+                    None => Ok(Vec::new()),
+                })?;
+                figures.search_seconds += started.elapsed().as_secs_f64();
+                figures.rankings += 1;
+                default_hybrid.add(asked, &dia_ids(ranked), &evidence.ids);
                 for ((fusion, pool), tally) in EVALUATED_FUSIONS.iter().zip(hybrid.iter_mut()) {
                     let started = std::time::Instant::now();
                     let ranked = store.read(|conn| match key.find(conn)? {
@@ -1123,12 +1171,17 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 figures.reference_embed_seconds += started.elapsed().as_secs_f64();
                 for ((_, variant), tally) in variants.iter().zip(dense_variants.iter_mut()) {
                     let (v, prefilter, fusion, rerank) = match variant {
-                        DenseVariant::ReferenceQuery => {
-                            (&reference, PREFILTER_FACTOR, DEFAULT_FUSION, Rerank::NONE)
+                        DenseVariant::ReferenceQuery => (
+                            &reference,
+                            PREFILTER_FACTOR,
+                            DEFAULT_FUSION,
+                            Rerank::DEFAULT,
+                        ),
+                        DenseVariant::Prefilter(f) => {
+                            (&vector, *f, DEFAULT_FUSION, Rerank::DEFAULT)
                         }
-                        DenseVariant::Prefilter(f) => (&vector, *f, DEFAULT_FUSION, Rerank::NONE),
                         DenseVariant::Reranked(r) => {
-                            (&vector, PREFILTER_FACTOR, DEFAULT_FUSION, *r)
+                            (&vector, PREFILTER_FACTOR, EXPLORED_FUSION, *r)
                         }
                         DenseVariant::RerankedAfter(f, r) => (&vector, PREFILTER_FACTOR, *f, *r),
                     };
@@ -1206,33 +1259,34 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         // Indices into `report.systems` of each grid's rows; the default
         // is in every grid.
         let mut grids: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        let mut default_row = None;
+        let default_row = Some(report.systems.len());
+        report.systems.push(default_hybrid.finish(&format!(
+            "memgate hybrid ({}; {DEFAULT_FUSION}, dense pool x{DEFAULT_DENSE_POOL}; {}, the default)",
+            figures.model,
+            Rerank::DEFAULT
+        )));
         for ((fusion, pool), tally) in EVALUATED_FUSIONS.iter().zip(&hybrid) {
-            let default = if (*fusion, *pool) == (DEFAULT_FUSION, DEFAULT_DENSE_POOL) {
-                default_row = Some(report.systems.len());
-                ", the default"
-            } else {
-                ""
-            };
             grids
                 .entry(FUSIONS_GRID)
                 .or_default()
                 .push(report.systems.len());
             report.systems.push(tally.finish(&format!(
-                "memgate hybrid ({}; {fusion}, dense pool x{pool}{default})",
+                "memgate hybrid ({}; {fusion}, dense pool x{pool}; as fused)",
                 figures.model
             )));
         }
         for ((grid, variant), tally) in variants.iter().zip(&dense_variants) {
             let what = match variant {
-                DenseVariant::ReferenceQuery => {
-                    "questions embedded by the document path (float32)".to_owned()
-                }
-                DenseVariant::Prefilter(f) => format!("sign prefilter x{f}"),
+                DenseVariant::ReferenceQuery => format!(
+                    "{}; questions embedded by the document path (float32)",
+                    Rerank::DEFAULT
+                ),
+                DenseVariant::Prefilter(f) => format!("{}; sign prefilter x{f}", Rerank::DEFAULT),
                 DenseVariant::Reranked(r) | DenseVariant::RerankedAfter(_, r) => r.to_string(),
             };
             let fusion = match variant {
                 DenseVariant::RerankedAfter(f, _) => *f,
+                DenseVariant::Reranked(_) => EXPLORED_FUSION,
                 _ => DEFAULT_FUSION,
             };
             grids.entry(grid).or_default().push(report.systems.len());
