@@ -43,7 +43,7 @@ pub const RRF_K: f64 = 60.0;
 /// led the fusions `memgate eval locomo` compares ([`EVALUATED_FUSIONS`])
 /// on the LoCoMo development split with all-MiniLM-L6-v2 by turn recall@10
 /// alone (0.747, session 0.900; lexical 0.674 / 0.886); under the default
-/// re-ordering 0.6 does better (0.766 / 0.925 against 0.760 / 0.921 at
+/// re-ordering 0.6 does better (0.765 / 0.925 against 0.760 / 0.921 at
 /// 0.5 and 0.761 / 0.922 at 0.75; notes/recall.md, session 16).
 pub const DEFAULT_FUSION: Fusion = Fusion::Score { lambda: 0.6 };
 
@@ -270,7 +270,7 @@ impl Rerank {
     /// [`DEFAULT_FUSION`] on the LoCoMo development split with
     /// all-MiniLM-L6-v2 (recipe r3) as the centre of a grid whose eight
     /// one-step neighbours but one meet both of issue 11's aims: turn
-    /// R@10 0.747 → 0.766, session 0.900 → 0.925, MRR 0.549 → 0.578
+    /// R@10 0.747 → 0.765, session 0.900 → 0.925, MRR 0.549 → 0.578
     /// (notes/recall.md, session 16, with the leave-one-out figures).
     pub const DEFAULT: Self = Self::NONE
         .named_speaker(0.4)
@@ -571,9 +571,10 @@ pub fn named_speaker<'a>(query: &str, ranked: &'a [Ranked]) -> Option<&'a str> {
 /// names one speaker of the pool, that speaker's turns count `(1 +
 /// factor)` × their fused score, then the list is sorted again (ties by
 /// citation). A question about a person is mostly answered by what that
-/// person said: on the LoCoMo development split 87% of the questions name
-/// one speaker and have their evidence in that speaker's turns, and the
-/// lexical side sees the name only as context of every one of them.
+/// person said: on the LoCoMo development split 644 of the 762 scored
+/// questions name one speaker and have all their evidence in that
+/// speaker's turns, and the lexical side sees the name only as context of
+/// every one of them.
 pub fn prefer_named_speaker(ranked: &mut [Ranked], query: &str, factor: f64) {
     if factor <= 0.0 {
         return;
