@@ -148,7 +148,7 @@ pub async fn hybrid_recall_finds_what_shares_no_word_and_stays_in_its_scope(s: &
 
 /// A question that names one speaker ranks that speaker's turn above
 /// another's that matches it as well or better: the default re-ordering
-/// ([`memgate_store::fusion::Rerank::DEFAULT`]) runs on every backend.
+/// ([`memgate_recall::Rerank::DEFAULT`]) runs on every backend.
 pub async fn hybrid_recall_prefers_the_speaker_a_question_names(s: &impl Subject) {
     let h = s.hybrid(ConceptEmbedder::new("concepts/5")).await;
     h.backend

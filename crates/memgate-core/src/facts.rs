@@ -68,6 +68,18 @@ pub struct Fact {
     pub updated_at: String,
 }
 
+/// A fact as a store writes its first version: both stores take it, so a
+/// save and an import insert alike.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NewFact<'a> {
+    pub kind: &'a str,
+    pub text: &'a str,
+    pub state: FactState,
+    /// RFC 3339 UTC timestamps (an import keeps the exported ones).
+    pub created_at: &'a str,
+    pub updated_at: &'a str,
+}
+
 /// A revision of a fact; omitted fields are left unchanged.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -6,6 +6,7 @@
 use crate::capture::KeepHiddenHook;
 use crate::redaction::Redactor;
 use serde::{Deserialize, Serialize};
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -96,5 +97,28 @@ impl std::fmt::Debug for BackendContext {
             .field("keep_hidden", &self.keep_hidden.is_some())
             .field("redaction", &self.redactor.is_enabled())
             .finish_non_exhaustive()
+    }
+}
+
+/// An integer setting `backend_config.<key>` within `range`; booleans,
+/// floats and strings are refused, and the error names the key and the rule,
+/// never the value.
+pub fn integer_setting(
+    value: &serde_json::Value,
+    key: &str,
+    range: RangeInclusive<u64>,
+) -> crate::Result<u64> {
+    let rule = || {
+        crate::MemoryError::Config(format!(
+            "backend_config.{key} must be an integer between {} and {}",
+            range.start(),
+            range.end()
+        ))
+    };
+    let n = value.as_u64().ok_or_else(rule)?;
+    if range.contains(&n) {
+        Ok(n)
+    } else {
+        Err(rule())
     }
 }

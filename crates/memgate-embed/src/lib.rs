@@ -15,12 +15,14 @@
 //! [`Embedder::model`] string names the model *and* its dimensions: the
 //! store keeps it with every vector and never compares vectors of two models.
 //! Errors never carry the endpoint's key or the embedded text.
+//! [`EmbedderSettings`] reads `backend_config.embedder` for every store.
 
 mod dense;
 mod e5;
 mod encoder;
 mod endpoint;
 mod minilm;
+pub mod settings;
 mod unigram;
 mod wordpiece;
 
@@ -28,6 +30,7 @@ pub use dense::Precision;
 pub use e5::E5Small;
 pub use endpoint::{EndpointConfig, EndpointEmbedder};
 pub use minilm::MiniLm;
+pub use settings::EmbedderSettings;
 pub use wordpiece::WordPiece;
 
 /// Why an embedding could not be made.

@@ -22,7 +22,7 @@ use memgate_core::{
     SearchHit, SearchQuery, WarmStatus,
 };
 use memgate_embed::Embedder;
-use memgate_store::scope::ScopeKey;
+use memgate_recall::scope::ScopeKey;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,12 +108,7 @@ impl PostgresBackend {
     /// Builds the backend from `memory.backend_config` and the host context.
     pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
         let settings = PostgresConfig::from_backend_config(config, ctx)?;
-        let embedder = settings
-            .recall
-            .embedder
-            .as_ref()
-            .map(|e| e.build())
-            .transpose()?;
+        let embedder = settings.embedder.as_ref().map(|e| e.build()).transpose()?;
         let mut backend = Self::new(settings)?.with_keep_hidden(ctx.keep_hidden.clone());
         backend.redactor = ctx.redactor.clone();
         if let Some(embedder) = embedder {

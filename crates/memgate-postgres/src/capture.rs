@@ -1,5 +1,5 @@
 //! Capture on PostgreSQL: each new human and AI turn stored exactly once,
-//! by `local`'s rules of what is kept ([`memgate_store::capture::storable`]).
+//! by `local`'s rules of what is kept ([`memgate_recall::turns::storable`]).
 //!
 //! Exactly once, even when several replicas capture the same thread at the
 //! same time: the unique constraint on (scope, thread, signature) with
@@ -17,7 +17,7 @@ use deadpool_postgres::GenericClient;
 use memgate_core::capture::is_captureable;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{CaptureReport, CaptureRequest, MemoryError, Result};
-use memgate_store::capture::{storable, NewTurn};
+use memgate_recall::turns::{storable, NewTurn};
 
 /// Inserts every new turn of `turns` in one statement at the end of
 /// `thread`; returns how many were new.

@@ -19,7 +19,8 @@
 //! `Debug` shows `dsn: <redacted>`.
 
 use memgate_core::{BackendContext, MemoryError, Result};
-use memgate_store::LocalConfig;
+use memgate_embed::EmbedderSettings;
+use memgate_recall::settings::{RecallSettings, RECALL_KEYS};
 use serde_json::{Map, Value};
 use std::fmt;
 use std::net::IpAddr;
@@ -31,15 +32,8 @@ use tokio_postgres::config::{Host, SslMode};
 const POOL_SIZE: RangeInclusive<u64> = 1..=64;
 const STATEMENT_TIMEOUT_MS: RangeInclusive<u64> = 100..=600_000;
 const CONNECT_TIMEOUT_MS: RangeInclusive<u64> = 100..=60_000;
-/// The keys whose rules are `local`'s, validated by `local`'s own parser.
-const RECALL_KEYS: &[&str] = &[
-    "max_injection_chars",
-    "injection_query",
-    "recall_top_k",
-    "standing_memories",
-    // Hybrid recall's embedder: `local`'s keys and rules (crate::vectors).
-    "embedder",
-];
+/// Hybrid recall's embedder: `local`'s key and rules.
+const EMBEDDER_KEY: &str = "embedder";
 const OWN_KEYS: &[&str] = &[
     "dsn",
     "dsn_env",
@@ -67,7 +61,9 @@ pub struct PostgresConfig {
     pub tls: bool,
     pub tls_ca_file: Option<PathBuf>,
     /// Recall settings, with `local`'s defaults and rules.
-    pub recall: LocalConfig,
+    pub recall: RecallSettings,
+    /// The embedder of hybrid recall; `None` keeps recall lexical.
+    pub embedder: Option<EmbedderSettings>,
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -82,6 +78,7 @@ impl fmt::Debug for PostgresConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("tls", &self.tls)
             .field("recall", &self.recall)
+            .field("embedder", &self.embedder)
             .finish()
     }
 }
@@ -148,12 +145,14 @@ impl PostgresConfig {
     /// Reads and validates `backend_config`; `dsn_env` is looked up in the
     /// host context's environment.
     pub fn from_backend_config(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Self> {
-        if let Some(unknown) = config
-            .keys()
-            .find(|k| !OWN_KEYS.contains(&k.as_str()) && !RECALL_KEYS.contains(&k.as_str()))
-        {
+        if let Some(unknown) = config.keys().find(|k| {
+            !OWN_KEYS.contains(&k.as_str())
+                && !RECALL_KEYS.contains(&k.as_str())
+                && k.as_str() != EMBEDDER_KEY
+        }) {
             let mut known: Vec<&str> = OWN_KEYS[..OWN_KEYS.len() - 1].to_vec();
             known.extend(RECALL_KEYS);
+            known.push(EMBEDDER_KEY);
             return Err(config_error(format!(
                 "backend_config.{unknown} is not a setting of the postgres backend (known: {})",
                 known.join(", ")
@@ -180,17 +179,15 @@ impl PostgresConfig {
                 ))
             }
         };
-        let recall_only: Map<String, Value> = config
-            .iter()
-            .filter(|(k, _)| RECALL_KEYS.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let recall = LocalConfig::from_backend_config(&recall_only, ctx)?.settings;
-        Self::from_dsn(&dsn, config, recall)
+        let mut settings = Self::from_dsn(&dsn, config, RecallSettings::read(config)?)?;
+        if let Some(v) = config.get(EMBEDDER_KEY).filter(|v| !v.is_null()) {
+            settings.embedder = Some(EmbedderSettings::parse(v)?);
+        }
+        Ok(settings)
     }
 
     /// Parses the DSN and the connection keys of `config`.
-    fn from_dsn(dsn: &str, config: &Map<String, Value>, recall: LocalConfig) -> Result<Self> {
+    fn from_dsn(dsn: &str, config: &Map<String, Value>, recall: RecallSettings) -> Result<Self> {
         // The parser's message could quote the string back; never show it.
         let connection: tokio_postgres::Config = dsn.parse().map_err(|_| {
             config_error(
@@ -259,12 +256,13 @@ impl PostgresConfig {
             tls,
             tls_ca_file,
             recall,
+            embedder: None,
         })
     }
 
     /// Settings for a DSN with every other key at its default (tests, tools).
     pub fn for_dsn(dsn: &str) -> Result<Self> {
-        Self::from_dsn(dsn, &Map::new(), LocalConfig::default())
+        Self::from_dsn(dsn, &Map::new(), RecallSettings::default())
     }
 
     /// The same settings with another schema (tests give each run its own).
@@ -313,7 +311,7 @@ mod tests {
         assert_eq!(c.pool_size, 8);
         assert_eq!(c.statement_timeout, Duration::from_secs(5));
         assert!(!c.tls);
-        assert_eq!(c.recall, LocalConfig::default());
+        assert_eq!(c.recall, RecallSettings::default());
     }
 
     #[test]

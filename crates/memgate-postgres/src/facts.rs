@@ -11,14 +11,25 @@
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
 use crate::terms::search_vector;
 use deadpool_postgres::GenericClient;
-use memgate_core::facts::history;
+use memgate_core::facts::{history, NewFact};
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
     Result,
 };
-use memgate_store::facts::{citation, parse_citation};
+use memgate_recall::citation::{
+    memory_citation as citation, parse_memory_citation as parse_citation,
+};
 use tokio_postgres::Row;
+
+/// One version of a memory as its history records it.
+#[derive(Clone, Copy)]
+struct Version<'a> {
+    version: u32,
+    kind: &'a str,
+    text: &'a str,
+    state: FactState,
+}
 
 pub(crate) const FACT_COLUMNS: &str = "id, kind, text, state, version, created_at, updated_at";
 
@@ -77,17 +88,19 @@ impl PostgresBackend {
 
     /// Inserts a memory (version 1) and its first history row unless an
     /// identical active copy exists; `None` then.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn insert_fact(
         &self,
         c: &impl GenericClient,
         scope_id: i64,
-        kind: &str,
-        text: &str,
-        state: FactState,
-        created_at: &str,
-        updated_at: &str,
+        fact: &NewFact<'_>,
     ) -> Result<Option<i64>> {
+        let NewFact {
+            kind,
+            text,
+            state,
+            created_at,
+            updated_at,
+        } = *fact;
         let sql = format!(
             "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at, search)
              VALUES ($1, $2, $3, $4, 1, $5, $6, {})
@@ -116,22 +129,30 @@ impl PostgresBackend {
             return Ok(None);
         };
         let id: i64 = row.get(0);
-        self.record_history(c, id, 1, kind, text, state, &now_rfc3339())
-            .await?;
+        let first = Version {
+            version: 1,
+            kind,
+            text,
+            state,
+        };
+        self.record_history(c, id, &first, &now_rfc3339()).await?;
         Ok(Some(id))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Records `version` of memory `id` in its history, as of `at`.
     async fn record_history(
         &self,
         c: &impl GenericClient,
         id: i64,
-        version: u32,
-        kind: &str,
-        text: &str,
-        state: FactState,
+        version: &Version<'_>,
         at: &str,
     ) -> Result<()> {
+        let Version {
+            version,
+            kind,
+            text,
+            state,
+        } = *version;
         self.exec(
             c,
             "INSERT INTO memory_history (memory_id, version, kind, text, state, recorded_at)
@@ -191,11 +212,13 @@ impl PostgresBackend {
                 .insert_fact(
                     &tx,
                     scope_id,
-                    &request.kind,
-                    &request.text,
-                    FactState::Active,
-                    &now,
-                    &now,
+                    &NewFact {
+                        kind: &request.kind,
+                        text: &request.text,
+                        state: FactState::Active,
+                        created_at: &now,
+                        updated_at: &now,
+                    },
                 )
                 .await?;
             let outcome = match stored {
@@ -314,16 +337,13 @@ impl PostgresBackend {
             ],
         )
         .await?;
-        self.record_history(
-            c,
-            id,
-            next.version,
-            &next.kind,
-            &next.text,
-            next.state,
-            &next.updated_at,
-        )
-        .await
+        let version = Version {
+            version: next.version,
+            kind: &next.kind,
+            text: &next.text,
+            state: next.state,
+        };
+        self.record_history(c, id, &version, &next.updated_at).await
     }
 
     /// Revises kind and/or text, keeping the old version in the history.

@@ -36,7 +36,7 @@ impl PostgresBackend {
         caller: &Caller,
         target: &ForgetTarget,
     ) -> Result<ForgetReport> {
-        let (fact, thread) = memgate_store::forget::named_by(caller, target)?;
+        let (fact, thread) = memgate_recall::citation::named_by(caller, target)?;
         let scope = Scope::of(caller);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(|e| self.err(e))?;

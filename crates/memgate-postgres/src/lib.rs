@@ -14,7 +14,7 @@
 //!
 //! Dense vectors (hybrid recall) are opt-in: with an embedder configured,
 //! [`vectors`] keeps them in pgvector and recall fuses them with the full
-//! text exactly as `local` does (`memgate_store::fusion`).
+//! text exactly as `local` does (`memgate_recall::fusion`).
 //!
 //! Modules, one job each: [`config`], [`pool`] (connections and error
 //! mapping), [`schema`] (recognition and migrations), [`terms`], [`facts`],

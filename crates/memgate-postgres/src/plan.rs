@@ -1,4 +1,4 @@
-//! Query planning: `local`'s step 0 ([`memgate_store::ranking`]) on
+//! Query planning: `local`'s step 0 ([`memgate_recall::ranked`]) on
 //! PostgreSQL, so a recall never walks a common term's whole posting list.
 //!
 //! Each query term's document count in the scope (turns plus active
@@ -20,7 +20,7 @@ use crate::backend::{PostgresBackend, Scope};
 use crate::terms::{all_of, any_of, quoted, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::Result;
-pub use memgate_store::ranking::POSTINGS_BUDGET;
+pub use memgate_recall::ranked::POSTINGS_BUDGET;
 
 /// What the ranking asks PostgreSQL for (a `to_tsquery` input each).
 #[derive(Debug, PartialEq)]
@@ -91,7 +91,7 @@ pub const NEWEST_COVER: usize = 4;
 
 /// How many walked rows cost what one fetched match does: at a million
 /// turns, 0.55 µs per walked row against 4-6 µs per fetched match
-/// (`EXPLAIN ANALYZE`, notes/postgres.md, "Fifth pass").
+/// (`EXPLAIN ANALYZE`; docs/design/postgres.md).
 pub const WALKED_ROWS_PER_FETCH: f64 = 8.0;
 
 impl Walk {

@@ -1,5 +1,5 @@
 //! Recall and search on PostgreSQL, with `local`'s ranking inputs and
-//! `local`'s block ([`memgate_store::recall::assemble`]).
+//! `local`'s block ([`memgate_recall::block::assemble`]).
 //!
 //! 0. Planning ([`crate::plan`], `local`'s step 0): common query terms are
 //!    left out so the kept ones match at most [`POSTINGS_BUDGET`] documents;
@@ -27,13 +27,13 @@ use crate::plan::{Plan, Walk, POSTINGS_BUDGET};
 use crate::terms::{query_terms, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
-use memgate_store::facts::citation;
-use memgate_store::fusion::{fuse, rerank_fused, Rerank, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
-use memgate_store::ranking::{
-    candidate_pool, smooth_neighbours, turn_citation, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
-    TURN_KIND,
+use memgate_recall::block::{assemble, MAX_SEARCH_TOP_K};
+use memgate_recall::citation::{memory_citation, turn_citation};
+use memgate_recall::fusion::{fuse, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
+use memgate_recall::ranked::{
+    candidate_pool, smooth_neighbours, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF, TURN_KIND,
 };
-use memgate_store::recall::{assemble, MAX_SEARCH_TOP_K};
+use memgate_recall::rerank::{rerank_fused, Rerank};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use tokio_postgres::Row;
@@ -176,7 +176,6 @@ impl PostgresBackend {
             query,
             &Rerank::DEFAULT,
             top_k,
-            None,
         ))
     }
 
@@ -247,7 +246,7 @@ impl PostgresBackend {
             (
                 score[&-id],
                 Ranked {
-                    citation: citation(id),
+                    citation: memory_citation(id),
                     kind: r.get(1),
                     text: r.get(2),
                     score: 0.0,
@@ -436,7 +435,7 @@ impl PostgresBackend {
         let mut found: Vec<Ranked> = memory_rows
             .iter()
             .map(|r| Ranked {
-                citation: citation(r.get(0)),
+                citation: memory_citation(r.get(0)),
                 kind: r.get(1),
                 text: r.get(2),
                 score: r.get(3),
@@ -512,7 +511,7 @@ impl PostgresBackend {
             _ => settings
                 .injection_query
                 .as_deref()
-                .unwrap_or(memgate_store::config::DEFAULT_INJECTION_QUERY),
+                .unwrap_or(memgate_recall::settings::DEFAULT_INJECTION_QUERY),
         };
         let scope = Scope::of(&request.caller);
         // Embedded before a connection is taken (an embedder may be slow).

@@ -1,14 +1,14 @@
 //! How text reaches PostgreSQL's text search, and how a query becomes a
 //! safe `tsquery`.
 //!
-//! Text is folded by `local`'s own rules first ([`memgate_store::terms`]:
+//! Text is folded by `local`'s own rules first ([`memgate_recall::terms`]:
 //! accents dropped, lower-cased, Han and kana split into characters, English
 //! function words dropped), then handed to `to_tsvector('english', …)`,
 //! which stems. A query becomes up to [`MAX_QUERY_TERMS`] distinct folded
 //! terms, each single-quoted (they are letters and digits only, so none can
 //! be `tsquery` syntax) and joined with `|`.
 
-use memgate_store::terms::{terms, MAX_QUERY_TERMS};
+use memgate_recall::terms::{terms, MAX_QUERY_TERMS};
 
 /// The text search configuration (stemming) both documents and queries use.
 pub const TEXT_SEARCH_CONFIG: &str = "english";

@@ -1,19 +1,19 @@
 //! Export and import of one scope (`memgate.export.v1`), with `local`'s
 //! rules: an export holds every memory (retired ones too) and every turn
 //! with its signature; import validates everything first
-//! ([`memgate_store::transfer::validate_turn`]), then merges in one
+//! ([`memgate_recall::turns::validate_turn`]), then merges in one
 //! transaction. A memory with the same kind, text and state, or a turn with
 //! the same thread and signature, is already present and not added again, so
 //! an import can be re-run (and raced) without duplicating anything.
 
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
 use crate::facts::{fact_from_row, state_name, FACT_COLUMNS};
-use memgate_core::facts::{ExportedTurn, EXPORT_FORMAT};
+use memgate_core::facts::{ExportedTurn, NewFact, EXPORT_FORMAT};
 use memgate_core::{
     Caller, FactState, ImportReport, MemoryError, MemoryExport, RememberRequest, Result,
 };
-use memgate_store::capture::NewTurn;
-use memgate_store::transfer::{timestamp_or_now, validate_turn};
+use memgate_recall::turns::NewTurn;
+use memgate_recall::turns::{timestamp_or_now, validate_turn};
 
 /// Prefixes the field of a validation error with the entry it came from.
 fn at(entry: String) -> impl Fn(MemoryError) -> MemoryError {
@@ -131,11 +131,13 @@ impl PostgresBackend {
                     .insert_fact(
                         &tx,
                         scope_id,
-                        &request.kind,
-                        &request.text,
-                        *state,
-                        created_at,
-                        updated_at,
+                        &NewFact {
+                            kind: &request.kind,
+                            text: &request.text,
+                            state: *state,
+                            created_at,
+                            updated_at,
+                        },
                     )
                     .await?
                     .is_some();

@@ -1,5 +1,5 @@
 //! Dense vectors of hybrid recall on PostgreSQL (pgvector), `local`'s rules
-//! ([`memgate_store::vectors`]) with the database doing the bookkeeping.
+//! ([`memgate_recall::vectors`]) with the database doing the bookkeeping.
 //!
 //! - Opt-in: only a backend with an embedder ([`PostgresBackend::with_embedder`],
 //!   `backend_config.embedder`) applies the vector migration
@@ -19,7 +19,7 @@
 //!   recall lexical and the indexer idle until [`PostgresBackend::reembed`].
 //! - Search: exact inner products (`<#>`, vectors are unit length: the
 //!   cosine) over the scope's vectors; the fusion is `local`'s own
-//!   ([`memgate_store::fusion`]).
+//!   ([`memgate_recall::fusion`]).
 
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
 use crate::config::PostgresConfig;
@@ -28,7 +28,7 @@ use bytes::{BufMut, BytesMut};
 use deadpool_postgres::{GenericClient, Pool};
 use memgate_core::{MemoryError, Result};
 use memgate_embed::Embedder;
-use memgate_store::vectors::{
+use memgate_recall::vectors::{
     turn_text, vector_key, RetrievalCounts, RetrievalStats, VectorProgress,
 };
 use std::collections::HashMap;

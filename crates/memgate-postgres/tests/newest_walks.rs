@@ -68,7 +68,7 @@ async fn both_walks_return_the_newest_matches_newest_first() {
         top_k: 5,
         ..SearchQuery::new(q)
     };
-    let pool = memgate_store::ranking::candidate_pool(5);
+    let pool = memgate_recall::ranked::candidate_pool(5);
     let walks = |counts: &[(usize, &str)]| choose(counts, 4000).unwrap().newest_walks(pool);
     // "uncommon" and "seldom" (667 each of 4 000): together expected in
     // ~111 turns, so their postings are the fewer rows to read (they are
@@ -92,7 +92,7 @@ async fn both_walks_return_the_newest_matches_newest_first() {
 #[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
 async fn a_window_holding_too_few_matches_gives_way_to_the_postings() {
     let (b, alice) = filled().await;
-    let pool = memgate_store::ranking::candidate_pool(5);
+    let pool = memgate_recall::ranked::candidate_pool(5);
     // "older frequent": 1 000 × 4 000 / 4 000 expected together, so the
     // plan walks the newest turns, which hold none of them.
     let plan = choose(&[(1000, "older"), (4000, "frequent")], 4000).unwrap();

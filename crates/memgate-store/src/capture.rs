@@ -19,82 +19,20 @@
 
 use crate::first_turn::cache_excerpt;
 use crate::index::IndexWrites;
-use crate::salience::SpeakerNames;
 use crate::schema::db_error;
-use crate::scope::ScopeKey;
+use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
-use memgate_core::budget::prefix_bytes;
 use memgate_core::capture::is_captureable;
-use memgate_core::signature::message_signature;
 use memgate_core::time::now_rfc3339;
-use memgate_core::{Caller, CaptureReport, CaptureRequest, Message, Redactor, RoleKind};
+use memgate_core::{Caller, CaptureReport, CaptureRequest, Message};
 use memgate_core::{MemoryError, Result};
+use memgate_recall::salience::SpeakerNames;
+use memgate_recall::scope::ScopeKey;
+use memgate_recall::turns::{storable, NewTurn};
 use rusqlite::{params, Connection, OptionalExtension};
-use serde_json::Value;
 use std::borrow::Borrow;
 use std::cell::Cell;
 use std::sync::mpsc::{Receiver, RecvError};
-
-/// Memory keeps the first 64 KiB of a message (the signature still covers
-/// all of it); a pasted log does not need to be recalled in full.
-pub const MAX_TURN_TEXT_BYTES: usize = 64 * 1024;
-/// Longest speaker name and timestamp kept as context.
-const MAX_CONTEXT_CHARS: usize = 128;
-/// The message metadata key that carries when a turn was said.
-pub const TIMESTAMP_KEY: &str = "timestamp";
-
-/// A turn ready to insert.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NewTurn {
-    pub signature: String,
-    pub message_id: Option<String>,
-    pub role: &'static str,
-    pub speaker: Option<String>,
-    pub occurred_at: Option<String>,
-    pub text: String,
-    pub captured_at: String,
-}
-
-fn bounded_context(value: Option<&str>) -> Option<String> {
-    let v = value?.trim();
-    (!v.is_empty()).then(|| v.chars().take(MAX_CONTEXT_CHARS).collect())
-}
-
-/// The storable form of a message that survived the host's hidden filter,
-/// or `None` when memory should not keep it. The signature covers the
-/// original message; the stored text has its secrets replaced.
-/// (Shared with the postgres backend: both stores keep the same turns.)
-pub fn storable(message: &Message, captured_at: &str, redactor: &Redactor) -> Option<NewTurn> {
-    let role = match message.role.kind() {
-        RoleKind::Human => "human",
-        RoleKind::Ai if message.tool_calls.is_empty() => "ai",
-        _ => return None,
-    };
-    if message.is_injected_memory() || message.is_summary() {
-        return None;
-    }
-    let text = message.text();
-    // Redact before cutting, so a cut never leaves half a secret unmatched.
-    let redacted = redactor.redact(text.trim());
-    let text = prefix_bytes(&redacted.text, MAX_TURN_TEXT_BYTES);
-    if text.is_empty() {
-        return None;
-    }
-    Some(NewTurn {
-        signature: message_signature(message),
-        message_id: message.id.clone().filter(|id| !id.is_empty()),
-        role,
-        speaker: bounded_context(message.name.as_deref()),
-        occurred_at: bounded_context(
-            message
-                .additional_kwargs
-                .get(TIMESTAMP_KEY)
-                .and_then(Value::as_str),
-        ),
-        text: text.to_owned(),
-        captured_at: captured_at.to_owned(),
-    })
-}
 
 /// The position the next new turn of `thread` takes.
 pub(crate) fn next_seq(conn: &Connection, scope: i64, thread: &str) -> Result<i64> {
@@ -324,84 +262,5 @@ impl MemoryStore {
         } else {
             Ok(())
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use memgate_core::ToolCall;
-    use serde_json::json;
-
-    fn keeps(m: &Message) -> bool {
-        storable(m, "t", &Redactor::default()).is_some()
-    }
-
-    #[test]
-    fn human_and_ai_answers_are_kept() {
-        assert!(keeps(&Message::human("I use Vim")));
-        assert!(keeps(&Message::ai("Noted.")));
-        assert!(keeps(&Message::new(memgate_core::Role::new("user"), "hi")));
-    }
-
-    #[test]
-    fn plumbing_system_summaries_and_injections_are_not() {
-        let call = Message::ai("Let me look.").with_tool_calls(vec![ToolCall::new(
-            "search",
-            json!({}),
-            Some("c1".into()),
-        )]);
-        assert!(!keeps(&call));
-        assert!(!keeps(&Message::tool("result", "c1")));
-        assert!(!keeps(&Message::system("be nice")));
-        assert!(!keeps(&Message::ai("short story").with_name("summary")));
-        assert!(!keeps(
-            &Message::human("x").with_flag("lc_source", "summarization")
-        ));
-        let injected = Message::human("<memory>old</memory>")
-            .with_id("m__memory")
-            .with_flag("dynamic_context_reminder", true);
-        assert!(!keeps(&injected));
-        assert!(!keeps(&Message::human("   ")));
-        assert!(!keeps(&Message::new(
-            memgate_core::Role::new("critic"),
-            "x"
-        )));
-    }
-
-    #[test]
-    fn speaker_and_timestamp_become_context() {
-        let m = Message::human("I went hiking")
-            .with_name("Caroline")
-            .with_flag(TIMESTAMP_KEY, "1:56 pm on 8 May, 2023");
-        let t = storable(&m, "now", &Redactor::default()).unwrap();
-        assert_eq!(t.speaker.as_deref(), Some("Caroline"));
-        assert_eq!(t.occurred_at.as_deref(), Some("1:56 pm on 8 May, 2023"));
-        let odd = Message::human("x").with_flag(TIMESTAMP_KEY, 17);
-        assert_eq!(
-            storable(&odd, "now", &Redactor::default())
-                .unwrap()
-                .occurred_at,
-            None
-        );
-    }
-
-    #[test]
-    fn secrets_are_redacted_but_the_signature_covers_the_original() {
-        let key = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
-        let m = Message::human(format!("push with {key} please"));
-        let t = storable(&m, "now", &Redactor::default()).unwrap();
-        assert_eq!(t.text, "push with [redacted:token] please");
-        assert_eq!(t.signature, message_signature(&m));
-        let off = storable(&m, "now", &Redactor::disabled()).unwrap();
-        assert!(off.text.contains(key));
-    }
-
-    #[test]
-    fn huge_texts_are_cut_on_a_character_boundary() {
-        let m = Message::human("日".repeat(MAX_TURN_TEXT_BYTES));
-        let t = storable(&m, "now", &Redactor::default()).unwrap();
-        assert!(t.text.len() <= MAX_TURN_TEXT_BYTES);
-        assert!(t.text.chars().all(|c| c == '日'));
     }
 }

@@ -28,7 +28,10 @@
 //! typo never silently falls back to a default. Values are never echoed.
 
 use memgate_core::redaction::{redactor_from_config, Redactor};
+use memgate_core::setup::integer_setting;
 use memgate_core::{BackendContext, MemoryError, Result};
+pub use memgate_embed::EmbedderSettings;
+use memgate_recall::settings::RecallSettings;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::ops::RangeInclusive;
@@ -36,34 +39,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The seeds' profile query: what `injection_query` was before the
-/// first-turn block existed (set it to rank a query-less recall with it).
-pub const DEFAULT_INJECTION_QUERY: &str =
-    "user profile preferences important entities events ongoing goals constraints and prior decisions";
-
 /// Where the database lives below the storage root.
 pub const DATABASE_RELATIVE_PATH: &str = "local/memgate.sqlite3";
 
-const MAX_INJECTION_CHARS: RangeInclusive<u64> = 256..=100_000;
-const RECALL_TOP_K: RangeInclusive<u64> = 1..=100;
-const STANDING_MEMORIES: RangeInclusive<u64> = 0..=100;
 const BUSY_TIMEOUT_MS: RangeInclusive<u64> = 0..=600_000;
 const MAX_TURN_AGE_DAYS: RangeInclusive<u64> = 1..=36_500;
 const DAY: Duration = Duration::from_secs(86_400);
-const EMBED_DEADLINE_MS: RangeInclusive<u64> = 10..=60_000;
-const EMBED_BATCH: RangeInclusive<u64> = 1..=256;
-const EMBED_DIMENSIONS: RangeInclusive<u64> = 1..=8192;
-const EMBEDDER_KEYS: &[&str] = &[
-    "kind",
-    "model_path",
-    "url",
-    "model",
-    "api_key",
-    "dimensions",
-    "deadline_ms",
-    "batch",
-];
-
 /// The keys this backend understands, for error messages.
 const KNOWN_KEYS: &[&str] = &[
     "storage_path",
@@ -80,18 +61,9 @@ const KNOWN_KEYS: &[&str] = &[
 /// Validated settings of the local store.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LocalConfig {
-    /// Upper bound of a recall block, in characters (256–100000).
-    pub max_injection_chars: usize,
-    /// The query recall ranks with when the caller gives none (or a blank
-    /// one); `None` (the default) builds the first-turn block instead.
-    pub injection_query: Option<String>,
-    /// How many ranked items recall considers before the character budget.
-    pub recall_top_k: usize,
-    /// How many of the newest explicit memories recall carries after the
-    /// ranked items, matched or not: the user asked for them to be kept, and
-    /// a request rarely repeats their words ("add a refund calculation"
-    /// versus "money amounts are integer cents").
-    pub standing_memories: usize,
+    /// The recall keys, read as `postgres` reads them.
+    #[serde(flatten)]
+    pub recall: RecallSettings,
     /// How long a connection waits for a lock held by another process.
     pub busy_timeout: Duration,
     /// Captured turns older than this are erased by the retention sweep;
@@ -101,132 +73,10 @@ pub struct LocalConfig {
     pub embedder: Option<EmbedderSettings>,
 }
 
-/// Which embedder hybrid recall uses (`backend_config.embedder`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum EmbedderSettings {
-    /// A model in-process: all-MiniLM-L6-v2 from its directory, or
-    /// multilingual-e5-small from its file.
-    Local { model_path: PathBuf },
-    /// An OpenAI-compatible `/v1/embeddings` endpoint.
-    Endpoint {
-        url: String,
-        model: String,
-        #[serde(skip)]
-        api_key: Option<memgate_core::Secret>,
-        dimensions: Option<usize>,
-        deadline: Duration,
-        batch: usize,
-    },
-}
-
-impl EmbedderSettings {
-    /// Builds the embedder (loading a local model reads its files).
-    pub fn build(&self) -> Result<std::sync::Arc<dyn memgate_embed::Embedder>> {
-        let config_error = |e: memgate_embed::EmbedError| {
-            MemoryError::Config(format!("backend_config.embedder: {e}"))
-        };
-        Ok(match self {
-            Self::Local { model_path } => {
-                memgate_embed::load_local(model_path).map_err(config_error)?
-            }
-            Self::Endpoint {
-                url,
-                model,
-                api_key,
-                dimensions,
-                deadline,
-                batch,
-            } => std::sync::Arc::new(
-                memgate_embed::EndpointEmbedder::new(memgate_embed::EndpointConfig {
-                    url: url.clone(),
-                    model: model.clone(),
-                    api_key: api_key.clone(),
-                    dimensions: *dimensions,
-                    deadline: *deadline,
-                    batch: *batch,
-                })
-                .map_err(config_error)?,
-            ),
-        })
-    }
-
-    /// Reads and validates `backend_config.embedder` (also what `memgate
-    /// eval locomo --embedder JSON` takes).
-    pub fn parse(value: &Value) -> Result<Self> {
-        let field = |k: &str| format!("backend_config.embedder.{k}");
-        let map = value.as_object().ok_or_else(|| {
-            MemoryError::Config("backend_config.embedder must be an object".to_owned())
-        })?;
-        if let Some(unknown) = map.keys().find(|k| !EMBEDDER_KEYS.contains(&k.as_str())) {
-            return Err(MemoryError::Config(format!(
-                "{} is not an embedder setting (known: {})",
-                field(unknown),
-                EMBEDDER_KEYS.join(", ")
-            )));
-        }
-        let text = |k: &str, required: bool| -> Result<Option<String>> {
-            match map.get(k) {
-                None | Some(Value::Null) if !required => Ok(None),
-                Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_owned())),
-                _ => Err(MemoryError::Config(format!(
-                    "{} must be a non-empty string",
-                    field(k)
-                ))),
-            }
-        };
-        let number = |k: &str, default: u64, range: RangeInclusive<u64>| -> Result<u64> {
-            match map.get(k) {
-                None | Some(Value::Null) => Ok(default),
-                Some(v) => integer_in(v, &format!("embedder.{k}"), range),
-            }
-        };
-        match text("kind", true)?.as_deref() {
-            Some("local") => Ok(Self::Local {
-                model_path: PathBuf::from(text("model_path", true)?.unwrap_or_default()),
-            }),
-            Some("endpoint") => {
-                let url = text("url", true)?.unwrap_or_default();
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(MemoryError::Config(format!(
-                        "{} must start with http:// or https://",
-                        field("url")
-                    )));
-                }
-                let dimensions = match map.get("dimensions") {
-                    None | Some(Value::Null) => None,
-                    Some(v) => {
-                        Some(integer_in(v, "embedder.dimensions", EMBED_DIMENSIONS)? as usize)
-                    }
-                };
-                Ok(Self::Endpoint {
-                    url,
-                    model: text("model", true)?.unwrap_or_default(),
-                    api_key: memgate_core::Secret::from_setting(text("api_key", false)?),
-                    dimensions,
-                    deadline: Duration::from_millis(number(
-                        "deadline_ms",
-                        2_000,
-                        EMBED_DEADLINE_MS,
-                    )?),
-                    batch: number("batch", 32, EMBED_BATCH)? as usize,
-                })
-            }
-            _ => Err(MemoryError::Config(format!(
-                "{} must be \"local\" or \"endpoint\"",
-                field("kind")
-            ))),
-        }
-    }
-}
-
 impl Default for LocalConfig {
     fn default() -> Self {
         Self {
-            max_injection_chars: 12_000,
-            injection_query: None,
-            recall_top_k: 10,
-            standing_memories: 20,
+            recall: RecallSettings::default(),
             busy_timeout: Duration::from_millis(5_000),
             max_turn_age: None,
             embedder: None,
@@ -262,7 +112,10 @@ impl LocalConfig {
                 KNOWN_KEYS.join(", ")
             )));
         }
-        let mut settings = LocalConfig::default();
+        let mut settings = LocalConfig {
+            recall: RecallSettings::read(config)?,
+            ..LocalConfig::default()
+        };
         let storage_root = match config.get("storage_path") {
             None | Some(Value::Null) => ctx.storage_path.clone(),
             Some(Value::String(s)) if !s.trim().is_empty() => PathBuf::from(s),
@@ -272,37 +125,16 @@ impl LocalConfig {
                 ))
             }
         };
-        if let Some(v) = config.get("max_injection_chars") {
-            settings.max_injection_chars =
-                integer_in(v, "max_injection_chars", MAX_INJECTION_CHARS)? as usize;
-        }
-        if let Some(v) = config.get("recall_top_k") {
-            settings.recall_top_k = integer_in(v, "recall_top_k", RECALL_TOP_K)? as usize;
-        }
-        if let Some(v) = config.get("standing_memories") {
-            settings.standing_memories =
-                integer_in(v, "standing_memories", STANDING_MEMORIES)? as usize;
-        }
         if let Some(v) = config.get("busy_timeout_ms") {
             settings.busy_timeout =
-                Duration::from_millis(integer_in(v, "busy_timeout_ms", BUSY_TIMEOUT_MS)?);
+                Duration::from_millis(integer_setting(v, "busy_timeout_ms", BUSY_TIMEOUT_MS)?);
         }
         if let Some(v) = config.get("embedder").filter(|v| !v.is_null()) {
             settings.embedder = Some(EmbedderSettings::parse(v)?);
         }
-        if let Some(v) = config.get("injection_query") {
-            settings.injection_query = match v.as_str().map(str::trim) {
-                Some(q) if !q.is_empty() => Some(q.to_owned()),
-                _ => {
-                    return Err(MemoryError::Config(
-                        "backend_config.injection_query must be a non-empty string".to_owned(),
-                    ))
-                }
-            };
-        }
         if let Some(v) = config.get("max_turn_age_days") {
             settings.max_turn_age =
-                Some(DAY * integer_in(v, "max_turn_age_days", MAX_TURN_AGE_DAYS)? as u32);
+                Some(DAY * integer_setting(v, "max_turn_age_days", MAX_TURN_AGE_DAYS)? as u32);
         }
         let redactor = match config.get("redaction") {
             None | Some(Value::Null) => Arc::clone(&ctx.redactor),
@@ -313,23 +145,6 @@ impl LocalConfig {
             settings,
             redactor,
         })
-    }
-}
-
-/// An integer setting within `range`; booleans, floats and strings are refused.
-fn integer_in(value: &Value, key: &str, range: RangeInclusive<u64>) -> Result<u64> {
-    let rule = || {
-        MemoryError::Config(format!(
-            "backend_config.{key} must be an integer between {} and {}",
-            range.start(),
-            range.end()
-        ))
-    };
-    let n = value.as_u64().ok_or_else(rule)?;
-    if range.contains(&n) {
-        Ok(n)
-    } else {
-        Err(rule())
     }
 }
 
@@ -351,8 +166,8 @@ mod tests {
             r.database_path,
             PathBuf::from("/srv/memgate/local/memgate.sqlite3")
         );
-        assert_eq!(r.settings.injection_query, None);
-        assert_eq!(r.settings.max_injection_chars, 12_000);
+        assert_eq!(r.settings.recall.injection_query, None);
+        assert_eq!(r.settings.recall.max_injection_chars, 12_000);
     }
 
     #[test]
@@ -366,9 +181,9 @@ mod tests {
             r.database_path,
             PathBuf::from("/data/x/local/memgate.sqlite3")
         );
-        assert_eq!(r.settings.max_injection_chars, 256);
-        assert_eq!(r.settings.injection_query.as_deref(), Some("goals"));
-        assert_eq!(r.settings.recall_top_k, 3);
+        assert_eq!(r.settings.recall.max_injection_chars, 256);
+        assert_eq!(r.settings.recall.injection_query.as_deref(), Some("goals"));
+        assert_eq!(r.settings.recall.recall_top_k, 3);
         assert_eq!(r.settings.busy_timeout, Duration::ZERO);
     }
 

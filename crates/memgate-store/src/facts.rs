@@ -10,34 +10,22 @@
 
 use crate::index::IndexWrites;
 use crate::schema::db_error;
-use crate::scope::ScopeKey;
+use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
-use memgate_core::facts::history;
+use memgate_core::facts::{history, NewFact};
 use memgate_core::redaction::redact_remember;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
     Result,
 };
+use memgate_recall::citation::{memory_citation, parse_memory_citation};
+use memgate_recall::scope::ScopeKey;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-/// The citation of memory `id`.
-pub fn citation(id: i64) -> String {
-    format!("mem_{id}")
-}
-
-/// The row id behind a `mem_<id>` citation; anything else names nothing.
-pub fn parse_citation(id: &str) -> Option<i64> {
-    let digits = id.strip_prefix("mem_")?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
 fn not_found(id: &str) -> MemoryError {
-    match parse_citation(id) {
-        Some(n) => MemoryError::NotFound(format!("memory {} in this scope", citation(n))),
+    match parse_memory_citation(id) {
+        Some(n) => MemoryError::NotFound(format!("memory {} in this scope", memory_citation(n))),
         None => MemoryError::NotFound("memory id (expected `mem_<number>`)".to_owned()),
     }
 }
@@ -54,7 +42,7 @@ const FACT_COLUMNS: &str = "id, kind, text, state, version, created_at, updated_
 fn fact_from_row(r: &Row<'_>) -> rusqlite::Result<Fact> {
     let state: String = r.get(3)?;
     Ok(Fact {
-        id: citation(r.get(0)?),
+        id: memory_citation(r.get(0)?),
         kind: r.get(1)?,
         text: r.get(2)?,
         state: if state == "retired" {
@@ -112,17 +100,19 @@ fn record_history(conn: &Connection, id: i64, fact: &Fact, at: &str) -> Result<(
 
 /// Inserts a new memory (version 1) with its history row, indexing it when
 /// active. Returns its row id.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn insert(
     conn: &Connection,
     index: &mut IndexWrites,
     scope: i64,
-    kind: &str,
-    text: &str,
-    state: FactState,
-    created_at: &str,
-    updated_at: &str,
+    fact: &NewFact<'_>,
 ) -> Result<i64> {
+    let NewFact {
+        kind,
+        text,
+        state,
+        created_at,
+        updated_at,
+    } = *fact;
     conn.prepare_cached(
         "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6)",
@@ -140,7 +130,7 @@ pub(crate) fn insert(
     .map_err(db_error)?;
     let id = conn.last_insert_rowid();
     let fact = Fact {
-        id: citation(id),
+        id: memory_citation(id),
         kind: kind.to_owned(),
         text: text.to_owned(),
         state,
@@ -189,7 +179,7 @@ impl MemoryStore {
             let scope = key.ensure(tx)?;
             if let Some(id) = find_active(tx, scope, &request.kind, &request.text)? {
                 return Ok(RememberOutcome::AlreadyPresent {
-                    citation: Some(Citation::new(citation(id))),
+                    citation: Some(Citation::new(memory_citation(id))),
                     revision: None,
                 });
             }
@@ -198,14 +188,16 @@ impl MemoryStore {
                 tx,
                 index,
                 scope,
-                &request.kind,
-                &request.text,
-                FactState::Active,
-                &now,
-                &now,
+                &NewFact {
+                    kind: &request.kind,
+                    text: &request.text,
+                    state: FactState::Active,
+                    created_at: &now,
+                    updated_at: &now,
+                },
             )?;
             Ok(RememberOutcome::Stored {
-                citation: Citation::new(citation(id)),
+                citation: Citation::new(memory_citation(id)),
             })
         })
     }
@@ -223,7 +215,7 @@ impl MemoryStore {
 
     pub fn get_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
         let key = ScopeKey::of(caller);
-        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        let row = parse_memory_citation(id).ok_or_else(|| not_found(id))?;
         self.read(|conn| {
             let scope = key.find(conn)?.ok_or_else(|| not_found(id))?;
             load(conn, scope, row)?.ok_or_else(|| not_found(id))
@@ -233,7 +225,7 @@ impl MemoryStore {
     /// Every recorded version of a memory, oldest first.
     pub fn fact_history(&self, caller: &Caller, id: &str) -> Result<Vec<Fact>> {
         let current = self.get_fact(caller, id)?;
-        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        let row = parse_memory_citation(id).ok_or_else(|| not_found(id))?;
         self.read(|conn| {
             conn.prepare_cached(
                 "SELECT memory_id, kind, text, state, version, recorded_at, recorded_at
@@ -259,7 +251,7 @@ impl MemoryStore {
     pub fn revise_fact(&self, caller: &Caller, id: &str, patch: &FactPatch) -> Result<Fact> {
         history::check_patch(patch)?;
         let key = ScopeKey::of(caller);
-        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        let row = parse_memory_citation(id).ok_or_else(|| not_found(id))?;
         self.write(|tx, index| {
             let scope = key.find(tx)?.ok_or_else(|| not_found(id))?;
             let current = load(tx, scope, row)?.ok_or_else(|| not_found(id))?;
@@ -267,7 +259,7 @@ impl MemoryStore {
                 return Ok(current);
             };
             if let Some(other) = find_active(tx, scope, &revised.kind, &revised.text)? {
-                return Err(history::duplicate_of(&current, &citation(other)));
+                return Err(history::duplicate_of(&current, &memory_citation(other)));
             }
             let next = history::revised(current, revised);
             update(tx, row, &next)?;
@@ -281,7 +273,7 @@ impl MemoryStore {
     /// Retiring a retired memory changes nothing.
     pub fn retire_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
         let key = ScopeKey::of(caller);
-        let row = parse_citation(id).ok_or_else(|| not_found(id))?;
+        let row = parse_memory_citation(id).ok_or_else(|| not_found(id))?;
         self.write(|tx, index| {
             let scope = key.find(tx)?.ok_or_else(|| not_found(id))?;
             let current = load(tx, scope, row)?.ok_or_else(|| not_found(id))?;
@@ -331,7 +323,7 @@ mod tests {
 
     #[test]
     fn citations_round_trip_and_reject_lookalikes() {
-        assert_eq!(parse_citation(&citation(42)), Some(42));
+        assert_eq!(parse_memory_citation(&memory_citation(42)), Some(42));
         for bad in [
             "mem_",
             "mem_-1",
@@ -340,7 +332,7 @@ mod tests {
             "42",
             "mem_99999999999999999999",
         ] {
-            assert_eq!(parse_citation(bad), None, "{bad}");
+            assert_eq!(parse_memory_citation(bad), None, "{bad}");
         }
     }
 }

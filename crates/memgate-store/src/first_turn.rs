@@ -39,12 +39,12 @@
 //! again until the scope changes or the day turns.
 
 use crate::facts::newest_active;
-use crate::ranking::turn_citation;
-use crate::recall::RECALL_HEADER;
-use crate::salience::{excerpt, SpeakerNames};
 use crate::schema::{db_error, write_generation};
 use memgate_core::budget::{char_len, CharBudget};
 use memgate_core::{Citation, Fact, Recall, RecalledItem, Result};
+use memgate_recall::block::RECALL_HEADER;
+use memgate_recall::citation::turn_citation;
+use memgate_recall::salience::{excerpt, SpeakerNames};
 use rusqlite::{params, Connection};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -451,7 +451,7 @@ pub fn first_turn_block(
                 text.push_str(&c.line());
                 items.push(RecalledItem {
                     citation: Some(Citation::new(turn_citation(c.id))),
-                    kind: crate::ranking::TURN_KIND.to_owned(),
+                    kind: memgate_recall::ranked::TURN_KIND.to_owned(),
                     text: c.text.clone(),
                     score: Some(c.score),
                 });

@@ -16,14 +16,15 @@
 //! The cost is a rewrite of the recall index per erasure: erasure is rare,
 //! and a cheaper erasure that leaves copies behind would not be one.
 
-use crate::facts::parse_citation;
 use crate::index::IndexWrites;
 use crate::schema::db_error;
-use crate::scope::ScopeKey;
+use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
 use crate::vectors::erase_vectors;
 use memgate_core::time::format_unix_millis;
 use memgate_core::{Caller, ForgetReport, ForgetTarget, MemoryError, Result};
+use memgate_recall::citation::named_by;
+use memgate_recall::scope::ScopeKey;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -94,23 +95,6 @@ fn cutoff(now: SystemTime, age: Duration) -> String {
     format_unix_millis(now.saturating_sub(age).as_millis() as i64)
 }
 
-/// What a forget names, checked before anything is erased: the fact's row
-/// for `Fact`, the caller's thread for `Thread`. Shared with the postgres
-/// backend, so both refuse the same input the same way.
-pub fn named_by(caller: &Caller, target: &ForgetTarget) -> Result<(Option<i64>, Option<String>)> {
-    Ok(match target {
-        ForgetTarget::Fact { id } => (
-            Some(
-                parse_citation(id)
-                    .ok_or_else(|| MemoryError::invalid("id", "must be `mem_<number>`"))?,
-            ),
-            None,
-        ),
-        ForgetTarget::Thread => (None, Some(caller.require_thread()?.to_owned())),
-        ForgetTarget::Scope | ForgetTarget::User => (None, None),
-    })
-}
-
 impl MemoryStore {
     /// Erases `target` in the caller's scope and every recoverable copy of
     /// it in the database files. Forgetting what is not there erases nothing
@@ -165,6 +149,17 @@ impl MemoryStore {
             Ok(report)
         })?;
         self.finish_erasure(target, report)
+    }
+
+    /// What every erasure ends with, on its own: the recall index's removed
+    /// entries purged and the WAL emptied. Safe at any time; it erases
+    /// nothing that is still stored.
+    pub fn scrub(&self) -> Result<()> {
+        self.write(|_, index| {
+            index.purge_removed();
+            Ok(())
+        })?;
+        self.truncate_wal_fully()
     }
 
     /// Every scope of the caller's user, whatever the agent.

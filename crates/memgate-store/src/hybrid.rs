@@ -21,28 +21,57 @@
 //! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
 
-use crate::fusion::{
-    add_feedback_pass, add_thread_match, feedback_query, feedback_terms, fuse, rerank_fused,
-    top_turn_similarity, unit_scaled, Rerank, SessionDense,
-};
-use crate::ranking::{
-    candidate_pool, load_item, rank, term_documents, thread_matches, Placed, Ranked,
-    POSTINGS_BUDGET,
-};
+use crate::ranking::{load_item, rank};
+use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
-use crate::vectors::{stored_model, RetrievalStats, PREFILTER_FACTOR};
-use memgate_core::Result;
+use crate::vectors::{stored_model, PREFILTER_FACTOR};
+use memgate_core::{Caller, Result};
 use memgate_embed::Embedder;
+use memgate_recall::fusion::{fuse, Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
+use memgate_recall::ranked::{candidate_pool, Ranked};
+use memgate_recall::rerank::{rerank_fused, Rerank};
+use memgate_recall::scope::ScopeKey;
+use memgate_recall::vectors::RetrievalStats;
 use rusqlite::Connection;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-pub use crate::fusion::{Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS, RRF_K};
+/// What one ranking is asked for.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    query: &'a str,
+    vector: &'a QueryVector,
+    top_k: usize,
+    /// Only turns (`turn`) or memories of this kind compete.
+    category: Option<&'a str>,
+}
 
-/// The dense side's nearest items, best first, with their cosine.
-type DensePool = Vec<(i64, f32)>;
+/// How a hybrid ranking is made. Recall uses [`Ranking::DEFAULT`]; the
+/// evaluation (`memgate eval locomo`) compares others through
+/// [`MemoryStore::ranked_with`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ranking {
+    /// How the lexical and the dense list are combined.
+    pub fusion: Fusion,
+    /// The dense pool, as a multiple of the lexical candidate pool.
+    pub dense_pool: usize,
+    /// Items the sign prefilter lets through per int8 candidate.
+    pub prefilter: usize,
+    /// How the fused pool is re-ordered.
+    pub rerank: Rerank,
+}
+
+impl Ranking {
+    /// What recall uses.
+    pub const DEFAULT: Self = Self {
+        fusion: DEFAULT_FUSION,
+        dense_pool: DEFAULT_DENSE_POOL,
+        prefilter: PREFILTER_FACTOR,
+        rerank: Rerank::DEFAULT,
+    };
+}
 
 /// A query's vector, or `None` when recall stays lexical; possibly still
 /// being embedded on its own thread until [`QueryVector::vector`] is asked.
@@ -52,6 +81,11 @@ pub struct QueryVector {
 }
 
 impl QueryVector {
+    /// No vector: the ranking stays lexical.
+    pub fn lexical() -> Self {
+        Self::ready(None)
+    }
+
     fn ready(vector: Option<Vec<f32>>) -> Self {
         Self {
             vector: OnceLock::from(vector),
@@ -60,7 +94,7 @@ impl QueryVector {
     }
 
     /// The vector, waiting for its embedding if that is still running.
-    pub(crate) fn vector(&self) -> Option<&[f32]> {
+    pub fn vector(&self) -> Option<&[f32]> {
         self.vector
             .get_or_init(|| {
                 let running = self
@@ -144,11 +178,11 @@ impl MemoryStore {
         }
     }
 
-    /// Evaluations: [`Self::query_vector`] by the embedder's full-precision
-    /// query path ([`Embedder::embed_query_exact`], float32 for the local
-    /// models), the reference a cheaper query path is measured against;
+    /// [`Self::query_vector`] by the embedder's full-precision query path
+    /// ([`Embedder::embed_query_exact`], float32 for the local models): the
+    /// reference the cheaper query path recall uses is measured against;
     /// embedded here.
-    pub(crate) fn reference_query_vector(&self, query: &str) -> QueryVector {
+    pub fn reference_query_vector(&self, query: &str) -> QueryVector {
         let Some(v) = &self.vectorizer else {
             return QueryVector::ready(None);
         };
@@ -161,7 +195,7 @@ impl MemoryStore {
         ))
     }
 
-    /// The ranking of `query` in `scope`: hybrid ([`DEFAULT_FUSION`]) when
+    /// The ranking of `query` in `scope`: hybrid ([`Ranking::DEFAULT`]) when
     /// `vector` is usable, else lexical (see the module doc).
     pub(crate) fn ranked_in(
         &self,
@@ -172,38 +206,55 @@ impl MemoryStore {
         top_k: usize,
         category: Option<&str>,
     ) -> Result<Vec<Ranked>> {
-        self.fused_in(
-            conn,
-            scope,
+        let asked = Asked {
             query,
             vector,
             top_k,
             category,
-            DEFAULT_FUSION,
-            DEFAULT_DENSE_POOL,
-            PREFILTER_FACTOR,
-            Rerank::DEFAULT,
-        )
+        };
+        self.fused_in(conn, scope, &asked, &Ranking::DEFAULT)
     }
 
-    /// [`Self::ranked_in`] with the fusion, dense pool multiple, sign
-    /// prefilter factor ([`Self::nearest_items_with`]) and re-ordering
-    /// ([`Rerank`]; recall: [`Rerank::DEFAULT`]) given (the evaluation
-    /// compares them).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn fused_in(
+    /// The caller's ranking of `query` made as `ranking` says, at most
+    /// `top_k`: what recall ranks with under [`Ranking::DEFAULT`], and
+    /// lexical alone with [`QueryVector::lexical`].
+    pub fn ranked_with(
         &self,
-        conn: &Connection,
-        scope: i64,
+        caller: &Caller,
         query: &str,
         vector: &QueryVector,
         top_k: usize,
-        category: Option<&str>,
-        fusion: Fusion,
-        dense_pool: usize,
-        prefilter: usize,
-        rerank: Rerank,
+        ranking: &Ranking,
     ) -> Result<Vec<Ranked>> {
+        let key = ScopeKey::of(caller);
+        self.read(|conn| match key.find(conn)? {
+            Some(scope) => {
+                let asked = Asked {
+                    query,
+                    vector,
+                    top_k,
+                    category: None,
+                };
+                self.fused_in(conn, scope, &asked, ranking)
+            }
+            None => Ok(Vec::new()),
+        })
+    }
+
+    /// [`Self::ranked_in`] made as `ranking` says.
+    fn fused_in(
+        &self,
+        conn: &Connection,
+        scope: i64,
+        asked: &Asked<'_>,
+        ranking: &Ranking,
+    ) -> Result<Vec<Ranked>> {
+        let Asked {
+            query,
+            vector,
+            top_k,
+            category,
+        } = *asked;
         let lexical_only = || rank(conn, &self.common_terms, scope, query, top_k, category);
         let Some(v) = self
             .vectorizer
@@ -223,141 +274,27 @@ impl MemoryStore {
             return lexical_only();
         };
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
-        let dense_limit = pool * dense_pool.max(1);
-        let (hits, weight) = rerank.feedback;
-        let (lexical_hits, lexical_terms, lexical_weight) = rerank.lexical_feedback;
-        let mut again =
-            (hits > 0 || lexical_hits > 0).then(|| (lexical.clone(), lexical_items.clone()));
-        let fused_with = |query: &[f32], lexical, items: &[i64]| {
-            self.fused_pool(
-                conn,
-                scope,
-                query,
-                lexical,
-                items,
-                (dense_limit, prefilter),
-                fusion,
-                category,
-            )
-        };
-        let lexical_best = lexical
-            .first()
-            .filter(|_| rerank.lexical_feedback_from_both_sides)
-            .map(|r| r.citation.clone());
-        let (mut ranked, mut dense) = fused_with(q, lexical, &lexical_items)?;
-        v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
-        if lexical_hits > 0 {
-            let docs: Vec<(f64, &str)> = if rerank.lexical_feedback_from_both_sides {
-                both_sides_best(&ranked, lexical_best.as_ref(), &dense)
-            } else {
-                ranked
-                    .iter()
-                    .take(lexical_hits)
-                    .map(|r| (r.score, r.text.as_str()))
-                    .collect()
-            };
-            let terms = feedback_terms(&docs, query, lexical_terms, POSTINGS_BUDGET, |t| {
-                term_documents(conn, &self.common_terms, scope, t)
-            })?;
-            if let Some((lexical, _)) = again.take_if(|_| !terms.is_empty()) {
-                let second = rank(
-                    conn,
-                    &self.common_terms,
-                    scope,
-                    &terms.join(" "),
-                    pool,
-                    category,
-                )?;
-                let lexical = add_feedback_pass(lexical, second, lexical_weight);
-                let items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
-                (ranked, dense) = fused_with(q, lexical.clone(), &items)?;
-                again = Some((lexical, items));
-            }
-        }
-        if let Some((lexical, items)) = again.filter(|_| hits > 0) {
-            let best: Vec<i64> = ranked.iter().filter_map(|r| r.item()).take(hits).collect();
-            let vectors: Vec<Vec<f32>> = self
-                .stored_vectors(conn, &best)?
-                .into_iter()
-                .map(|(_, v)| v)
-                .collect();
-            (ranked, dense) = fused_with(&feedback_query(q, &vectors, weight), lexical, &items)?;
-        }
-        if rerank.thread_match > 0.0 {
-            let matches = thread_matches(conn, &self.common_terms, scope, query)?;
-            add_thread_match(&mut ranked, &matches, rerank.thread_match);
-        }
-        let session_dense = if rerank.needs_session_dense() {
-            let scores = match rerank.session_dense.0 {
-                SessionDense::Centroid => {
-                    let threads: std::collections::HashSet<&str> = ranked
-                        .iter()
-                        .filter_map(|r| r.place())
-                        .map(|(t, _)| t)
-                        .collect();
-                    self.session_centroid_similarity(conn, scope, q, threads)?
-                }
-                SessionDense::TopTurns(k) => top_turn_similarity(&ranked, &dense, k),
-            };
-            Some(unit_scaled(&ranked, &scores))
-        } else {
-            None
-        };
-        if let Some(scaled) = session_dense.as_ref() {
-            add_thread_match(&mut ranked, scaled, rerank.session_dense.1);
-        }
-        let gains = session_dense
-            .as_ref()
-            .filter(|_| rerank.coverage_by_session_dense);
-        Ok(rerank_fused(ranked, query, &rerank, top_k, gains))
-    }
-
-    /// One dense pass with `q` (`limit` nearest, sign prefilter factor)
-    /// fused with `lexical`: every candidate, best first, dense-only hits
-    /// loaded with the same scope and state checks as lexical hits; and the
-    /// dense pool (nearest first, with the cosine).
-    #[allow(clippy::too_many_arguments)]
-    fn fused_pool(
-        &self,
-        conn: &Connection,
-        scope: i64,
-        q: &[f32],
-        lexical: Vec<Ranked>,
-        lexical_items: &[i64],
-        (limit, prefilter): (usize, usize),
-        fusion: Fusion,
-        category: Option<&str>,
-    ) -> Result<(Vec<Ranked>, DensePool)> {
-        let (dense, similarity) =
-            self.nearest_items_with(conn, scope, q, limit, lexical_items, prefilter)?;
-        let mut fused = fuse(lexical, &dense, &similarity, fusion);
+        let dense_limit = pool * ranking.dense_pool.max(1);
+        let (dense, similarity) = self.nearest_items_with(
+            conn,
+            scope,
+            q,
+            dense_limit,
+            &lexical_items,
+            ranking.prefilter,
+        )?;
+        let mut fused = fuse(lexical, &dense, &similarity, ranking.fusion);
         for (item, score) in std::mem::take(&mut fused.missing) {
             if let Some(r) = load_item(conn, scope, item, category)? {
                 fused.add(score, r);
             }
         }
-        Ok((fused.ranked(usize::MAX), dense))
+        v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
+        Ok(rerank_fused(
+            fused.ranked(usize::MAX),
+            query,
+            &ranking.rerank,
+            top_k,
+        ))
     }
-}
-
-/// Lexical feedback's documents from both sides: the lexical list's best
-/// hit, and the dense side's nearest item (found in the fused `ranked`)
-/// when it is another turn, each weighted by its fused score, so the
-/// terms of what the model found reach the lexical side even when the
-/// words of the question led elsewhere.
-fn both_sides_best<'a>(
-    ranked: &'a [Ranked],
-    lexical_best: Option<&String>,
-    dense: &[(i64, f32)],
-) -> Vec<(f64, &'a str)> {
-    let lexical = lexical_best.and_then(|c| ranked.iter().find(|r| &r.citation == c));
-    let nearest = dense
-        .first()
-        .and_then(|(item, _)| ranked.iter().find(|r| r.item() == Some(*item)))
-        .filter(|r| lexical.is_none_or(|l| l.citation != r.citation));
-    lexical
-        .into_iter()
-        .chain(nearest)
-        .map(|r| (r.score, r.text.as_str()))
-        .collect()
 }

@@ -9,8 +9,8 @@
 //! about 2.5× slower captures, and more segments for every query to visit).
 
 use crate::schema::db_error;
-use crate::terms::{index_text, scope_tag};
 use memgate_core::Result;
+use memgate_recall::terms::{index_text, scope_tag};
 use rusqlite::{params, Connection};
 
 /// The index rowid of a memory (memories use the negative rowid space).

@@ -355,7 +355,7 @@ mod tests {
     use super::*;
 
     fn unit(seed: u64, dims: usize) -> Vec<f32> {
-        let mut rng = crate::bench::SplitMix::new(seed);
+        let mut rng = memgate_testsupport::SplitMix::new(seed);
         let mut v: Vec<f32> = (0..dims).map(|_| rng.unit() as f32 - 0.5).collect();
         memgate_embed::normalize(&mut v);
         v

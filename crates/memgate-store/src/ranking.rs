@@ -30,11 +30,15 @@
 //! per scope (terms carry the scope tag); the total row count and average
 //! length that BM25 also uses are those of the whole file.
 
-use crate::facts;
 use crate::schema::db_error;
 use crate::schema::write_generation;
-use crate::terms::{query_phrases, scope_tag};
 use memgate_core::Result;
+use memgate_recall::citation::{memory_citation, turn_citation};
+use memgate_recall::ranked::{
+    candidate_pool, smooth_neighbours, Origin, Placed, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
+    POSTINGS_BUDGET, TURN_KIND,
+};
+use memgate_recall::terms::{query_phrases, scope_tag};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 use std::cell::Cell;
@@ -45,17 +49,6 @@ use std::time::{Duration, Instant};
 /// FTS5's rank function: BM25 with per-column weights (body, context).
 /// Passed with every query (`rank MATCH ?`), so it is code, not schema.
 pub const RANK_FUNCTION: &str = "bm25(1.0, 0.5)";
-/// Share of a neighbouring turn's score a turn inherits.
-pub const NEIGHBOUR_WEIGHT: f64 = 0.25;
-/// How many of the best turns bring their neighbours into the candidates.
-pub const NEIGHBOURS_OF: usize = 10;
-/// Boost of explicit memories over captured turns.
-pub const MEMORY_WEIGHT: f64 = 1.5;
-
-/// Most documents one ranking lets FTS5 score: bounds recall latency on
-/// large scopes.
-pub const POSTINGS_BUDGET: usize = 600;
-
 /// Most over-budget terms [`TermCounts`] remembers before it starts over.
 const MAX_COMMON_TERMS: usize = 100_000;
 /// Most exact counts [`TermCounts`] keeps, over all scopes, before it
@@ -236,72 +229,6 @@ impl Drop for Stopwatch {
     }
 }
 
-/// How many BM25 candidates to re-rank for a final list of `top_k`.
-pub fn candidate_pool(top_k: usize) -> usize {
-    (top_k * 5).max(50)
-}
-
-/// Where a ranked entry comes from.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Origin {
-    /// An explicit memory (`mem_<id>`).
-    Memory,
-    /// A captured turn (`turn_<id>`).
-    Turn {
-        thread: String,
-        seq: i64,
-        message_id: Option<String>,
-        role: String,
-        speaker: Option<String>,
-        occurred_at: Option<String>,
-    },
-}
-
-/// One ranked entry of the caller's scope.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Ranked {
-    pub citation: String,
-    /// The memory kind, or `turn` for captured turns.
-    pub kind: String,
-    pub text: String,
-    pub score: f64,
-    pub origin: Origin,
-}
-
-impl Ranked {
-    /// Its recall-index rowid (turn `n`, memory `-n`).
-    pub fn item(&self) -> Option<i64> {
-        match self.origin {
-            Origin::Turn { .. } => self.citation.strip_prefix("turn_")?.parse().ok(),
-            Origin::Memory => facts::parse_citation(&self.citation).map(|n| -n),
-        }
-    }
-}
-
-impl From<Ranked> for memgate_core::SearchHit {
-    /// A search hit names where it came from: `memory` or `thread:<id>`.
-    fn from(r: Ranked) -> Self {
-        memgate_core::SearchHit {
-            source: Some(match &r.origin {
-                Origin::Memory => "memory".to_owned(),
-                Origin::Turn { thread, .. } => format!("thread:{thread}"),
-            }),
-            id: r.citation,
-            content: r.text,
-            category: r.kind,
-            score: Some(r.score),
-        }
-    }
-}
-
-/// The citation of captured turn `id`.
-pub fn turn_citation(id: i64) -> String {
-    format!("turn_{id}")
-}
-
-/// The category of captured turns in search hits and recall items.
-pub const TURN_KIND: &str = "turn";
-
 /// What the ranking asks FTS5 for.
 #[derive(Debug, PartialEq)]
 enum Plan {
@@ -401,87 +328,6 @@ pub(crate) fn rank_within(
     let out = loaded(conn, scope, ranked)?;
     clock.lap(|p| &mut p.rows);
     Ok(out)
-}
-
-/// How many documents of `scope` hold `term` (a folded term, as
-/// [`crate::terms::terms`] gives it), counted no further than
-/// [`POSTINGS_BUDGET`] + 1 and remembered as the query planner's counts are
-/// (the same phrase and limit, so a later ranking with the term reads it
-/// from [`TermCounts`]). Lexical feedback weighs its candidate terms by
-/// rarity with it.
-pub(crate) fn term_documents(
-    conn: &Connection,
-    counts: &TermCounts,
-    scope: i64,
-    term: &str,
-) -> Result<usize> {
-    let phrase = format!("\"{}{term}\"", scope_tag(scope));
-    if counts.is_over_budget(&phrase) {
-        return Ok(POSTINGS_BUDGET + 1);
-    }
-    let n = Counter::new(conn, counts, scope).count(&phrase, POSTINGS_BUDGET + 1)?;
-    if n > POSTINGS_BUDGET {
-        counts.insert_over_budget(&phrase);
-    }
-    Ok(n)
-}
-
-/// Session-level lexical match (an evaluated signal): for each thread of
-/// `scope` holding any of `query`'s terms, the sum over the terms it holds
-/// of their thread rarity ([`thread_match_scores`]). Terms in more than
-/// [`POSTINGS_BUDGET`] documents are left out, as the planner leaves them
-/// out of a ranking. One postings read per term and a thread count, so it
-/// is evaluation machinery, not recall's.
-pub(crate) fn thread_matches(
-    conn: &Connection,
-    counts: &TermCounts,
-    scope: i64,
-    query: &str,
-) -> Result<HashMap<String, f64>> {
-    let threads: usize = conn
-        .prepare_cached("SELECT count(DISTINCT thread) FROM turns WHERE scope_id = ?1")
-        .and_then(|mut s| s.query_row(params![scope], |r| r.get::<_, i64>(0)))
-        .map_err(db_error)? as usize;
-    let mut holding = Vec::new();
-    for phrase in query_phrases(&scope_tag(scope), query) {
-        let term = phrase
-            .trim_matches('"')
-            .trim_start_matches(&scope_tag(scope));
-        if term_documents(conn, counts, scope, term)? > POSTINGS_BUDGET {
-            continue;
-        }
-        let mut of_term = Vec::new();
-        conn.prepare_cached(
-            "SELECT DISTINCT t.thread FROM recall_index CROSS JOIN turns AS t
-                 ON t.id = recall_index.rowid
-             WHERE recall_index MATCH ?1 AND recall_index.rowid > 0 AND t.scope_id = ?2",
-        )
-        .and_then(|mut s| {
-            let mut rows = s.query(params![phrase, scope])?;
-            while let Some(r) = rows.next()? {
-                of_term.push(r.get::<_, String>(0)?);
-            }
-            Ok(())
-        })
-        .map_err(db_error)?;
-        holding.push(of_term);
-    }
-    Ok(thread_match_scores(&holding, threads))
-}
-
-/// [`thread_matches`]' arithmetic: `holding` lists, per query term, the
-/// threads holding it; a thread scores the sum over its terms of
-/// `ln(1 + threads / threads holding the term)` (a term every thread holds
-/// says little about which conversation is asked about).
-pub fn thread_match_scores(holding: &[Vec<String>], threads: usize) -> HashMap<String, f64> {
-    let mut scores: HashMap<String, f64> = HashMap::new();
-    for of_term in holding.iter().filter(|t| !t.is_empty()) {
-        let rarity = (1.0 + threads.max(of_term.len()) as f64 / of_term.len() as f64).ln();
-        for thread in of_term {
-            *scores.entry(thread.clone()).or_default() += rarity;
-        }
-    }
-    scores
 }
 
 /// A candidate before its text is read: its score and, for a turn, where
@@ -832,15 +678,6 @@ pub(crate) fn newest_turns(conn: &Connection, scope: i64, limit: usize) -> Resul
     .map_err(db_error)
 }
 
-/// The citation of recall-index row `item` (turn `n`, memory `-n`).
-pub(crate) fn item_citation(item: i64) -> String {
-    if item > 0 {
-        turn_citation(item)
-    } else {
-        facts::citation(-item)
-    }
-}
-
 /// Recall-index row `item` of `scope`, unscored, if it exists, is active
 /// and belongs to `category` (`turn` or a memory kind).
 pub(crate) fn load_item(
@@ -933,35 +770,12 @@ fn load_memory(conn: &Connection, scope: i64, id: i64, score: f64) -> Result<Opt
 /// A ranked memory from a row of (id, kind, text).
 fn memory_from_row(r: &rusqlite::Row<'_>, score: f64) -> rusqlite::Result<Ranked> {
     Ok(Ranked {
-        citation: facts::citation(r.get(0)?),
+        citation: memory_citation(r.get(0)?),
         kind: r.get(1)?,
         text: r.get(2)?,
         score,
         origin: Origin::Memory,
     })
-}
-
-/// What neighbour smoothing needs of a ranked entry: its place (thread and
-/// position, turns only) and its score.
-pub trait Placed {
-    fn place(&self) -> Option<(&str, i64)>;
-    fn score(&self) -> f64;
-    fn score_mut(&mut self) -> &mut f64;
-}
-
-impl Placed for Ranked {
-    fn place(&self) -> Option<(&str, i64)> {
-        match &self.origin {
-            Origin::Turn { thread, seq, .. } => Some((thread.as_str(), *seq)),
-            Origin::Memory => None,
-        }
-    }
-    fn score(&self) -> f64 {
-        self.score
-    }
-    fn score_mut(&mut self) -> &mut f64 {
-        &mut self.score
-    }
 }
 
 impl Placed for Candidate {
@@ -976,66 +790,13 @@ impl Placed for Candidate {
     }
 }
 
-/// Adds [`NEIGHBOUR_WEIGHT`] × the BM25 scores of each turn's candidate
-/// neighbours (the turn before and after it in the same thread).
-pub fn smooth_neighbours<T: Placed>(ranked: &mut [T]) {
-    let base: HashMap<(&str, i64), f64> = ranked
-        .iter()
-        .filter_map(|r| r.place().map(|p| (p, r.score())))
-        .collect();
-    let bonus: Vec<f64> = ranked
-        .iter()
-        .map(|r| match r.place() {
-            Some((thread, seq)) => {
-                let near = |s: i64| base.get(&(thread, s)).copied().unwrap_or(0.0);
-                NEIGHBOUR_WEIGHT * (near(seq - 1) + near(seq + 1))
-            }
-            None => 0.0,
-        })
-        .collect();
-    for (r, b) in ranked.iter_mut().zip(bonus) {
-        *r.score_mut() += b;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::LocalConfig;
+    use crate::scope::ScopeRow;
     use crate::store::MemoryStore;
     use memgate_core::{Caller, CaptureKind, CaptureRequest, Message};
-
-    #[test]
-    fn term_documents_and_thread_matches_read_the_scopes_postings() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
-        let user = Caller::new("u");
-        let threads = [
-            ("a", ["our tent by the lake", "a long hike"]),
-            ("b", ["the tent leaked", "rainy weather"]),
-            ("c", ["pottery class", "wet clay"]),
-        ];
-        for (thread, texts) in threads {
-            capture_texts(&store, &user, thread, &texts);
-        }
-        store
-            .read(|conn| {
-                let scope = crate::scope::ScopeKey::of(&user).find(conn)?.unwrap();
-                let documents = |t| term_documents(conn, &store.common_terms, scope, t);
-                assert_eq!(documents("tent")?, 2);
-                assert_eq!(documents("lake")?, 1);
-                assert_eq!(documents("volcano")?, 0);
-                let got = thread_matches(conn, &store.common_terms, scope, "a tent at the lake")?;
-                // "tent" in a and b, "lake" in a, of three threads.
-                let held = |t: &[&str]| t.iter().map(|t| (*t).to_owned()).collect();
-                let want = thread_match_scores(&[held(&["a", "b"]), held(&["a"])], 3);
-                assert_eq!(got, want);
-                assert!(got["a"] > got["b"] && !got.contains_key("c"));
-                Ok(())
-            })
-            .unwrap();
-    }
 
     /// Every statement of a recall is prepared once per connection and then
     /// reused: a re-prepare on every call (what a bound LIMIT, or a bound
@@ -1116,59 +877,6 @@ mod tests {
     /// The session dense score of a real store: each thread's centroid is
     /// the normalised sum of its turns' stored vectors, topped up as turns
     /// are embedded, and read in the caller's scope only.
-    #[test]
-    fn session_centroids_follow_the_scopes_embedded_turns() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default())
-            .unwrap()
-            .with_embedder(memgate_conformance::hybrid::ConceptEmbedder::new(
-                "concepts/5",
-            ));
-        let (user, other) = (Caller::new("u"), Caller::new("v"));
-        capture_texts(
-            &store,
-            &user,
-            "pets",
-            &["my cat sleeps", "the kitten plays"],
-        );
-        capture_texts(
-            &store,
-            &user,
-            "cars",
-            &["the garage called", "a long drive"],
-        );
-        capture_texts(&store, &other, "felines", &["a feline", "another cat"]);
-        store.index_all_vectors(8).unwrap();
-        let query = store.reference_query_vector("which pet?");
-        let q = query.vector().unwrap();
-        let similarity = || {
-            store
-                .read(|conn| {
-                    let scope = crate::scope::ScopeKey::of(&user).find(conn)?.unwrap();
-                    store.session_centroid_similarity(conn, scope, q, ["pets", "cars", "felines"])
-                })
-                .unwrap()
-        };
-        let first = similarity();
-        // Another scope's thread is never read, even when named.
-        assert_eq!(first.len(), 2, "{first:?}");
-        assert!(first["pets"] > 0.9 && first["cars"] < 0.5, "{first:?}");
-        // A kitten turn embedded into "cars" moves its centroid towards pets.
-        capture_texts(
-            &store,
-            &user,
-            "cars",
-            &["the garage called", "a long drive", "a kitten"],
-        );
-        store.index_all_vectors(8).unwrap();
-        let second = similarity();
-        assert!(
-            second["cars"] > first["cars"] + 0.05,
-            "{first:?} {second:?}"
-        );
-        assert!((second["pets"] - first["pets"]).abs() < 1e-6);
-    }
-
     /// Captures one turn per text into thread `thread` of `user`'s scope.
     fn capture_texts(store: &MemoryStore, user: &Caller, thread: &str, texts: &[&str]) {
         let messages = texts
@@ -1196,7 +904,9 @@ mod tests {
     ) -> (Option<(Plan, usize)>, usize) {
         store
             .read(|conn| {
-                let scope = crate::scope::ScopeKey::of(user).find(conn)?.unwrap();
+                let scope = memgate_recall::scope::ScopeKey::of(user)
+                    .find(conn)?
+                    .unwrap();
                 let phrases = query_phrases(&scope_tag(scope), query);
                 let mut counter = Counter::new(conn, known, scope);
                 let plan = plan_query(&mut counter, 3, &phrases)?;
@@ -1259,7 +969,9 @@ mod tests {
         let ranked = |known: &TermCounts, budget: usize| {
             store
                 .read(|conn| {
-                    let scope = crate::scope::ScopeKey::of(&user).find(conn)?.unwrap();
+                    let scope = memgate_recall::scope::ScopeKey::of(&user)
+                        .find(conn)?
+                        .unwrap();
                     rank_within(
                         conn,
                         known,

@@ -101,6 +101,12 @@ impl MemoryStore {
         self
     }
 
+    /// The model the configured embedder makes vectors of (`None`: recall
+    /// is lexical).
+    pub fn embedder_model(&self) -> Option<&str> {
+        self.vectorizer.as_ref().map(|v| v.embedder.model())
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -164,6 +170,25 @@ impl MemoryStore {
         conn.execute_batch("PRAGMA query_only = ON")
             .map_err(db_error)?;
         Ok(conn)
+    }
+
+    /// Page cache hits and misses of a reader connection since the last call
+    /// (the counters are reset): how much of a recall the cache answers.
+    pub fn page_cache_counts(&self) -> Result<(u64, u64)> {
+        use rusqlite::ffi;
+        self.read(|conn| {
+            let read = |op| {
+                let (mut current, mut highest) = (0, 0);
+                // SAFETY: the handle is live for the borrow of `conn`; the out
+                // pointers are valid for the call.
+                unsafe { ffi::sqlite3_db_status(conn.handle(), op, &mut current, &mut highest, 1) };
+                current.max(0) as u64
+            };
+            Ok((
+                read(ffi::SQLITE_DBSTATUS_CACHE_HIT),
+                read(ffi::SQLITE_DBSTATUS_CACHE_MISS),
+            ))
+        })
     }
 
     /// Runs SQLite's quick integrity check; corruption is an error.

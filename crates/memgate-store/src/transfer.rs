@@ -13,18 +13,18 @@
 //! Imported memories start a fresh history (version 1) in this store; the
 //! speaker and date context of turns is not part of the v1 format.
 
-use crate::capture::{insert_turn, next_seq, NewTurn, MAX_TURN_TEXT_BYTES};
+use crate::capture::{insert_turn, next_seq};
 use crate::facts::{self, list_in_scope, state_name};
-use crate::salience::SpeakerNames;
 use crate::schema::db_error;
-use crate::scope::ScopeKey;
+use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
-use memgate_core::facts::{ExportedTurn, EXPORT_FORMAT};
-use memgate_core::time::{looks_like_rfc3339, now_rfc3339};
+use memgate_core::facts::{ExportedTurn, NewFact, EXPORT_FORMAT};
 use memgate_core::{
-    Caller, FactState, ImportReport, MemoryError, MemoryExport, RememberRequest, Result, Role,
-    RoleKind,
+    Caller, FactState, ImportReport, MemoryError, MemoryExport, RememberRequest, Result,
 };
+use memgate_recall::salience::SpeakerNames;
+use memgate_recall::scope::ScopeKey;
+use memgate_recall::turns::{timestamp_or_now, validate_turn};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 
@@ -43,65 +43,6 @@ fn at(entry: String) -> impl Fn(MemoryError) -> MemoryError {
         }
         other => other,
     }
-}
-
-/// An RFC 3339 timestamp from an export, or now when it is missing or malformed.
-pub fn timestamp_or_now(value: Option<&str>) -> String {
-    match value {
-        Some(t) if looks_like_rfc3339(t) => t.to_owned(),
-        _ => now_rfc3339(),
-    }
-}
-
-fn is_signature(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// Checks exported turn `i` and turns it into a storable turn of its thread
-/// (shared with the postgres backend, so both refuse the same data).
-pub fn validate_turn(i: usize, t: &ExportedTurn) -> Result<(String, NewTurn)> {
-    let field = |name: &str| format!("turns[{i}].{name}");
-    if t.thread.is_empty() {
-        return Err(MemoryError::invalid(field("thread"), "must not be empty"));
-    }
-    let role = match Role::new(t.role.as_str()).kind() {
-        RoleKind::Human => "human",
-        RoleKind::Ai => "ai",
-        _ => {
-            return Err(MemoryError::invalid(
-                field("role"),
-                "must be a human or AI role (memory stores no other turns)",
-            ))
-        }
-    };
-    let text = t.text.trim();
-    if text.is_empty() {
-        return Err(MemoryError::invalid(field("text"), "must not be blank"));
-    }
-    if text.len() > MAX_TURN_TEXT_BYTES {
-        return Err(MemoryError::invalid(
-            field("text"),
-            format!("must be at most {MAX_TURN_TEXT_BYTES} UTF-8 bytes"),
-        ));
-    }
-    if !is_signature(&t.signature) {
-        return Err(MemoryError::invalid(
-            field("signature"),
-            "must be 64 lowercase hex digits (a SHA-256 message signature)",
-        ));
-    }
-    Ok((
-        t.thread.clone(),
-        NewTurn {
-            signature: t.signature.clone(),
-            message_id: None,
-            role,
-            speaker: None,
-            occurred_at: None,
-            text: text.to_owned(),
-            captured_at: timestamp_or_now(t.captured_at.as_deref()),
-        },
-    ))
 }
 
 fn find_same(conn: &Connection, scope: i64, fact: &ImportedFact) -> Result<Option<i64>> {
@@ -201,11 +142,13 @@ impl MemoryStore {
                         tx,
                         index,
                         scope,
-                        &fact.request.kind,
-                        &fact.request.text,
-                        fact.state,
-                        &fact.created_at,
-                        &fact.updated_at,
+                        &NewFact {
+                            kind: &fact.request.kind,
+                            text: &fact.request.text,
+                            state: fact.state,
+                            created_at: &fact.created_at,
+                            updated_at: &fact.updated_at,
+                        },
                     )?;
                     report.facts_imported += 1;
                 }
@@ -227,31 +170,5 @@ impl MemoryStore {
             }
             Ok(report)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signatures_must_be_lowercase_sha256_hex() {
-        assert!(is_signature(&"a".repeat(64)));
-        assert!(!is_signature(&"A".repeat(64)));
-        assert!(!is_signature(&"a".repeat(63)));
-        assert!(!is_signature(&"g".repeat(64)));
-    }
-
-    #[test]
-    fn turn_errors_name_the_entry() {
-        let t = ExportedTurn {
-            thread: "t".into(),
-            role: "system".into(),
-            text: "x".into(),
-            signature: "a".repeat(64),
-            captured_at: None,
-        };
-        let e = validate_turn(3, &t).err().unwrap();
-        assert!(e.to_string().starts_with("invalid turns[3].role"), "{e}");
     }
 }

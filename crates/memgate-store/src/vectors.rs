@@ -24,12 +24,18 @@
 
 use crate::quantized::Quantized;
 use crate::schema::db_error;
+use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
-use memgate_core::{Diagnostic, MemoryError, Result};
+use memgate_core::Caller;
+use memgate_core::{MemoryError, Result};
 use memgate_embed::Embedder;
+use memgate_recall::scope::ScopeKey;
+use memgate_recall::vectors::{
+    turn_text, vector_key, RetrievalCounts, RetrievalStats, VectorProgress,
+};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 /// Nearest items best first with their cosine, and the cosine of each
@@ -48,72 +54,11 @@ pub enum ModelState {
     Mismatch { stored: String, configured: String },
 }
 
-/// What the indexer has done and has left (what `doctor` shows).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct VectorProgress {
-    /// The configured embedder's vector key, model and recipe
-    /// ([`vector_key`]; `None`: no embedder).
-    pub model: Option<String>,
-    /// The key the file's vectors belong to (none before the first).
-    pub stored_model: Option<String>,
-    /// Turns and active memories that have a vector of the configured
-    /// model (of the stored one when no embedder is configured).
-    pub embedded: u64,
-    /// Turns and active memories in the file.
-    pub total: u64,
-    /// `true` when the configured model differs from the file's vectors.
-    pub model_mismatch: bool,
-}
-
-/// Counters of how recalls with a query were answered.
-#[derive(Debug, Default)]
-pub struct RetrievalStats {
-    pub hybrid: AtomicU64,
-    /// Recalls that fell back to lexical ranking because the embedder
-    /// failed or timed out.
-    pub embedder_failures: AtomicU64,
-    /// Vectors written by the indexer.
-    pub vectors_written: AtomicU64,
-    /// Time spent embedding queries (the encoder's share of recall).
-    pub query_embed_nanos: AtomicU64,
-    /// Time spent in the int8 scan (with its top-up from `seq`), and in
-    /// re-scoring its candidates exactly from SQLite: the dense side's
-    /// share of recall, apart from the encoder.
-    pub dense_scan_nanos: AtomicU64,
-    pub dense_rescore_nanos: AtomicU64,
-}
-
-/// A snapshot of [`RetrievalStats`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct RetrievalCounts {
-    pub hybrid: u64,
-    pub embedder_failures: u64,
-    pub vectors_written: u64,
-    pub query_embed_nanos: u64,
-    pub dense_scan_nanos: u64,
-    pub dense_rescore_nanos: u64,
-}
-
 /// One scope's vectors in memory, as int8 codes ([`Quantized`]).
 #[derive(Default)]
 struct ScopeVectors {
     codes: Quantized,
     /// Highest `seq` loaded.
-    seen: i64,
-    /// Per-thread sums of the turns' vectors, once a session dense score
-    /// was asked for ([`MemoryStore::session_centroid_similarity`]).
-    threads: ThreadSums,
-}
-
-/// The sum of each thread's turn vectors, topped up from `seq` like the
-/// codes: a centroid is its normalised sum, so a query's session dense
-/// score costs one dot product per pooled thread, never a pass over the
-/// scope. A turn's vector is written once (a model change or an erasure
-/// drops the whole copy), so adding each new row once is exact.
-#[derive(Default)]
-struct ThreadSums {
-    sums: HashMap<String, Vec<f32>>,
-    /// Highest `seq` added.
     seen: i64,
 }
 
@@ -128,8 +73,9 @@ const RESCORE_FACTOR: usize = 4;
 /// recall of 10: 50 wanted × [`RESCORE_FACTOR`] × 16). Scopes with fewer
 /// vectors skip the pass. Measured with `bench` at 100k (overlap@10 of the
 /// dense top 10 with the exact ranking, 40 queries): ×16 1.000, ×8 0.997,
-/// ×4 0.993, ×2 0.985; the scan fell from 4.4 to 1.4 ms p50. LoCoMo's
-/// prefilter variants (notes/recall.md) run it harder on real turns.
+/// ×4 0.993, ×2 0.985; the scan takes 1.4 ms p50 at ×16 against 4.4 ms
+/// without the pass. LoCoMo's
+/// prefilter variants (`memgate eval locomo`) run it harder on real turns.
 pub const PREFILTER_FACTOR: usize = 16;
 
 /// The stored float32 vectors of the items `?1` (a JSON array, ascending)
@@ -156,43 +102,6 @@ impl VectorCache {
             }
             None => map.clear(),
         }
-    }
-}
-
-/// How a turn's text is put together before it is embedded
-/// ([`turn_text`]), named in the vector key so that a file embedded with
-/// an older recipe shows as a pending change in `doctor` and is redone by
-/// `memgate reembed`, like a model change. Bump it with every change to
-/// what is embedded; [`RECIPES`] says what each one was.
-pub const RECIPE: &str = "r3";
-
-/// Every recipe and what it embeds (`r1`: keys without a recipe, written
-/// before recipes were named).
-pub const RECIPES: &[(&str, &str)] = &[
-    ("r1", "each turn alone"),
-    (
-        "r2",
-        "each turn after the previous turn of its thread, with its speaker",
-    ),
-    (
-        "r3",
-        "each turn after the previous turn of its thread, with its date and speaker",
-    ),
-];
-
-/// The key vectors of `model` made with the current [`RECIPE`] are stored
-/// under: `all-minilm-l6-v2/384; r2`.
-pub fn vector_key(model: &str) -> String {
-    format!("{model}; {RECIPE}")
-}
-
-/// A stored key for people: `all-minilm-l6-v2/384 (recipe r1: each turn
-/// alone)`.
-pub fn describe_key(key: &str) -> String {
-    let (model, recipe) = key.rsplit_once("; ").unwrap_or((key, "r1"));
-    match RECIPES.iter().find(|(tag, _)| *tag == recipe) {
-        Some((tag, what)) => format!("{model} (recipe {tag}: {what})"),
-        None => format!("{model} (recipe {recipe}, unknown to this memgate)"),
     }
 }
 
@@ -227,53 +136,6 @@ impl Vectorizer {
     }
 }
 
-impl VectorProgress {
-    /// The `vectors` line of `memgate doctor`: embedded / total and the
-    /// model, or why recall is lexical. A pending model change is a problem
-    /// (recall stays lexical until `memgate reembed`); work still left to
-    /// the indexer is not.
-    pub fn diagnostic(&self) -> Diagnostic {
-        let Some(model) = &self.model else {
-            let kept = match &self.stored_model {
-                Some(stored) => format!(" (the file keeps {} vectors of {stored})", self.embedded),
-                None => String::new(),
-            };
-            return Diagnostic::ok(
-                "vectors",
-                format!("off: no embedder configured, recall is lexical{kept}"),
-            );
-        };
-        if self.model_mismatch {
-            return Diagnostic::problem(
-                "vectors",
-                format!(
-                    "model change pending: the file's vectors are of {}, the configured \
-                     embedder makes {}; recall stays lexical until `memgate reembed`",
-                    self.stored_model
-                        .as_deref()
-                        .map_or_else(|| "another model".to_owned(), describe_key),
-                    describe_key(model)
-                ),
-            );
-        }
-        let done = if self.embedded >= self.total {
-            "all embedded".to_owned()
-        } else {
-            format!(
-                "{} left to the background indexer",
-                self.total - self.embedded
-            )
-        };
-        Diagnostic::ok(
-            "vectors",
-            format!(
-                "{} / {} items embedded with {model} ({done})",
-                self.embedded, self.total
-            ),
-        )
-    }
-}
-
 fn to_blob(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -305,38 +167,6 @@ pub fn erase_vectors(conn: &Connection, items: &[i64]) -> Result<()> {
         stmt.execute([item]).map_err(db_error)?;
     }
     Ok(())
-}
-
-/// What a turn's vector is made from: the previous turn of its thread, then
-/// `[date] speaker: text`. A reply ("Yes, last May!") means little alone;
-/// with the question it answers and who said it, it is findable. On the
-/// LoCoMo development split this took hybrid turn R@10 from 0.692 to 0.729
-/// (score fusion λ 0.25) and 0.740 (λ 0.5). The date (the turn's
-/// `occurred_at`, as the host gave it) because when something was said is
-/// part of what was said, and a question about time names the period it
-/// asks about: 0.740 → 0.747, MRR 0.543 → 0.549 (notes/recall.md).
-pub fn turn_text(
-    text: &str,
-    speaker: Option<&str>,
-    occurred_at: Option<&str>,
-    previous: Option<&str>,
-) -> String {
-    let mut out = String::new();
-    if let Some(p) = previous {
-        out.push_str(p);
-        out.push('\n');
-    }
-    if let Some(d) = occurred_at {
-        out.push('[');
-        out.push_str(d);
-        out.push_str("] ");
-    }
-    if let Some(s) = speaker {
-        out.push_str(s);
-        out.push_str(": ");
-    }
-    out.push_str(text);
-    out
 }
 
 /// Rows waiting for a vector: (item, scope, version, text).
@@ -530,53 +360,6 @@ impl MemoryStore {
     /// vector of the current model's length (taken from the stored
     /// vectors), so search cost can be measured at sizes the real embedder
     /// would take minutes to fill. Returns how many were written.
-    pub fn fill_random_vectors(&self, seed: u64) -> Result<usize> {
-        let Some(v) = &self.vectorizer else {
-            return Ok(0);
-        };
-        let model = v.key();
-        self.write(|tx, _| {
-            let Some(dims) = tx
-                .query_row("SELECT dims FROM vector_model WHERE id = 1", [], |r| {
-                    r.get::<_, i64>(0)
-                })
-                .optional()
-                .map_err(db_error)?
-            else {
-                return Ok(0);
-            };
-            let mut rng = crate::bench::SplitMix::new(seed);
-            let rows: Vec<(i64, i64, i64)> = tx
-                .prepare(
-                    "SELECT t.id, t.scope_id, 0 FROM turns t WHERE NOT EXISTS
-                       (SELECT 1 FROM vectors v WHERE v.model = ?1 AND v.item = t.id)
-                     UNION ALL
-                     SELECT -m.id, m.scope_id, m.version FROM memories m
-                     WHERE m.state = 'active' AND NOT EXISTS
-                       (SELECT 1 FROM vectors v WHERE v.model = ?1 AND v.item = -m.id)",
-                )
-                .and_then(|mut s| {
-                    s.query_map([&model], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                        .collect()
-                })
-                .map_err(db_error)?;
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT INTO vectors (item, scope_id, model, version, vector)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .map_err(db_error)?;
-            for (item, scope, version) in &rows {
-                let mut vector: Vec<f32> = (0..dims).map(|_| rng.unit() as f32 - 0.5).collect();
-                memgate_embed::normalize(&mut vector);
-                insert
-                    .execute(params![item, scope, model, version, to_blob(&vector)])
-                    .map_err(db_error)?;
-            }
-            Ok(rows.len())
-        })
-    }
-
     /// What the indexer has done and has left.
     pub fn vector_progress(&self) -> Result<VectorProgress> {
         let configured = self.vectorizer.as_ref().map(|v| v.key().to_owned());
@@ -732,86 +515,38 @@ impl MemoryStore {
     /// The stored float32 vectors of `items` (any order) under the current
     /// key, in ascending item order; an item without one is left out. Dense
     /// feedback reads its few hits' vectors with it.
-    pub(crate) fn stored_vectors(
+    /// The caller's `limit` items nearest to `query` (a unit vector of the
+    /// current model) as recall's dense side finds them, best first, with
+    /// their cosine; `prefilter` as in [`Self::nearest_items_with`].
+    pub fn nearest_items(
         &self,
-        conn: &Connection,
-        items: &[i64],
-    ) -> Result<Vec<(i64, Vec<f32>)>> {
-        let Some(v) = &self.vectorizer else {
-            return Ok(Vec::new());
-        };
-        let mut sorted = items.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
-        let list = serde_json::Value::from(sorted.as_slice()).to_string();
-        let mut stmt = conn.prepare_cached(EXACT_VECTORS).map_err(db_error)?;
-        let mut rows = stmt.query(params![list, v.key()]).map_err(db_error)?;
-        let mut out = Vec::with_capacity(sorted.len());
-        while let Some(row) = rows.next().map_err(db_error)? {
-            let mut buf = Vec::new();
-            from_blob(vector_blob(row.get_ref(1))?, &mut buf);
-            out.push((row.get::<_, i64>(0).map_err(db_error)?, buf));
-        }
-        Ok(out)
-    }
-
-    /// The cosine of `query` with the centroid of each of `threads` in
-    /// `scope` (the normalised sum of the thread's turn vectors of the
-    /// current model; [`crate::fusion::SessionDense::Centroid`]). The sums
-    /// are kept with the scope's in-memory copy and topped up from `seq`.
-    pub(crate) fn session_centroid_similarity<'a>(
-        &self,
-        conn: &Connection,
-        scope: i64,
+        caller: &Caller,
         query: &[f32],
-        threads: impl IntoIterator<Item = &'a str>,
-    ) -> Result<HashMap<String, f64>> {
-        let Some(v) = &self.vectorizer else {
-            return Ok(HashMap::new());
-        };
-        let shared = v.cache.scope(scope);
-        let mut vectors = shared.lock().unwrap_or_else(|p| p.into_inner());
-        let sums = &mut vectors.threads;
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT v.seq, t.thread, v.vector FROM vectors AS v
-                 CROSS JOIN turns AS t ON t.id = v.item
-                 WHERE v.scope_id = ?1 AND v.model = ?2 AND v.seq > ?3 AND v.item > 0
-                 ORDER BY v.seq",
-            )
-            .map_err(db_error)?;
-        let mut rows = stmt
-            .query(params![scope, v.key(), sums.seen])
-            .map_err(db_error)?;
-        let mut buf = Vec::new();
-        while let Some(row) = rows.next().map_err(db_error)? {
-            let (seq, thread): (i64, String) =
-                (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
-            buf.clear();
-            from_blob(vector_blob(row.get_ref(2))?, &mut buf);
-            let sum = sums
-                .sums
-                .entry(thread)
-                .or_insert_with(|| vec![0.0; buf.len()]);
-            if sum.len() == buf.len() {
-                sum.iter_mut().zip(&buf).for_each(|(s, x)| *s += x);
-            }
-            sums.seen = seq;
-        }
-        Ok(threads
-            .into_iter()
-            .filter_map(|thread| {
-                let sum = sums.sums.get(thread).filter(|s| s.len() == query.len())?;
-                let norm = dot(sum, sum).sqrt();
-                (norm > 0.0).then(|| (thread.to_owned(), f64::from(dot(sum, query) / norm)))
-            })
-            .collect())
+        limit: usize,
+        prefilter: usize,
+    ) -> Result<Vec<(i64, f32)>> {
+        let key = ScopeKey::of(caller);
+        self.read(|conn| match key.find(conn)? {
+            Some(scope) => Ok(self
+                .nearest_items_with(conn, scope, query, limit, &[], prefilter)?
+                .0),
+            None => Ok(Vec::new()),
+        })
     }
 
-    /// Evaluations: the `k` items of `scope` nearest to `query` by the exact
-    /// cosine over every stored vector of the scope (no int8, no prefilter),
-    /// best first — what [`Self::nearest_items_with`]' top `k` is compared with.
-    pub(crate) fn exact_nearest(
+    /// The caller's `k` items nearest to `query` by the exact cosine over
+    /// every stored vector of the scope (no int8, no prefilter), best first:
+    /// the reference the int8 scan and the sign prefilter are measured
+    /// against (`memgate bench`, `memgate eval locomo`).
+    pub fn exact_nearest(&self, caller: &Caller, query: &[f32], k: usize) -> Result<Vec<i64>> {
+        let key = ScopeKey::of(caller);
+        self.read(|conn| match key.find(conn)? {
+            Some(scope) => self.exact_nearest_in(conn, scope, query, k),
+            None => Ok(Vec::new()),
+        })
+    }
+
+    fn exact_nearest_in(
         &self,
         conn: &Connection,
         scope: i64,
@@ -838,16 +573,6 @@ impl MemoryStore {
     }
 }
 
-/// Share of `exact`'s items found among the first `exact.len()` of
-/// `found` (overlap@k; 1 when `exact` is empty).
-pub fn overlap(found: &[i64], exact: &[i64]) -> f64 {
-    if exact.is_empty() {
-        return 1.0;
-    }
-    let top: HashSet<i64> = found.iter().take(exact.len()).copied().collect();
-    exact.iter().filter(|i| top.contains(i)).count() as f64 / exact.len() as f64
-}
-
 /// A stored vector's bytes; anything but a blob is corruption.
 fn vector_blob(value: rusqlite::Result<rusqlite::types::ValueRef<'_>>) -> Result<&[u8]> {
     value
@@ -859,24 +584,6 @@ fn vector_blob(value: rusqlite::Result<rusqlite::types::ValueRef<'_>>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_turn_is_embedded_after_the_previous_one_with_its_date_and_speaker() {
-        assert_eq!(
-            turn_text(
-                "Yes, last May!",
-                Some("Mel"),
-                Some("8 May 2023"),
-                Some("Did you go?")
-            ),
-            "Did you go?\n[8 May 2023] Mel: Yes, last May!"
-        );
-        assert_eq!(turn_text("Hi", None, Some("today"), None), "[today] Hi");
-        assert_eq!(turn_text("Hi", None, None, None), "Hi");
-        // The recipe that says so is the one vectors are keyed by.
-        assert!(vector_key("m").ends_with("; r3"));
-        assert!(describe_key(&vector_key("m")).contains("with its date and speaker"));
-    }
 
     #[test]
     fn blobs_round_trip_and_dot_products_are_exact_enough() {

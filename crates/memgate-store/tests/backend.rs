@@ -42,7 +42,7 @@ async fn built_from_backend_config_under_the_storage_root() {
         config(json!({"storage_path": other.path().to_str().unwrap(), "max_injection_chars": 300}));
     let b2 = LocalBackend::from_backend_config(&cfg, &ctx).unwrap();
     assert!(other.path().join("local/memgate.sqlite3").exists());
-    assert_eq!(b2.store().config().max_injection_chars, 300);
+    assert_eq!(b2.store().config().recall.max_injection_chars, 300);
 }
 
 #[tokio::test]

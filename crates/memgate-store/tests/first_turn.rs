@@ -6,7 +6,7 @@ mod common;
 use common::{alice, capture, cited, recall_of, TestStore};
 use memgate_core::budget::char_len;
 use memgate_core::{Caller, Message, RememberOutcome, RememberRequest};
-use memgate_store::capture::TIMESTAMP_KEY;
+use memgate_recall::turns::TIMESTAMP_KEY;
 use memgate_store::LocalConfig;
 
 fn remember(t: &TestStore, caller: &Caller, kind: &str, text: &str) -> String {
@@ -89,7 +89,10 @@ fn pleasantries_inside_a_turn_are_cut_from_its_excerpt() {
 #[test]
 fn the_block_spreads_over_conversations_and_puts_the_newest_first() {
     let t = TestStore::with_config(LocalConfig {
-        max_injection_chars: 2_000,
+        recall: memgate_recall::RecallSettings {
+            max_injection_chars: 2_000,
+            ..Default::default()
+        },
         ..LocalConfig::default()
     });
     for thread in 0..8 {
@@ -135,7 +138,10 @@ fn the_block_spreads_over_conversations_and_puts_the_newest_first() {
 fn the_budget_holds_and_is_filled_with_salient_turns_only() {
     for max in [256, 600, 3_000] {
         let t = TestStore::with_config(LocalConfig {
-            max_injection_chars: max,
+            recall: memgate_recall::RecallSettings {
+                max_injection_chars: max,
+                ..Default::default()
+            },
             ..LocalConfig::default()
         });
         remember(&t, &alice(), "fact", "Allergic to peanuts");
@@ -165,7 +171,10 @@ fn the_budget_holds_and_is_filled_with_salient_turns_only() {
 #[test]
 fn standing_memories_bounds_the_memories_of_the_block() {
     let t = TestStore::with_config(LocalConfig {
-        standing_memories: 2,
+        recall: memgate_recall::RecallSettings {
+            standing_memories: 2,
+            ..Default::default()
+        },
         ..LocalConfig::default()
     });
     let ids: Vec<String> = (0..5)
@@ -175,7 +184,10 @@ fn standing_memories_bounds_the_memories_of_the_block() {
     assert_eq!(cited(&recall), [ids[4].clone(), ids[3].clone()]);
 
     let none = TestStore::with_config(LocalConfig {
-        standing_memories: 0,
+        recall: memgate_recall::RecallSettings {
+            standing_memories: 0,
+            ..Default::default()
+        },
         ..LocalConfig::default()
     });
     remember(&none, &alice(), "fact", "note");

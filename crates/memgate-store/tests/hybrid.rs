@@ -260,7 +260,7 @@ fn vectors_of_an_older_recipe_are_a_pending_change_that_reembed_redoes() {
         second.model_state().unwrap(),
         ModelState::Mismatch {
             stored: "digest/16".into(),
-            configured: format!("digest/16; {}", memgate_store::vectors::RECIPE),
+            configured: format!("digest/16; {}", memgate_recall::vectors::RECIPE),
         }
     );
     let progress = second.vector_progress().unwrap();
@@ -424,7 +424,7 @@ fn forgetting_erases_the_vectors_of_what_is_forgotten_from_every_file() {
     assert_eq!(vector_rows(&path), 0);
     // Checked on a new connection: a pooled reader that last read before
     // the erasure can report the recall index stale under `quick_check`
-    // (seen on main without vectors too; see notes/recall.md).
+    // (seen without vectors too; `MemoryStore::check_integrity` says why).
     let fresh = rusqlite::Connection::open(&path).unwrap();
     let verdict: String = fresh
         .query_row("PRAGMA quick_check", [], |r| r.get(0))

@@ -222,7 +222,7 @@ fn the_recall_index_itself_is_partitioned_by_scope() {
     };
     for (user, expected) in [("alice", 3), ("bob", 5)] {
         let id = scope_id(user);
-        let tag = memgate_store::terms::scope_tag(id);
+        let tag = memgate_recall::terms::scope_tag(id);
         let rows: Vec<i64> = conn
             .prepare("SELECT rowid FROM recall_index WHERE recall_index MATCH ?1")
             .unwrap()

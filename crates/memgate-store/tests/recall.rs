@@ -6,8 +6,9 @@ mod common;
 use common::{alice, capture, cited, recall_of, TestStore};
 use memgate_core::budget::char_len;
 use memgate_core::{MemoryError, Message, RememberOutcome, RememberRequest, SearchQuery};
-use memgate_store::recall::RECALL_HEADER;
-use memgate_store::{LocalConfig, DEFAULT_INJECTION_QUERY};
+use memgate_recall::block::RECALL_HEADER;
+use memgate_recall::settings::DEFAULT_INJECTION_QUERY;
+use memgate_store::LocalConfig;
 
 fn remember(t: &TestStore, kind: &str, text: &str) -> String {
     match t
@@ -83,7 +84,10 @@ fn explicit_memories_are_recalled_even_without_shared_words() {
     assert!(!recall.text.contains("recipe"), "other scopes stay out");
 
     let off = TestStore::with_config(LocalConfig {
-        standing_memories: 0,
+        recall: memgate_recall::RecallSettings {
+            standing_memories: 0,
+            ..Default::default()
+        },
         ..LocalConfig::default()
     });
     remember(&off, "decision", "money amounts are integer cents");
@@ -100,8 +104,11 @@ fn explicit_memories_are_recalled_even_without_shared_words() {
 #[test]
 fn standing_memories_are_the_newest_and_respect_the_budget() {
     let t = TestStore::with_config(LocalConfig {
-        max_injection_chars: 600,
-        standing_memories: 5,
+        recall: memgate_recall::RecallSettings {
+            max_injection_chars: 600,
+            standing_memories: 5,
+            ..Default::default()
+        },
         ..LocalConfig::default()
     });
     let ids: Vec<String> = (0..30)
@@ -136,7 +143,10 @@ fn no_query_or_a_blank_one_builds_the_first_turn_block_unless_a_query_is_configu
     }
     // A configured query makes a query-less recall rank with it.
     let custom = TestStore::with_config(LocalConfig {
-        injection_query: Some("trip".into()),
+        recall: memgate_recall::RecallSettings {
+            injection_query: Some("trip".into()),
+            ..Default::default()
+        },
         ..LocalConfig::default()
     });
     let trip = remember(&custom, "fact", "Paris trip booked");
@@ -150,7 +160,10 @@ fn no_query_or_a_blank_one_builds_the_first_turn_block_unless_a_query_is_configu
 #[test]
 fn the_block_never_exceeds_max_injection_chars() {
     let t = TestStore::with_config(LocalConfig {
-        max_injection_chars: 600,
+        recall: memgate_recall::RecallSettings {
+            max_injection_chars: 600,
+            ..Default::default()
+        },
         ..LocalConfig::default()
     });
     for i in 0..12 {
@@ -176,7 +189,10 @@ fn the_block_never_exceeds_max_injection_chars() {
     // An item larger than the whole budget is shortened, never split inside a
     // character, and the block still fits.
     let big = TestStore::with_config(LocalConfig {
-        max_injection_chars: 256,
+        recall: memgate_recall::RecallSettings {
+            max_injection_chars: 256,
+            ..Default::default()
+        },
         ..LocalConfig::default()
     });
     remember(&big, "fact", &format!("Atlas {}", "日本語".repeat(900)));
@@ -342,7 +358,10 @@ fn search_input_is_validated() {
 fn nothing_stored_or_nothing_matching_is_an_empty_recall() {
     // Without standing memories, recall carries only what matches.
     let t = TestStore::with_config(LocalConfig {
-        standing_memories: 0,
+        recall: memgate_recall::RecallSettings {
+            standing_memories: 0,
+            ..Default::default()
+        },
         ..LocalConfig::default()
     });
     let recall = t
@@ -393,7 +412,7 @@ fn a_neighbouring_question_lifts_its_short_answer() {
 
 #[test]
 fn large_scopes_prune_common_words_and_fall_back_to_the_newest_matches() {
-    use memgate_store::ranking::POSTINGS_BUDGET;
+    use memgate_recall::ranked::POSTINGS_BUDGET;
     let t = TestStore::new();
     let n = POSTINGS_BUDGET + 200;
     let turns: Vec<Message> = (0..n)

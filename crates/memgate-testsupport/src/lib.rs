@@ -2,11 +2,14 @@
 //!
 //! Named fakes for faults a real server cannot be made to produce on
 //! demand (each one binds loopback only and stops when dropped), and the
-//! one way tests find the real servers testkit starts ([`real`]).
+//! one way tests find the real servers testkit starts ([`real`]), and a
+//! seeded generator ([`SplitMix`]) for tests and the lab's benchmarks.
 
 pub mod black_hole;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod real;
+pub mod rng;
 
 pub use black_hole::BlackHole;
+pub use rng::SplitMix;

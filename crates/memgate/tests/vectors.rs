@@ -12,7 +12,7 @@ mod common;
 use common::memgate;
 
 /// The local model's vector key: the model and the recipe of the text
-/// embedded (`memgate_store::vectors::vector_key`).
+/// embedded (`memgate_recall::vectors::vector_key`).
 const LOCAL_MODEL: &str = "all-minilm-l6-v2/384; r3";
 
 fn text(o: &Output) -> String {

@@ -68,8 +68,8 @@ pub fn cited(recall: &memgate_core::Recall) -> Vec<String> {
         .collect()
 }
 
-/// The benchmark's seeded generator, so randomized tests are reproducible.
-pub use memgate_store::bench::SplitMix as Rng;
+/// A seeded generator, so randomized tests are reproducible.
+pub use memgate_testsupport::SplitMix as Rng;
 
 pub fn pick<'a, T>(rng: &mut Rng, items: &'a [T]) -> &'a T {
     &items[rng.below(items.len())]

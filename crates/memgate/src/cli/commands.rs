@@ -4,7 +4,7 @@
 
 use super::error::{CliError, Result};
 use super::output::print_json;
-use super::{Cli, Command, ConfigCommand, EvalCommand, FactsCommand, ForgetCommand};
+use super::{Cli, Command, ConfigCommand, FactsCommand, ForgetCommand};
 use memgate_assembly::config::{Config, ConfigSource};
 use memgate_assembly::factory::{
     assemble, backend_notes, check_writable, open_backend, BackendSetup,
@@ -39,19 +39,8 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Config {
             action: ConfigCommand::Check { file },
         } => check_config(file.as_deref().or(cli.config.as_deref())),
-        Command::Bench {
-            sizes,
-            recalls,
-            json,
-        } => bench(&sizes, recalls, json).await,
-        Command::Eval {
-            dataset:
-                EvalCommand::Locomo {
-                    file,
-                    json,
-                    embedder,
-                },
-        } => eval_locomo(file, json, embedder).await,
+        #[cfg(feature = "lab")]
+        Command::Lab(command) => super::lab::run(command).await,
         Command::Migrate {
             from,
             to,
@@ -493,43 +482,4 @@ async fn doctor(config_path: Option<&Path>) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
-}
-
-async fn bench(sizes: &[usize], recalls: usize, json: bool) -> Result<ExitCode> {
-    let sizes = sizes.to_vec();
-    let report = tokio::task::spawn_blocking(move || {
-        memgate_store::bench::run_bench(&memgate_store::bench::BenchOptions {
-            sizes,
-            recall_queries: recalls,
-            ..Default::default()
-        })
-    })
-    .await
-    .map_err(|e| CliError::Internal(format!("benchmark task failed: {e}")))??;
-    if json {
-        print_json(&report);
-    } else {
-        println!("{report}");
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn eval_locomo(file: PathBuf, json: bool, embedder: Option<String>) -> Result<ExitCode> {
-    let mut options = memgate_store::locomo::LocomoOptions::default();
-    if let Some(raw) = embedder {
-        let value: serde_json::Value = serde_json::from_str(&raw).map_err(|e| {
-            MemoryError::invalid("--embedder", format!("must be a JSON object: {e}"))
-        })?;
-        options.embedder = Some(memgate_store::config::EmbedderSettings::parse(&value)?);
-    }
-    let report =
-        tokio::task::spawn_blocking(move || memgate_store::locomo::run_locomo(&file, &options))
-            .await
-            .map_err(|e| CliError::Internal(format!("evaluation task failed: {e}")))??;
-    if json {
-        print_json(&report);
-    } else {
-        println!("{report}");
-    }
-    Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,8 @@
 mod chat;
 mod commands;
 mod error;
+#[cfg(feature = "lab")]
+mod lab;
 mod migrate;
 mod output;
 mod reembed;
@@ -116,17 +118,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Benchmark the embedded store (recall latency, capture throughput, RSS).
-    Bench {
-        /// Item counts to fill the store with.
-        #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 100_000])]
-        sizes: Vec<usize>,
-        /// Recall calls measured per size.
-        #[arg(long, default_value_t = 2000)]
-        recalls: usize,
-        #[arg(long)]
-        json: bool,
-    },
+    /// Benchmarks and evaluations (`bench`, `eval`): the `lab` feature.
+    #[cfg(feature = "lab")]
+    #[command(flatten)]
+    Lab(lab::LabCommand),
     /// Move every scope's memory between the local and postgres stores
     /// (export/import, checked per scope; re-runnable, never duplicates).
     Migrate {
@@ -142,11 +137,6 @@ enum Command {
         postgres_dsn_env: String,
         #[arg(long)]
         json: bool,
-    },
-    /// Evaluate recall quality.
-    Eval {
-        #[command(subcommand)]
-        dataset: EvalCommand,
     },
 }
 
@@ -206,21 +196,6 @@ enum FactsCommand {
 enum ConfigCommand {
     /// Validate a config file, including its backend_config (no network).
     Check { file: Option<PathBuf> },
-}
-
-#[derive(Subcommand)]
-enum EvalCommand {
-    /// Recall quality on a LoCoMo-format file (recall@k, MRR per category).
-    Locomo {
-        file: PathBuf,
-        #[arg(long)]
-        json: bool,
-        /// Also measure hybrid recall with this embedder: the JSON object
-        /// `backend_config.embedder` takes, e.g.
-        /// '{"kind":"local","model_path":"DIR"}'.
-        #[arg(long)]
-        embedder: Option<String>,
-    },
 }
 
 /// Parses the command line, runs the command, and maps errors to exit codes.

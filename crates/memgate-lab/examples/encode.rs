@@ -1,4 +1,4 @@
-//! `cargo run --release -p memgate-store --example encode -- MODEL [N]
+//! `cargo run --profile profiling -p memgate-lab --example encode -- MODEL [N]
 //! [LOCOMO_JSON]`: a local model's cost alone (MODEL: MiniLM's directory or
 //! e5's file, as `model_path`) — model load time, then N embeddings of a
 //! query-length text by the exact query path (float32) and by the query
@@ -9,7 +9,7 @@
 //! has), one embedding of each by both query paths, and how far the query
 //! path's vectors are from the exact ones (cosine).
 
-use memgate_store::bench::thread_cpu_ns;
+use memgate_lab::process::thread_cpu_ns;
 use std::time::{Duration, Instant};
 
 const QUERY: &str = "When did Caroline go to the LGBTQ support group?";

@@ -1,10 +1,10 @@
-//! `cargo run --release -p memgate-store --example locomo -- FILE [--json]
+//! `cargo run --profile profiling -p memgate-lab --example locomo -- FILE [--json]
 //! [--embedder JSON]`: the LoCoMo recall evaluation (what `memgate eval
 //! locomo` runs); `--embedder '{"kind":"local","model_path":"DIR"}'` adds
 //! hybrid recall.
 
+use memgate_lab::locomo::{run_locomo, LocomoOptions};
 use memgate_store::config::EmbedderSettings;
-use memgate_store::locomo::{run_locomo, LocomoOptions};
 use std::path::PathBuf;
 
 fn main() {

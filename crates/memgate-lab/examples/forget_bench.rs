@@ -1,9 +1,9 @@
-//! `cargo run --release -p memgate-store --example forget_bench -- [--json] [SIZE...]`:
+//! `cargo run --profile profiling -p memgate-lab --example forget_bench -- [--json] [SIZE...]`:
 //! the cost of `forget` at each level (fact, thread, scope, user) at each
 //! store size (default 10000 and 100000 items), with captures running
 //! meanwhile.
 
-use memgate_store::forget_bench::run_forget_bench;
+use memgate_lab::forget_bench::run_forget_bench;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -2,9 +2,9 @@
 //! near misses (and, given a LoCoMo file, of real conversation turns)
 //! altered, and the cost per captured turn.
 //!
-//! `cargo run --release -p memgate-redact --example redact_bench -- [LOCOMO_JSON]`
+//! `cargo run --profile profiling -p memgate-lab --example redact_bench -- [LOCOMO_JSON]`
 
-#[path = "../tests/corpus/mod.rs"]
+#[path = "../../memgate-redact/tests/corpus/mod.rs"]
 mod corpus;
 
 use memgate_redact::Redactor;

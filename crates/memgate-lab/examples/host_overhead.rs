@@ -1,7 +1,7 @@
 //! What the host surfaces cost a turn, in figures.
 //!
 //! ```text
-//! cargo run --release -p memgate-host --example host_overhead [MEMORIES]
+//! cargo run --profile profiling -p memgate-lab --example host_overhead [MEMORIES]
 //! ```
 //!
 //! Measures, on the real local store filled with MEMORIES explicit memories

@@ -1,8 +1,8 @@
 //! The evaluation and benchmark modules run end to end on small inputs and
 //! report what they measured (figures are never asserted as timings).
 
-use memgate_store::bench::{run_bench, BenchOptions};
-use memgate_store::locomo::{run_locomo, LocomoOptions};
+use memgate_lab::locomo::{run_locomo, LocomoOptions};
+use memgate_lab::store_bench::{run_bench, BenchOptions};
 use serde_json::json;
 
 /// A two-conversation file in the LoCoMo shape, including the data quirks.

@@ -1,8 +1,8 @@
-//! `cargo run --release -p memgate-store --example bench -- [--json] [--queries N] [--batch N]
+//! `cargo run --profile profiling -p memgate-lab --example bench -- [--json] [--queries N] [--batch N]
 //! [--embedder JSON] [SIZE...]`: the local store benchmark (what `memgate bench` runs);
 //! `--embedder '{"kind":"local","model_path":"DIR"}'` measures hybrid recall.
 
-use memgate_store::bench::{run_bench, BenchOptions};
+use memgate_lab::store_bench::{run_bench, BenchOptions};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -37,15 +37,19 @@
 //! that fills the same budget with the newest turns. Question text is never
 //! seen by the block.
 
-use crate::config::{EmbedderSettings, LocalConfig};
-use crate::fusion::{Fusion, Rerank, ThreadEvidence, EXPLORED_FUSION};
-use crate::hybrid::{DEFAULT_DENSE_POOL, DEFAULT_FUSION, EVALUATED_FUSIONS};
-use crate::ranking::Origin;
-use crate::store::MemoryStore;
-use crate::vectors::PREFILTER_FACTOR;
+use crate::process::overlap;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, MemoryError, Message, Recall, RecallRequest, Result, Role,
 };
+use memgate_recall::block::assemble;
+use memgate_recall::fusion::{Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
+use memgate_recall::ranked::candidate_pool;
+use memgate_recall::turns::TIMESTAMP_KEY;
+use memgate_recall::{Origin, Ranked, Rerank};
+use memgate_store::config::EmbedderSettings;
+use memgate_store::hybrid::{QueryVector, Ranking};
+use memgate_store::vectors::PREFILTER_FACTOR;
+use memgate_store::{LocalConfig, MemoryStore};
 use rusqlite::Connection;
 use serde::Serialize;
 use serde_json::Value;
@@ -217,7 +221,20 @@ pub struct EmbeddingFigures {
     pub dense_overlap: Vec<(String, f64)>,
 }
 
-/// How the default fusion's dense side is varied beside it.
+/// The fusions measured beside the default, as (fusion, dense pool
+/// multiple), each without re-ordering: one query embedding each question,
+/// so the comparison costs one encoder pass.
+pub const EVALUATED_FUSIONS: &[(Fusion, usize)] = &[
+    (Fusion::Rank { dense_weight: 0.35 }, 1),
+    (Fusion::Score { lambda: 0.25 }, 1),
+    (Fusion::Score { lambda: 0.5 }, 1),
+    (Fusion::Score { lambda: 1.0 }, 1),
+    (Fusion::Score { lambda: 0.5 }, 2),
+    (Fusion::Score { lambda: 0.5 }, 4),
+    (Fusion::Score { lambda: 1.0 }, 4),
+];
+
+/// How the default's dense side or re-ordering is varied beside it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum DenseVariant {
     /// The question embedded by the document path (float32 for the local
@@ -227,60 +244,38 @@ enum DenseVariant {
     /// LoCoMo scope (~550 turns) is below the default's cut, so these run
     /// it harder than recall at 100k does.
     Prefilter(usize),
-    /// The fused list re-ordered or fed back ([`Rerank`]: thread
-    /// diversity, thread evidence, dense feedback, lexical feedback,
-    /// session term match).
-    Reranked(Rerank),
-    /// [`DenseVariant::Reranked`] after another fusion.
-    RerankedAfter(Fusion, Rerank),
+    /// Another fusion and re-ordering ([`Rerank`]).
+    Reranked(Fusion, Rerank),
 }
 
 /// The grids the evaluation prints, by name; each is also a grid of the
 /// leave-one-conversation-out selection (with the default added).
-const FUSIONS_GRID: &str = "session 6: fusions and dense pools";
-const SESSION_7_GRID: &str = "sessions 6-7: dense side, re-orderings, dense feedback";
-const SESSION_8_GRID: &str = "session 8: lexical feedback, session term match";
-const SESSION_9_GRID: &str = "session 9: session dense score";
-const SESSION_16_GRID: &str = "session 16: named speaker, evidence, coverage, fusion";
-const SESSION_16_PARTS: &str = "session 16: the default's parts";
+const FUSIONS_GRID: &str = "fusions and dense pools";
+const NEIGHBOURHOOD_GRID: &str =
+    "the default's neighbourhood: named speaker, evidence, coverage, fusion";
+const PARTS_GRID: &str = "the default's parts";
+const DENSE_GRID: &str = "dense side: query path and prefilter";
 const EVERY_GRID: &str = "every hybrid row";
 
-/// The dense-side variants of the default fusion the evaluation prints,
-/// with their grid: session 9's ([`session_dense_variants`]), session 8's
-/// base-ranking grids ([`base_ranking_variants`]), then [`DENSE_VARIANTS`].
+/// The variants the evaluation prints beside the default, with their grid:
+/// the named speaker's preference under thread evidence and thread
+/// coverage with the fusion's lambda, the whole 3 × 3 × 3 × 3 grid whose
+/// centre is [`Rerank::DEFAULT`] (fixed before its leave-one-out was
+/// read); the default's parts, each alone and without the speaker; and the
+/// dense side's query path and prefilter.
 fn dense_variants() -> Vec<(&'static str, DenseVariant)> {
-    let mut out: Vec<(&'static str, DenseVariant)> = Vec::new();
-    out.extend(named_speaker_variants());
-    out.extend(
-        session_dense_variants()
-            .into_iter()
-            .map(|v| (SESSION_9_GRID, v)),
-    );
-    out.extend(
-        base_ranking_variants()
-            .into_iter()
-            .map(|v| (SESSION_8_GRID, v)),
-    );
-    out.extend(DENSE_VARIANTS.iter().map(|v| (SESSION_7_GRID, *v)));
-    out
-}
-
-/// Session 16: the named speaker's preference under thread evidence and
-/// thread coverage, with the fusion's lambda: the whole 3 × 3 × 3 × 3 grid
-/// fixed before its leave-one-out was read ([`Rerank::DEFAULT`] is its
-/// centre); and the default's parts, each alone and without the speaker.
-fn named_speaker_variants() -> Vec<(&'static str, DenseVariant)> {
     let mut out = Vec::new();
     for lambda in [0.5, 0.6, 0.75] {
         for speaker in [0.3, 0.4, 0.5] {
             for evidence in [0.4, 0.5, 0.6] {
                 for coverage in [0.4, 0.5, 0.6] {
+                    let rerank = Rerank::NONE
+                        .named_speaker(speaker)
+                        .thread_evidence(evidence)
+                        .coverage(coverage);
                     out.push((
-                        SESSION_16_GRID,
-                        DenseVariant::RerankedAfter(
-                            Fusion::Score { lambda },
-                            evidence_and_coverage(evidence, coverage).named_speaker(speaker),
-                        ),
+                        NEIGHBOURHOOD_GRID,
+                        DenseVariant::Reranked(Fusion::Score { lambda }, rerank),
                     ));
                 }
             }
@@ -289,227 +284,23 @@ fn named_speaker_variants() -> Vec<(&'static str, DenseVariant)> {
     let parts = [
         Rerank::NONE,
         Rerank::NONE.named_speaker(0.4),
-        evidence_and_coverage(0.5, 0.5),
+        Rerank::NONE.thread_evidence(0.5).coverage(0.5),
     ];
-    out.extend(parts.into_iter().map(|r| {
-        (
-            SESSION_16_PARTS,
-            DenseVariant::RerankedAfter(DEFAULT_FUSION, r),
-        )
-    }));
+    out.extend(
+        parts
+            .into_iter()
+            .map(|r| (PARTS_GRID, DenseVariant::Reranked(DEFAULT_FUSION, r))),
+    );
+    out.extend(
+        [
+            DenseVariant::ReferenceQuery,
+            DenseVariant::Prefilter(1),
+            DenseVariant::Prefilter(2),
+        ]
+        .into_iter()
+        .map(|v| (DENSE_GRID, v)),
+    );
     out
-}
-
-/// Session 9: a session-level dense score (the thread's centroid, or the
-/// mean of its best pooled cosines) added to its pooled turns, choosing
-/// which threads get thread coverage's places, or both; alone, with
-/// session 8's lexical feedback and under session 7's spreading; and
-/// lexical feedback from the lexical and the dense side's best hits. Whole
-/// grids, so that every setting prints with its neighbours.
-fn session_dense_variants() -> Vec<DenseVariant> {
-    use crate::fusion::SessionDense::{Centroid, TopTurns};
-    let mut out = Vec::new();
-    let mut add = |r: Rerank| out.push(DenseVariant::Reranked(r));
-    let kinds = [Centroid, TopTurns(3)];
-    for kind in kinds {
-        for weight in [0.1, 0.25, 0.5, 0.75, 1.0] {
-            add(Rerank::NONE.session_dense(kind, weight));
-        }
-    }
-    for kind in [TopTurns(1), TopTurns(5)] {
-        for weight in [0.25, 0.5] {
-            add(Rerank::NONE.session_dense(kind, weight));
-        }
-    }
-    for kind in kinds {
-        for weight in [0.25, 0.5] {
-            for coverage in [0.25, 0.5] {
-                add(Rerank::NONE.session_dense(kind, weight).coverage(coverage));
-            }
-        }
-        for coverage in [0.25, 0.5, 0.75, 1.0] {
-            add(Rerank::NONE
-                .session_dense(kind, 0.0)
-                .coverage_by_session_dense(coverage));
-        }
-        for weight in [0.25, 0.5] {
-            for coverage in [0.5, 1.0] {
-                add(Rerank::NONE
-                    .session_dense(kind, weight)
-                    .coverage_by_session_dense(coverage));
-            }
-        }
-        // Under session 7's spreading: every one-step neighbour of each
-        // setting, in both weights and in the spreading.
-        for weight in [0.1, 0.25, 0.35, 0.5] {
-            for (evidence, coverage) in [(0.4, 0.4), (0.5, 0.5), (0.5, 0.6), (0.6, 0.6)] {
-                add(evidence_and_coverage(evidence, coverage).session_dense(kind, weight));
-            }
-        }
-    }
-    for k in [2, 5] {
-        add(evidence_and_coverage(0.5, 0.5).session_dense(TopTurns(k), 0.25));
-    }
-    for coverage in [0.5, 0.75] {
-        add(Rerank::NONE
-            .thread_evidence(ThreadEvidence::Best, 0.5)
-            .session_dense(TopTurns(3), 0.25)
-            .coverage_by_session_dense(coverage));
-    }
-    add(evidence_and_coverage(0.5, 0.5)
-        .lexical_feedback(1, 10, 0.33)
-        .session_dense(TopTurns(3), 0.25));
-    add(evidence_and_coverage(0.5, 0.5)
-        .thread_match(0.25)
-        .session_dense(TopTurns(3), 0.25));
-    let fed_back = Rerank::NONE.lexical_feedback(1, 10, 0.33);
-    for weight in [0.25, 0.5] {
-        for coverage in [0.0, 0.25, 0.5] {
-            add(fed_back.session_dense(Centroid, weight).coverage(coverage));
-        }
-        add(fed_back
-            .session_dense(Centroid, weight)
-            .coverage_by_session_dense(0.5));
-    }
-    for weight in [0.2, 0.33] {
-        let both = Rerank::NONE.lexical_feedback_from_both_sides(10, weight);
-        add(both);
-        add(both.session_dense(Centroid, 0.25));
-        add(both.session_dense(Centroid, 0.25).coverage(0.5));
-    }
-    out
-}
-
-/// Session 8: lexical feedback (hits, terms, weight) and session term
-/// match, alone and under thread evidence and coverage, as whole grids
-/// (a setting is judged with its neighbours, not alone).
-fn base_ranking_variants() -> Vec<DenseVariant> {
-    let mut out = Vec::new();
-    let mut add = |r: Rerank| out.push(DenseVariant::Reranked(r));
-    for hits in [1, 2, 3, 5, 10] {
-        for weight in [0.2, 0.33, 0.5] {
-            add(Rerank::NONE.lexical_feedback(hits, 10, weight));
-        }
-    }
-    for terms in [5, 20] {
-        for hits in [1, 3] {
-            for weight in [0.2, 0.33] {
-                add(Rerank::NONE.lexical_feedback(hits, terms, weight));
-            }
-        }
-    }
-    let fed_back = Rerank::NONE.lexical_feedback(1, 10, 0.33);
-    for weight in [0.1, 0.25, 0.5, 0.75, 1.0] {
-        add(Rerank::NONE.thread_match(weight));
-        add(fed_back.thread_match(weight));
-    }
-    add(fed_back.diversity(0.25, 7));
-    let bases = [
-        fed_back,
-        Rerank::NONE.thread_match(0.25),
-        fed_back.thread_match(0.1),
-        fed_back.thread_match(0.25),
-        fed_back.thread_match(0.5),
-        fed_back.thread_match(0.75),
-        fed_back.thread_match(1.0),
-    ];
-    let spreads = [
-        (0.0, 0.25),
-        (0.0, 0.5),
-        (0.25, 0.25),
-        (0.5, 0.5),
-        (0.5, 0.6),
-        (0.6, 0.6),
-        (0.6, 0.75),
-        (0.75, 0.75),
-        (0.75, 1.0),
-    ];
-    for base in bases {
-        for (evidence, coverage) in spreads {
-            add(base
-                .thread_evidence(ThreadEvidence::Best, evidence)
-                .coverage(coverage));
-        }
-    }
-    out
-}
-
-/// Sessions 6 and 7's variants.
-const DENSE_VARIANTS: &[DenseVariant] = &[
-    DenseVariant::ReferenceQuery,
-    DenseVariant::Prefilter(1),
-    DenseVariant::Prefilter(2),
-    DenseVariant::Reranked(Rerank::NONE.diversity(0.05, 0)),
-    DenseVariant::Reranked(Rerank::NONE.diversity(0.1, 0)),
-    DenseVariant::Reranked(Rerank::NONE.diversity(0.25, 0)),
-    DenseVariant::Reranked(Rerank::NONE.diversity(0.1, 5)),
-    DenseVariant::Reranked(Rerank::NONE.diversity(0.25, 5)),
-    DenseVariant::Reranked(Rerank::NONE.diversity(0.25, 7)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(1, 0.5)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(3, 0.3)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(3, 0.5)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(3, 1.0)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(5, 0.5)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(5, 1.0)),
-    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::Best, 0.05)),
-    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::Best, 0.1)),
-    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::BestOther, 0.1)),
-    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::BestOther, 0.25)),
-    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::Adjacent, 0.1)),
-    DenseVariant::Reranked(Rerank::NONE.thread_evidence(ThreadEvidence::Adjacent, 0.25)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(3, 0.5).diversity(0.25, 7)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(3, 1.0).diversity(0.25, 7)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(5, 0.5).diversity(0.25, 7)),
-    DenseVariant::Reranked(Rerank::NONE.feedback(3, 0.5).diversity(0.1, 5)),
-    DenseVariant::Reranked(
-        Rerank::NONE
-            .thread_evidence(ThreadEvidence::Adjacent, 0.1)
-            .diversity(0.25, 7),
-    ),
-    DenseVariant::Reranked(
-        Rerank::NONE
-            .feedback(3, 0.5)
-            .thread_evidence(ThreadEvidence::Adjacent, 0.1)
-            .diversity(0.25, 7),
-    ),
-    DenseVariant::Reranked(Rerank::NONE.coverage(0.25)),
-    DenseVariant::Reranked(Rerank::NONE.coverage(0.5)),
-    DenseVariant::Reranked(evidence_and_coverage(0.25, 0.25)),
-    DenseVariant::Reranked(evidence_and_coverage(0.35, 0.35)),
-    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5)),
-    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.6)),
-    DenseVariant::Reranked(evidence_and_coverage(0.35, 0.35).feedback(3, 0.3)),
-    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.5).feedback(3, 0.3)),
-    DenseVariant::Reranked(evidence_and_coverage(0.6, 0.6).feedback(3, 0.3)),
-    DenseVariant::Reranked(evidence_and_coverage(0.5, 0.6).feedback(3, 0.3)),
-    DenseVariant::RerankedAfter(
-        Fusion::Score { lambda: 0.6 },
-        evidence_and_coverage(0.55, 0.55).feedback(3, 0.3),
-    ),
-    DenseVariant::RerankedAfter(
-        Fusion::Score { lambda: 0.6 },
-        evidence_and_coverage(0.6, 0.6).feedback(3, 0.3),
-    ),
-    DenseVariant::RerankedAfter(
-        Fusion::Score { lambda: 0.6 },
-        evidence_and_coverage(0.65, 0.6).feedback(3, 0.3),
-    ),
-    DenseVariant::RerankedAfter(
-        Fusion::Score { lambda: 0.6 },
-        evidence_and_coverage(0.65, 0.65).feedback(3, 0.3),
-    ),
-    DenseVariant::RerankedAfter(
-        Fusion::Score { lambda: 0.6 },
-        evidence_and_coverage(0.6, 0.65).feedback(3, 0.3),
-    ),
-];
-
-/// Thread evidence (best of the thread) with thread coverage: the mix the
-/// second round of session 7 measured.
-const fn evidence_and_coverage(evidence: f64, coverage: f64) -> Rerank {
-    Rerank::NONE
-        .thread_evidence(ThreadEvidence::Best, evidence)
-        .coverage(coverage)
 }
 
 /// The dense searches compared with the exact ranking, by name: the query
@@ -527,16 +318,14 @@ const DENSE_OVERLAPS: &[(&str, bool, usize)] = &[
 ];
 
 /// The lexical ranking alone (what recall does with no embedder).
-fn lexical(
-    store: &MemoryStore,
-    caller: &Caller,
-    query: &str,
-) -> Result<Vec<crate::ranking::Ranked>> {
-    let key = crate::scope::ScopeKey::of(caller);
-    store.read(|conn| match key.find(conn)? {
-        Some(scope) => crate::ranking::rank(conn, &store.common_terms, scope, query, DEPTH, None),
-        None => Ok(Vec::new()),
-    })
+fn lexical(store: &MemoryStore, caller: &Caller, query: &str) -> Result<Vec<Ranked>> {
+    store.ranked_with(
+        caller,
+        query,
+        &QueryVector::lexical(),
+        DEPTH,
+        &Ranking::DEFAULT,
+    )
 }
 
 /// How much of the conversations' evidence one kind of no-query block holds.
@@ -590,40 +379,28 @@ impl CoverageTally {
 }
 
 /// The dialogue ids of the turns a block cites (`turn_<id>` citations).
-fn cited_turns(store: &MemoryStore, recall: &Recall) -> Result<Vec<DiaId>> {
-    let ids: Vec<i64> = recall
+fn cited_turns(store: &MemoryStore, caller: &Caller, recall: &Recall) -> Result<Vec<DiaId>> {
+    let cited: Vec<String> = recall
         .items
         .iter()
-        .filter_map(|i| i.citation.as_ref()?.0.strip_prefix("turn_")?.parse().ok())
+        .filter_map(|i| i.citation.as_ref().map(|c| c.0.clone()))
+        .filter(|c| c.starts_with("turn_"))
         .collect();
-    store.read(|conn| {
-        let mut out = Vec::new();
-        for id in ids {
-            let message_id: Option<String> = conn
-                .query_row("SELECT message_id FROM turns WHERE id = ?1", [id], |r| {
-                    r.get(0)
-                })
-                .map_err(crate::schema::db_error)?;
-            out.extend(message_id.as_deref().and_then(DiaId::parse));
-        }
-        Ok(out)
-    })
+    Ok(store
+        .by_citation(caller, &cited)?
+        .into_iter()
+        .filter_map(|r| match r.origin {
+            Origin::Turn { message_id, .. } => message_id.as_deref().and_then(DiaId::parse),
+            Origin::Memory => None,
+        })
+        .collect())
 }
 
 /// The baseline block: the newest turns of the caller's scope that fit the
 /// budget, laid out as recall lays out ranked turns.
 fn newest_turns_block(store: &MemoryStore, caller: &Caller) -> Result<Recall> {
-    let key = crate::scope::ScopeKey::of(caller);
-    let ranked = store.read(|conn| {
-        let Some(scope) = key.find(conn)? else {
-            return Ok(Vec::new());
-        };
-        crate::ranking::newest_turns(conn, scope, NEWEST_BASELINE_TURNS)
-    })?;
-    Ok(crate::recall::assemble(
-        &ranked,
-        store.config().max_injection_chars,
-    ))
+    let ranked = store.newest_turns(caller, NEWEST_BASELINE_TURNS)?;
+    Ok(assemble(&ranked, store.config().recall.max_injection_chars))
 }
 
 /// More turns than any default budget can hold.
@@ -912,9 +689,14 @@ fn turn_message(turn: &Value, speaker_a: &str, date: Option<&str>, field: &str) 
     };
     let mut message = Message::new(role, text).with_id(dia_id).with_name(speaker);
     if let Some(date) = date {
-        message = message.with_flag(crate::capture::TIMESTAMP_KEY, date);
+        message = message.with_flag(TIMESTAMP_KEY, date);
     }
     Ok(message)
+}
+
+/// The baseline's own SQLite errors.
+fn db_error(e: rusqlite::Error) -> MemoryError {
+    MemoryError::backend(format!("the plain BM25 baseline's database: {e}"))
 }
 
 /// The plain BM25 baseline: one in-memory FTS5 table per conversation with
@@ -926,9 +708,9 @@ struct PlainBm25 {
 
 impl PlainBm25 {
     fn new() -> Result<Self> {
-        let conn = Connection::open_in_memory().map_err(crate::schema::db_error)?;
+        let conn = Connection::open_in_memory().map_err(db_error)?;
         conn.execute_batch("CREATE VIRTUAL TABLE turns USING fts5(text)")
-            .map_err(crate::schema::db_error)?;
+            .map_err(db_error)?;
         Ok(Self {
             conn,
             ids: Vec::new(),
@@ -942,7 +724,7 @@ impl PlainBm25 {
                 "INSERT INTO turns (rowid, text) VALUES (?1, ?2)",
                 rusqlite::params![self.ids.len() as i64, text],
             )
-            .map_err(crate::schema::db_error)?;
+            .map_err(db_error)?;
         Ok(())
     }
 
@@ -960,13 +742,13 @@ impl PlainBm25 {
             .prepare_cached(
                 "SELECT rowid FROM turns WHERE turns MATCH ?1 ORDER BY bm25(turns) LIMIT ?2",
             )
-            .map_err(crate::schema::db_error)?;
+            .map_err(db_error)?;
         let rows = stmt
             .query_map(rusqlite::params![words.join(" OR "), DEPTH as i64], |r| {
                 r.get::<_, i64>(0)
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
-            .map_err(crate::schema::db_error)?;
+            .map_err(db_error)?;
         Ok(rows
             .into_iter()
             .map(|rowid| self.ids[(rowid - 1) as usize])
@@ -992,10 +774,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         let started = std::time::Instant::now();
         store = store.with_embedder(settings.build()?);
         embedding = Some(EmbeddingFigures {
-            model: store
-                .vectorizer
-                .as_ref()
-                .map_or_else(String::new, |v| v.embedder.model().to_owned()),
+            model: store.embedder_model().unwrap_or_default().to_owned(),
             load_seconds: started.elapsed().as_secs_f64(),
             ..EmbeddingFigures::default()
         });
@@ -1114,7 +893,7 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 category,
             };
 
-            let dia_ids = |ranked: Vec<crate::ranking::Ranked>| -> Vec<Option<DiaId>> {
+            let dia_ids = |ranked: Vec<Ranked>| -> Vec<Option<DiaId>> {
                 ranked
                     .into_iter()
                     .map(|r| match r.origin {
@@ -1135,33 +914,22 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 let vector = store.query_vector(question);
                 figures.embed_seconds += started.elapsed().as_secs_f64();
                 figures.queries += 1;
-                let key = crate::scope::ScopeKey::of(&asker);
                 let started = std::time::Instant::now();
-                let ranked = store.read(|conn| match key.find(conn)? {
-                    // Exactly what recall ranks with.
-                    Some(scope) => store.ranked_in(conn, scope, question, &vector, DEPTH, None),
-                    None => Ok(Vec::new()),
-                })?;
+                // Exactly what recall ranks with.
+                let ranked =
+                    store.ranked_with(&asker, question, &vector, DEPTH, &Ranking::DEFAULT)?;
                 figures.search_seconds += started.elapsed().as_secs_f64();
                 figures.rankings += 1;
                 default_hybrid.add(asked, &dia_ids(ranked), &evidence.ids);
                 for ((fusion, pool), tally) in EVALUATED_FUSIONS.iter().zip(hybrid.iter_mut()) {
                     let started = std::time::Instant::now();
-                    let ranked = store.read(|conn| match key.find(conn)? {
-                        Some(scope) => store.fused_in(
-                            conn,
-                            scope,
-                            question,
-                            &vector,
-                            DEPTH,
-                            None,
-                            *fusion,
-                            *pool,
-                            PREFILTER_FACTOR,
-                            Rerank::NONE,
-                        ),
-                        None => Ok(Vec::new()),
-                    })?;
+                    let ranking = Ranking {
+                        fusion: *fusion,
+                        dense_pool: *pool,
+                        prefilter: PREFILTER_FACTOR,
+                        rerank: Rerank::NONE,
+                    };
+                    let ranked = store.ranked_with(&asker, question, &vector, DEPTH, &ranking)?;
                     figures.search_seconds += started.elapsed().as_secs_f64();
                     figures.rankings += 1;
                     tally.add(asked, &dia_ids(ranked), &evidence.ids);
@@ -1170,45 +938,30 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 let reference = store.reference_query_vector(question);
                 figures.reference_embed_seconds += started.elapsed().as_secs_f64();
                 for ((_, variant), tally) in variants.iter().zip(dense_variants.iter_mut()) {
-                    let (v, prefilter, fusion, rerank) = match variant {
-                        DenseVariant::ReferenceQuery => (
-                            &reference,
-                            PREFILTER_FACTOR,
-                            DEFAULT_FUSION,
-                            Rerank::DEFAULT,
+                    let (v, ranking) = match variant {
+                        DenseVariant::ReferenceQuery => (&reference, Ranking::DEFAULT),
+                        DenseVariant::Prefilter(f) => (
+                            &vector,
+                            Ranking {
+                                prefilter: *f,
+                                ..Ranking::DEFAULT
+                            },
                         ),
-                        DenseVariant::Prefilter(f) => {
-                            (&vector, *f, DEFAULT_FUSION, Rerank::DEFAULT)
-                        }
-                        DenseVariant::Reranked(r) => {
-                            (&vector, PREFILTER_FACTOR, EXPLORED_FUSION, *r)
-                        }
-                        DenseVariant::RerankedAfter(f, r) => (&vector, PREFILTER_FACTOR, *f, *r),
+                        DenseVariant::Reranked(f, r) => (
+                            &vector,
+                            Ranking {
+                                fusion: *f,
+                                rerank: *r,
+                                ..Ranking::DEFAULT
+                            },
+                        ),
                     };
-                    let ranked = store.read(|conn| match key.find(conn)? {
-                        Some(scope) => store.fused_in(
-                            conn,
-                            scope,
-                            question,
-                            v,
-                            DEPTH,
-                            None,
-                            fusion,
-                            DEFAULT_DENSE_POOL,
-                            prefilter,
-                            rerank,
-                        ),
-                        None => Ok(Vec::new()),
-                    })?;
+                    let ranked = store.ranked_with(&asker, question, v, DEPTH, &ranking)?;
                     tally.add(asked, &dia_ids(ranked), &evidence.ids);
                 }
-                let pool = crate::ranking::candidate_pool(DEPTH) * DEFAULT_DENSE_POOL;
-                store.read(|conn| {
-                    let (Some(scope), Some(exact_query)) = (key.find(conn)?, reference.vector())
-                    else {
-                        return Ok(());
-                    };
-                    let exact = store.exact_nearest(conn, scope, exact_query, DEPTH)?;
+                let pool = candidate_pool(DEPTH) * DEFAULT_DENSE_POOL;
+                if let Some(exact_query) = reference.vector() {
+                    let exact = store.exact_nearest(&asker, exact_query, DEPTH)?;
                     for ((_, reference_query, prefilter), sum) in
                         DENSE_OVERLAPS.iter().zip(overlaps.iter_mut())
                     {
@@ -1218,13 +971,11 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                             &vector
                         };
                         let Some(q) = q.vector() else { continue };
-                        let (nearest, _) =
-                            store.nearest_items_with(conn, scope, q, pool, &[], *prefilter)?;
+                        let nearest = store.nearest_items(&asker, q, pool, *prefilter)?;
                         let found: Vec<i64> = nearest.iter().map(|(i, _)| *i).collect();
-                        *sum += crate::vectors::overlap(&found, &exact);
+                        *sum += overlap(&found, &exact);
                     }
-                    Ok(())
-                })?;
+                }
             }
             all_evidence.extend(evidence.ids.iter().copied());
             if let Some(b) = &baseline {
@@ -1237,13 +988,13 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 query: None,
             })?;
             let chars = memgate_core::budget::char_len(&block.text);
-            first_turn.add(&cited_turns(&store, &block)?, chars, &all_evidence);
+            first_turn.add(&cited_turns(&store, &asker, &block)?, chars, &all_evidence);
             let block = newest_turns_block(&store, &asker)?;
             let chars = memgate_core::budget::char_len(&block.text);
-            newest.add(&cited_turns(&store, &block)?, chars, &all_evidence);
+            newest.add(&cited_turns(&store, &asker, &block)?, chars, &all_evidence);
         }
     }
-    let max_chars = store.config().max_injection_chars;
+    let max_chars = store.config().recall.max_injection_chars;
     report
         .no_query
         .push(first_turn.finish("memgate first-turn block", max_chars));
@@ -1282,11 +1033,10 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     Rerank::DEFAULT
                 ),
                 DenseVariant::Prefilter(f) => format!("{}; sign prefilter x{f}", Rerank::DEFAULT),
-                DenseVariant::Reranked(r) | DenseVariant::RerankedAfter(_, r) => r.to_string(),
+                DenseVariant::Reranked(_, r) => r.to_string(),
             };
             let fusion = match variant {
-                DenseVariant::RerankedAfter(f, _) => *f,
-                DenseVariant::Reranked(_) => EXPLORED_FUSION,
+                DenseVariant::Reranked(f, _) => *f,
                 _ => DEFAULT_FUSION,
             };
             grids.entry(grid).or_default().push(report.systems.len());

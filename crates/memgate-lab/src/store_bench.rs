@@ -21,15 +21,25 @@
 //! first [`EMBED_SAMPLE`] items are embedded by the real embedder through the
 //! indexer (giving the indexing rate, i.e. capture throughput with
 //! embedding on), the rest get random unit vectors of the same model and
-//! length written directly (the latency of a search over them does not
-//! depend on their values, and embedding 100k items would take minutes),
+//! length through the same indexer ([`RandomEmbedder::posing_as`]: the
+//! latency of a search over them does not depend on their values, and
+//! embedding 100k items with the model would take minutes),
 //! and every timed recall embeds its query with the real embedder. The
 //! model's load time is reported too.
 
-use crate::config::LocalConfig;
-use crate::store::MemoryStore;
-use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryError, Message, RecallRequest};
-use memgate_core::{RememberRequest, Result};
+use crate::process::{
+    file_mb, overlap, percentile_ms, reset_vm_hwm, rusage_counts, thread_cpu_ns, vm_hwm_mb,
+};
+use crate::synthetic::RandomEmbedder;
+use crate::workload::Workload;
+use memgate_core::{
+    Caller, CaptureKind, CaptureRequest, MemoryError, Message, RecallRequest, Result,
+};
+use memgate_recall::ranked::{candidate_pool, POSTINGS_BUDGET};
+use memgate_store::config::EmbedderSettings;
+use memgate_store::ranking::{profiled, RankProfile, TermCounts};
+use memgate_store::{LocalConfig, MemoryStore};
+use memgate_testsupport::SplitMix;
 use serde::Serialize;
 use std::fmt;
 use std::path::PathBuf;
@@ -63,7 +73,7 @@ pub struct BenchOptions {
     /// Where to create the stores (a temporary directory by default).
     pub dir: Option<PathBuf>,
     /// Benchmark hybrid recall with this embedder (see the module doc).
-    pub embedder: Option<crate::config::EmbedderSettings>,
+    pub embedder: Option<EmbedderSettings>,
 }
 
 impl Default for BenchOptions {
@@ -287,7 +297,7 @@ impl Timings {
 const TAIL_SHARE: f64 = 0.02;
 
 /// One recall (or the mean of several): what its rankings did
-/// ([`crate::ranking::RankProfile`]) and where its time went, in ms.
+/// ([`RankProfile`]) and where its time went, in ms.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RecallPhases {
     pub recalls: usize,
@@ -312,7 +322,7 @@ pub struct RecallPhases {
 }
 
 impl RecallPhases {
-    fn of(wall: Duration, cpu: Option<Duration>, p: &crate::ranking::RankProfile) -> Self {
+    fn of(wall: Duration, cpu: Option<Duration>, p: &RankProfile) -> Self {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let ranking = p.plan + p.candidates + p.places + p.neighbours + p.rows;
         Self {
@@ -424,7 +434,7 @@ fn time_recalls(
         let before = store.retrieval_counts();
         let cpu_before = thread_cpu_ns();
         let started = Instant::now();
-        let (recall, profile) = crate::ranking::profiled(|| store.recall(&request));
+        let (recall, profile) = profiled(|| store.recall(&request));
         let recall = recall?;
         let took = started.elapsed();
         t.latencies.push(took);
@@ -478,47 +488,34 @@ fn measure_prefilter(
     caller: &Caller,
     queries: &[String],
 ) -> Result<Vec<PrefilterFigure>> {
-    let key = crate::scope::ScopeKey::of(caller);
-    let pool = crate::ranking::candidate_pool(store.config().recall_top_k);
+    let pool = candidate_pool(store.config().recall.recall_top_k);
     let vectors: Vec<Vec<f32>> = queries
         .iter()
         .filter_map(|q| store.query_vector(q).vector().map(<[f32]>::to_vec))
         .collect();
-    store.read(|conn| {
-        let Some(scope) = key.find(conn)? else {
-            return Ok(Vec::new());
-        };
-        let exact: Vec<Vec<i64>> = vectors
-            .iter()
-            .map(|v| store.exact_nearest(conn, scope, v, 10))
-            .collect::<Result<_>>()?;
-        let mut out = Vec::new();
-        for &factor in PREFILTER_FACTORS {
-            let (mut overlap, mut took) = (0.0, Vec::new());
-            for (v, exact) in vectors.iter().zip(&exact) {
-                let started = Instant::now();
-                let (nearest, _) = store.nearest_items_with(
-                    conn,
-                    scope,
-                    v,
-                    pool,
-                    &[],
-                    factor.unwrap_or(usize::MAX),
-                )?;
-                took.push(started.elapsed());
-                let found: Vec<i64> = nearest.iter().map(|(i, _)| *i).collect();
-                overlap += crate::vectors::overlap(&found, exact);
-            }
-            took.sort_unstable();
-            out.push(PrefilterFigure {
-                factor,
-                overlap_at_10: overlap / vectors.len().max(1) as f64,
-                search_p50_ms: percentile_ms(&took, 0.5),
-                search_p99_ms: percentile_ms(&took, 0.99),
-            });
+    let exact: Vec<Vec<i64>> = vectors
+        .iter()
+        .map(|v| store.exact_nearest(caller, v, 10))
+        .collect::<Result<_>>()?;
+    let mut out = Vec::new();
+    for &factor in PREFILTER_FACTORS {
+        let (mut overlap_sum, mut took) = (0.0, Vec::new());
+        for (v, exact) in vectors.iter().zip(&exact) {
+            let started = Instant::now();
+            let nearest = store.nearest_items(caller, v, pool, factor.unwrap_or(usize::MAX))?;
+            took.push(started.elapsed());
+            let found: Vec<i64> = nearest.iter().map(|(i, _)| *i).collect();
+            overlap_sum += overlap(&found, exact);
         }
-        Ok(out)
-    })
+        took.sort_unstable();
+        out.push(PrefilterFigure {
+            factor,
+            overlap_at_10: overlap_sum / vectors.len().max(1) as f64,
+            search_p50_ms: percentile_ms(&took, 0.5),
+            search_p99_ms: percentile_ms(&took, 0.99),
+        });
+    }
+    Ok(out)
 }
 
 /// The benchmark report (`--json` serializes it).
@@ -529,324 +526,21 @@ pub struct BenchReport {
     pub sizes: Vec<SizeReport>,
 }
 
-/// A small deterministic generator (SplitMix64), so runs are repeatable.
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-const FUNCTION_WORDS: &[&str] = &[
-    "the", "a", "and", "to", "of", "i", "you", "it", "is", "that", "in", "we", "for", "on", "with",
-    "was", "my", "this", "be", "have",
-];
-
-/// Content words people use; the injection query's words are among them so
-/// a query-less recall finds something, as it would in real use.
-const COMMON_WORDS: &[&str] = &[
-    "project",
-    "meeting",
-    "deadline",
-    "profile",
-    "preferences",
-    "important",
-    "events",
-    "goals",
-    "constraints",
-    "decisions",
-    "prior",
-    "ongoing",
-    "entities",
-    "user",
-    "travel",
-    "family",
-    "budget",
-    "music",
-    "coffee",
-    "weekend",
-    "report",
-    "server",
-    "database",
-    "team",
-    "release",
-    "garden",
-    "book",
-    "flight",
-    "doctor",
-    "birthday",
-    "recipe",
-    "python",
-    "rust",
-    "editor",
-    "vim",
-    "deploy",
-    "invoice",
-    "school",
-    "piano",
-    "hiking",
-];
-
-/// Zipf-distributed text over common and synthetic words (shared with the
-/// postgres backend's benchmark, so both measure the same text).
-pub struct TextGen {
-    vocab: Vec<String>,
-    cumulative: Vec<f64>,
-}
-
-impl TextGen {
-    pub fn new(rng: &mut SplitMix, synthetic: usize) -> Self {
-        const SYLLABLES: &[&str] = &[
-            "ka", "lo", "mi", "ren", "tas", "vo", "quin", "bar", "del", "su", "nor", "pe", "gil",
-            "tra", "zu", "mon", "fe", "lis", "dor", "wen",
-        ];
-        let mut vocab: Vec<String> = COMMON_WORDS.iter().map(|w| (*w).to_owned()).collect();
-        while vocab.len() < COMMON_WORDS.len() + synthetic {
-            let n = 2 + rng.below(3);
-            let word: String = (0..n)
-                .map(|_| SYLLABLES[rng.below(SYLLABLES.len())])
-                .collect();
-            vocab.push(word);
-        }
-        // Shuffle so common words are spread over the ranks.
-        for i in (1..vocab.len()).rev() {
-            vocab.swap(i, rng.below(i + 1));
-        }
-        let mut total = 0.0;
-        let cumulative = (1..=vocab.len())
-            .map(|rank| {
-                total += 1.0 / rank as f64;
-                total
-            })
-            .collect();
-        Self { vocab, cumulative }
-    }
-
-    pub fn word(&self, rng: &mut SplitMix) -> &str {
-        let total = *self.cumulative.last().unwrap_or(&1.0);
-        let x = rng.unit() * total;
-        let i = self.cumulative.partition_point(|c| *c < x);
-        &self.vocab[i.min(self.vocab.len() - 1)]
-    }
-
-    pub fn sentence(&self, rng: &mut SplitMix, words: usize) -> String {
-        let mut out = String::new();
-        for i in 0..words {
-            if i > 0 {
-                out.push(' ');
-            }
-            if rng.below(10) < 4 {
-                out.push_str(FUNCTION_WORDS[rng.below(FUNCTION_WORDS.len())]);
-            } else {
-                out.push_str(self.word(rng));
-            }
-        }
-        out
-    }
-}
-
-/// The synthetic memory of one benchmark size, generated from one
-/// [`SplitMix`] in a fixed order (the text's vocabulary, then the captures,
-/// then the explicit memories, then the queries), so the local store's
-/// bench and the postgres backend's bench measure the same data for the
-/// same seed. Captures are made one at a time, so a large size is never
-/// held in memory whole.
-pub struct Workload {
-    pub text: TextGen,
-    /// The (user, agent) scope everything is written to and recalled from.
-    pub user: Caller,
-    /// Captured turns in all.
-    pub turns: usize,
-    /// Explicit memories, one [`Workload::memory`] each.
-    pub memories: usize,
-    per_capture: usize,
-    made: usize,
-    threads: usize,
-    /// One captured sentence in 50, the material of [`Workload::query`].
-    samples: Vec<String>,
-}
-
-impl Workload {
-    /// `items` in all: one explicit memory per `memory_every`, the rest
-    /// turns in new-thread snapshots of `per_capture`.
-    pub fn new(rng: &mut SplitMix, items: usize, memory_every: usize, per_capture: usize) -> Self {
-        let memories = items / memory_every.max(1);
-        Self {
-            text: TextGen::new(rng, 20_000),
-            user: Caller::new("bench-user").with_agent("bench-agent"),
-            turns: items - memories,
-            memories,
-            per_capture: per_capture.max(1),
-            made: 0,
-            threads: 0,
-            samples: Vec::new(),
-        }
-    }
-
-    /// The next capture (a new thread's snapshot, human and AI turns
-    /// alternating), or `None` once every turn is made.
-    pub fn next_capture(&mut self, rng: &mut SplitMix) -> Option<CaptureRequest> {
-        if self.made == self.turns {
-            return None;
-        }
-        let n = self.per_capture.min(self.turns - self.made);
-        let thread = self.threads;
-        let messages = (0..n)
-            .map(|i| {
-                let words = if i % 2 == 0 {
-                    8 + rng.below(20)
-                } else {
-                    15 + rng.below(45)
-                };
-                let s = self.text.sentence(rng, words);
-                if rng.below(50) == 0 {
-                    self.samples.push(s.clone());
-                }
-                if i % 2 == 0 {
-                    Message::human(s)
-                } else {
-                    Message::ai(s)
-                }
-                .with_id(format!("t{thread}-{i}"))
-            })
-            .collect();
-        self.made += n;
-        self.threads += 1;
-        Some(CaptureRequest {
-            caller: self.user.clone().with_thread(format!("thread-{thread}")),
-            messages,
-            kind: CaptureKind::AfterTurn,
-            trace_id: None,
-        })
-    }
-
-    /// Explicit memory `i` (a short fact, numbered so none repeats).
-    pub fn memory(&self, rng: &mut SplitMix, i: usize) -> Result<RememberRequest> {
-        let words = 5 + rng.below(15);
-        let fact = format!("{} (note {i})", self.text.sentence(rng, words));
-        RememberRequest::new("fact", &fact)
-    }
-
-    /// A realistic recall query: a few words of an earlier message plus a
-    /// couple of unrelated words, and one time in 20 none at all.
-    /// The captured sentences queries are drawn from.
-    pub fn samples(&self) -> &[String] {
-        &self.samples
-    }
-
-    pub fn query(&self, rng: &mut SplitMix) -> Option<String> {
-        self.sourced_query(rng).map(|(q, _)| q)
-    }
-
-    /// [`Workload::query`] with the captured sentence its words were taken
-    /// from (what the ranking-quality figures look for in the top 10).
-    pub fn sourced_query(&self, rng: &mut SplitMix) -> Option<(String, &str)> {
-        if rng.below(20) == 0 || self.samples.is_empty() {
-            return None;
-        }
-        let sample = &self.samples[rng.below(self.samples.len())];
-        let words: Vec<&str> = sample.split(' ').collect();
-        let take = (3 + rng.below(6)).min(words.len());
-        let start = rng.below(words.len() - take + 1);
-        let mut q = words[start..start + take].join(" ");
-        for _ in 0..1 + rng.below(2) {
-            q.push(' ');
-            q.push_str(self.text.word(rng));
-        }
-        Some((format!("{q}?"), sample.as_str()))
-    }
-}
-
-/// Nanoseconds this thread has spent on a CPU (`CLOCK_THREAD_CPUTIME_ID`;
-/// finer than `/proc/thread-self/schedstat`, which moves in scheduler
-/// ticks here). Shared with the encoder example.
-#[cfg(unix)]
-pub fn thread_cpu_ns() -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
-}
-
-#[cfg(not(unix))]
-pub fn thread_cpu_ns() -> Option<u64> {
-    None
-}
-
-/// Minor page faults and involuntary context switches of the process.
-#[cfg(unix)]
-fn rusage_counts() -> (u64, u64) {
-    // SAFETY: an all-zero rusage is a valid value; getrusage writes into it.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is valid and writable for the duration of the call.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
-        return (0, 0);
-    }
-    (usage.ru_minflt as u64, usage.ru_nivcsw as u64)
-}
-
-#[cfg(not(unix))]
-fn rusage_counts() -> (u64, u64) {
-    (0, 0)
-}
-
-/// Page cache hits and misses of `conn` since the last call (the counters
-/// are reset).
-fn page_cache_counts(conn: &rusqlite::Connection) -> (u64, u64) {
-    use rusqlite::ffi;
-    let read = |op| {
-        let (mut current, mut highest) = (0, 0);
-        // SAFETY: the handle is live for the borrow of `conn`; the out
-        // pointers are valid.
-        unsafe { ffi::sqlite3_db_status(conn.handle(), op, &mut current, &mut highest, 1) };
-        current.max(0) as u64
-    };
-    (
-        read(ffi::SQLITE_DBSTATUS_CACHE_HIT),
-        read(ffi::SQLITE_DBSTATUS_CACHE_MISS),
-    )
-}
-
 /// Source-turn hit rates at 10 of `queries` (query, source text) with the
 /// shipped budget, the earlier one and none, and the shipped top 10's
 /// overlap with the earlier one's (see [`SizeReport`]).
 fn budget_quality(
-    conn: &rusqlite::Connection,
+    store: &MemoryStore,
     user: &Caller,
     queries: &[(String, &str)],
 ) -> Result<[f64; 4]> {
-    use crate::ranking::{rank_within, TermCounts, POSTINGS_BUDGET};
-    let Some(scope) = crate::scope::ScopeKey::of(user).find(conn)? else {
-        return Ok([0.0; 4]);
-    };
     let budgets = [POSTINGS_BUDGET, EARLIER_BUDGET, UNPRUNED];
     let common = budgets.map(|_| TermCounts::default());
     let mut sums = [0.0; 4];
     for (query, source) in queries {
         let mut tops = Vec::with_capacity(budgets.len());
         for (i, (budget, common)) in budgets.iter().zip(&common).enumerate() {
-            let top = rank_within(conn, common, *budget, scope, query, 10, None)?;
+            let top = store.ranked_within(user, common, *budget, query, 10)?;
             sums[i] += f64::from(u8::from(top.iter().any(|r| r.text == *source)));
             tops.push(top.into_iter().map(|r| r.citation).collect::<Vec<_>>());
         }
@@ -860,36 +554,6 @@ fn budget_quality(
     }
     let n = queries.len().max(1) as f64;
     Ok(sums.map(|s| s / n))
-}
-
-fn vm_hwm_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
-
-/// Resets the peak RSS counter (Linux: `echo 5 > /proc/self/clear_refs`).
-fn reset_vm_hwm() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
-}
-
-fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let idx = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[idx].as_secs_f64() * 1000.0
-}
-
-fn file_mb(path: &std::path::Path) -> f64 {
-    let mut total = 0u64;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = path.as_os_str().to_owned();
-        p.push(suffix);
-        total += std::fs::metadata(PathBuf::from(p)).map_or(0, |m| m.len());
-    }
-    total as f64 / (1024.0 * 1024.0)
 }
 
 fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<SizeReport> {
@@ -956,7 +620,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     capture_calls.sort_unstable();
     let started = Instant::now();
     for text in &captured_texts {
-        std::hint::black_box(crate::salience::excerpt(text, &[]));
+        std::hint::black_box(memgate_recall::salience::excerpt(text, &[]));
     }
     let excerpt_us_per_turn =
         started.elapsed().as_secs_f64() * 1e6 / captured_texts.len().max(1) as f64;
@@ -993,7 +657,19 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         }
         figures.embedded_items = embedded;
         figures.embed_items_per_sec = embedded as f64 / started.elapsed().as_secs_f64().max(1e-9);
-        figures.synthetic_vectors = store.fill_random_vectors(rng.next_u64())?;
+        // The rest: random unit vectors filed under the model's name, through
+        // the same indexer; a search's cost does not depend on their values.
+        if let Some(real) = tokens_of.clone() {
+            let dims = real
+                .embed(&["dimensions"])
+                .map_err(|e| MemoryError::backend(e.to_string()))?
+                .first()
+                .map_or(0, Vec::len);
+            let model = real.model().to_owned();
+            store = store.with_embedder(RandomEmbedder::posing_as(&model, dims));
+            figures.synthetic_vectors = store.index_all_vectors(256)?;
+            store = store.with_embedder(real);
+        }
     }
 
     // Recall: warm up, then time each call.
@@ -1006,7 +682,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
             query: q.map(|(q, _)| q),
         })?;
     }
-    store.read(|conn| Ok(page_cache_counts(conn)))?;
+    store.page_cache_counts()?;
     let wal_mb_at_recall = {
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
@@ -1025,9 +701,8 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     let timed = time_recalls(&store, &user, queries, embedder.is_some())?;
     let usage_after = rusage_counts();
     // A single client always gets the same pooled reader back.
-    let (reader_cache_hits, reader_cache_misses) =
-        store.read(|conn| Ok(page_cache_counts(conn)))?;
-    let overlaps = store.read(|conn| budget_quality(conn, &user, &asked))?;
+    let (reader_cache_hits, reader_cache_misses) = store.page_cache_counts()?;
+    let overlaps = budget_quality(&store, &user, &asked)?;
     let recall_cpu_p50_by_quarter_ms = timed.cpu_p50_by_quarter_ms.clone();
     let mut prefilter_queries = Vec::new();
     // Queries of a real question's length: consecutive words of an earlier
@@ -1256,11 +931,11 @@ impl fmt::Display for BenchReport {
                  of budget {} with budget {EARLIER_BUDGET} {:.3}",
                 s.items,
                 s.quality_queries,
-                crate::ranking::POSTINGS_BUDGET,
+                POSTINGS_BUDGET,
                 s.source_at_10,
                 s.earlier_source_at_10,
                 s.unpruned_source_at_10,
-                crate::ranking::POSTINGS_BUDGET,
+                POSTINGS_BUDGET,
                 s.overlap_at_10_vs_earlier
             )?;
             let lookups = (s.reader_cache_hits + s.reader_cache_misses).max(1);

@@ -1,7 +1,7 @@
 //! `postgres` against `local` in one run, on the same synthetic memory.
 //!
 //! ```text
-//! cargo run --release -p memgate-postgres --example postgres_bench -- [--sizes 10000,100000]
+//! cargo run --profile profiling -p memgate-lab --example postgres_bench -- [--sizes 10000,100000]
 //!     [--recalls 2000] [--replicas 1,2,4] [--load 4000] [--clients 8]
 //!     [--backends local,postgres] [--turns-per-capture 100] [--keep-schema]
 //!     [--reuse-schema NAME]  (recall only, on a schema --keep-schema left; kept again)
@@ -33,10 +33,11 @@
 //! fusion, which cost the same whatever the vectors' values.
 
 use memgate_core::{Caller, CaptureRequest, MemoryBackend, RecallRequest, RememberRequest};
-use memgate_embed::Embedder;
+use memgate_lab::synthetic::RandomEmbedder;
+use memgate_lab::workload;
 use memgate_postgres::{PostgresBackend, PostgresConfig};
-use memgate_store::bench::{self, SplitMix};
 use memgate_store::{LocalBackend, LocalConfig, MemoryStore};
+use memgate_testsupport::SplitMix;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -112,11 +113,11 @@ struct Workload {
     user: Caller,
 }
 
-/// The same memory `memgate bench` measures for `seed` ([`bench::Workload`]),
+/// The same memory `memgate bench` measures for `seed` ([`workload::Workload`]),
 /// with `200 + recalls` queries drawn after it.
 fn workload(items: usize, recalls: usize, per_capture: usize, seed: u64) -> Workload {
     let mut rng = SplitMix::new(seed);
-    let mut w = bench::Workload::new(&mut rng, items, 100, per_capture);
+    let mut w = workload::Workload::new(&mut rng, items, 100, per_capture);
     let captures = std::iter::from_fn(|| w.next_capture(&mut rng)).collect();
     let memories = (0..w.memories)
         .map(|i| w.memory(&mut rng, i).unwrap())
@@ -127,46 +128,6 @@ fn workload(items: usize, recalls: usize, per_capture: usize, seed: u64) -> Work
         memories,
         queries,
         user: w.user.clone(),
-    }
-}
-
-/// A synthetic embedder, named as one: each text's vector is DIMS
-/// pseudo-random components seeded by a hash of the text, made unit length.
-/// It stands in for a model where only the cost of storing and scanning
-/// vectors is measured (a scan's cost does not depend on the values).
-struct RandomEmbedder {
-    model: String,
-    dims: usize,
-}
-
-impl RandomEmbedder {
-    fn new(dims: usize) -> Arc<Self> {
-        Arc::new(Self {
-            model: format!("bench-random/{dims}"),
-            dims,
-        })
-    }
-}
-
-impl Embedder for RandomEmbedder {
-    fn model(&self) -> &str {
-        &self.model
-    }
-
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memgate_embed::EmbedError> {
-        Ok(texts
-            .iter()
-            .map(|t| {
-                // FNV-1a of the text seeds the components.
-                let seed = t.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                    (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-                });
-                let mut rng = SplitMix::new(seed);
-                let mut v: Vec<f32> = (0..self.dims).map(|_| rng.unit() as f32 - 0.5).collect();
-                memgate_embed::normalize(&mut v);
-                v
-            })
-            .collect())
     }
 }
 

@@ -1,7 +1,7 @@
 //! What erasure costs on the local store, and what it does to captures.
 //!
 //! For each size, a fresh store is filled with synthetic turns (captured in
-//! 100-turn thread snapshots, as [`crate::bench`] does) and explicit
+//! 100-turn thread snapshots, as [`crate::store_bench`] does) and explicit
 //! memories (one per 100 items) spread over scopes: `alice` (default agent
 //! and `coder`, about a tenth of the items each), and `bob` with the rest.
 //! Then each level is forgotten once, smallest first, on the same store:
@@ -17,16 +17,17 @@
 //! capture latency before and right after (20 captures each). Figures are
 //! measured, never asserted.
 
-use crate::bench::{SplitMix, TextGen};
-use crate::config::LocalConfig;
-use crate::store::MemoryStore;
+use crate::process::file_mb;
+use crate::workload::TextGen;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, FactPatch, ForgetReport, ForgetTarget, MemoryError,
     Message, RememberOutcome, RememberRequest, Result,
 };
+use memgate_store::{LocalConfig, MemoryStore};
+use memgate_testsupport::SplitMix;
 use serde::Serialize;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -157,16 +158,6 @@ fn median_ms(mut samples: Vec<Duration>) -> f64 {
     samples.get(samples.len() / 2).map_or(0.0, |d| ms(*d))
 }
 
-fn file_mb(path: &Path) -> f64 {
-    let mut total = 0;
-    for suffix in ["", "-wal"] {
-        let mut p = path.as_os_str().to_owned();
-        p.push(suffix);
-        total += std::fs::metadata(PathBuf::from(p)).map_or(0, |m| m.len());
-    }
-    total as f64 / 1e6
-}
-
 /// Fills the store: alice's two scopes a tenth of the items each, bob the
 /// rest; one explicit memory per 100 items, in the same proportions.
 fn fill(store: &MemoryStore, items: usize, text: &TextGen, rng: &mut SplitMix) -> Result<()> {
@@ -276,11 +267,7 @@ fn forget_under_captures(
 /// The part of an erasure that does not depend on what it removed.
 fn fixed_cost(store: &MemoryStore) -> Result<Duration> {
     let started = Instant::now();
-    store.write(|_, index| {
-        index.purge_removed();
-        Ok(())
-    })?;
-    store.truncate_wal_fully()?;
+    store.scrub()?;
     Ok(started.elapsed())
 }
 
