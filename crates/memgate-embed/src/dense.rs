@@ -18,7 +18,7 @@
 //! inputs into sixteen int32 sums, four times the multiply-adds per
 //! instruction of float32 FMA and a quarter of the weight bytes. Float32
 //! stays the exact path. (A bfloat16 path, `vdpbf16ps`, was measured no
-//! faster than float32 here: notes/recall.md.)
+//! faster than float32 here: docs/design/dense-scan.md.)
 
 /// Outputs computed together (two AVX2 registers).
 const TILE: usize = 16;
@@ -409,6 +409,7 @@ unsafe fn avx512_block<const R: usize, const T: usize>(
         let wv: [__m512; T] =
             std::array::from_fn(|t| unsafe { _mm512_loadu_ps(w.add((t * k + i) * TILE)) });
         for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `rows` holds `R` rows of `k` inputs, so `r·k + i` is in bounds.
             let v = _mm512_set1_ps(unsafe { *a.add(r * k + i) });
             for t in 0..T {
                 acc[t] = _mm512_fmadd_ps(v, wv[t], acc[t]);

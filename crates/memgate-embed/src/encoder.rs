@@ -166,6 +166,9 @@ impl Encoder {
         for head in 0..heads {
             let off = head * d;
             // scores = Q_h · K_hᵀ (rows of Q and K are `3h` apart).
+            // SAFETY: `qkv` holds `n` rows of `3h` floats, so head `off`'s
+            // `d` columns of Q and K over `n` rows at stride `3h` stay inside
+            // it; `scores` holds `n × n` floats.
             unsafe {
                 matrixmultiply::sgemm(
                     n,
@@ -186,6 +189,9 @@ impl Encoder {
             }
             softmax_all(&mut scores, n);
             // context_h = softmax(scores) · V_h
+            // SAFETY: `scores` is `n × n`; V's head columns at stride `3h`
+            // stay inside `qkv`; `context` holds `n × h` floats, of which
+            // head `off`'s `d` columns are written at stride `h`.
             unsafe {
                 matrixmultiply::sgemm(
                     n,
