@@ -94,13 +94,6 @@ impl PostgresBackend {
         scope_id: i64,
         fact: &NewFact<'_>,
     ) -> Result<Option<i64>> {
-        let NewFact {
-            kind,
-            text,
-            state,
-            created_at,
-            updated_at,
-        } = *fact;
         let sql = format!(
             "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at, search)
              VALUES ($1, $2, $3, $4, 1, $5, $6, {})
@@ -108,18 +101,18 @@ impl PostgresBackend {
              RETURNING id",
             search_vector("$7", "$8")
         );
-        let (body, context) = (crate::terms::fold(text), crate::terms::fold(kind));
+        let (body, context) = (crate::terms::fold(fact.text), crate::terms::fold(fact.kind));
         let row = self
             .row_opt(
                 c,
                 &sql,
                 &[
                     &scope_id,
-                    &kind,
-                    &text,
-                    &state_name(state),
-                    &created_at,
-                    &updated_at,
+                    &fact.kind,
+                    &fact.text,
+                    &state_name(fact.state),
+                    &fact.created_at,
+                    &fact.updated_at,
                     &body,
                     &context,
                 ],
@@ -131,9 +124,9 @@ impl PostgresBackend {
         let id: i64 = row.get(0);
         let first = Version {
             version: 1,
-            kind,
-            text,
-            state,
+            kind: fact.kind,
+            text: fact.text,
+            state: fact.state,
         };
         self.record_history(c, id, &first, &now_rfc3339()).await?;
         Ok(Some(id))

@@ -4,11 +4,14 @@
 //! Text is folded by `local`'s own rules first ([`memgate_recall::terms`]:
 //! accents dropped, lower-cased, Han and kana split into characters, English
 //! function words dropped), then handed to `to_tsvector('english', …)`,
-//! which stems. A query becomes up to [`MAX_QUERY_TERMS`] distinct folded
+//! which stems. A query becomes up to [`memgate_recall::terms::MAX_QUERY_TERMS`] distinct folded
 //! terms, each single-quoted (they are letters and digits only, so none can
 //! be `tsquery` syntax) and joined with `|`.
 
-use memgate_recall::terms::{terms, MAX_QUERY_TERMS};
+pub use memgate_recall::terms::query_terms;
+use memgate_recall::terms::terms;
+#[cfg(test)]
+use memgate_recall::terms::MAX_QUERY_TERMS;
 
 /// The text search configuration (stemming) both documents and queries use.
 pub const TEXT_SEARCH_CONFIG: &str = "english";
@@ -25,21 +28,6 @@ pub fn search_vector(body: &str, context: &str) -> String {
         "setweight(to_tsvector('{TEXT_SEARCH_CONFIG}', {body}), 'A') || \
          setweight(to_tsvector('{TEXT_SEARCH_CONFIG}', {context}), 'B')"
     )
-}
-
-/// The distinct folded terms of `query`, at most [`MAX_QUERY_TERMS`], in
-/// query order (what the ranking plans over).
-pub fn query_terms(query: &str) -> Vec<String> {
-    let mut seen: Vec<String> = Vec::new();
-    for term in terms(query) {
-        if !seen.contains(&term) {
-            seen.push(term);
-            if seen.len() == MAX_QUERY_TERMS {
-                break;
-            }
-        }
-    }
-    seen
 }
 
 /// One term as a `to_tsquery` operand: single-quoted (terms are letters

@@ -251,11 +251,9 @@ pub fn index_text(tag: &str, text: &str) -> String {
     out
 }
 
-/// The MATCH phrases of `query` in one scope: up to [`MAX_QUERY_TERMS`]
-/// distinct terms, each tagged and double-quoted (letters and digits only, so
-/// a phrase can never be FTS5 syntax). Empty when the query has no topic term
-/// (blank, punctuation only, or only function words).
-pub fn query_phrases(tag: &str, query: &str) -> Vec<String> {
+/// The distinct folded terms of `query`, at most [`MAX_QUERY_TERMS`], in
+/// query order (what a ranking plans over, in both stores).
+pub fn query_terms(query: &str) -> Vec<String> {
     let mut seen: Vec<String> = Vec::new();
     for term in terms(query) {
         if !seen.contains(&term) {
@@ -265,7 +263,18 @@ pub fn query_phrases(tag: &str, query: &str) -> Vec<String> {
             }
         }
     }
-    seen.iter().map(|t| format!("\"{tag}{t}\"")).collect()
+    seen
+}
+
+/// The MATCH phrases of `query` in one scope: its [`query_terms`], each
+/// tagged and double-quoted (letters and digits only, so a phrase can never
+/// be FTS5 syntax). Empty when the query has no topic term (blank,
+/// punctuation only, or only function words).
+pub fn query_phrases(tag: &str, query: &str) -> Vec<String> {
+    query_terms(query)
+        .iter()
+        .map(|t| format!("\"{tag}{t}\""))
+        .collect()
 }
 
 #[cfg(test)]

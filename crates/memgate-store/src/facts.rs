@@ -106,13 +106,6 @@ pub(crate) fn insert(
     scope: i64,
     fact: &NewFact<'_>,
 ) -> Result<i64> {
-    let NewFact {
-        kind,
-        text,
-        state,
-        created_at,
-        updated_at,
-    } = *fact;
     conn.prepare_cached(
         "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6)",
@@ -120,27 +113,27 @@ pub(crate) fn insert(
     .and_then(|mut s| {
         s.execute(params![
             scope,
-            kind,
-            text,
-            state_name(state),
-            created_at,
-            updated_at
+            fact.kind,
+            fact.text,
+            state_name(fact.state),
+            fact.created_at,
+            fact.updated_at
         ])
     })
     .map_err(db_error)?;
     let id = conn.last_insert_rowid();
-    let fact = Fact {
+    let first = Fact {
         id: memory_citation(id),
-        kind: kind.to_owned(),
-        text: text.to_owned(),
-        state,
+        kind: fact.kind.to_owned(),
+        text: fact.text.to_owned(),
+        state: fact.state,
         version: 1,
-        created_at: created_at.to_owned(),
-        updated_at: updated_at.to_owned(),
+        created_at: fact.created_at.to_owned(),
+        updated_at: fact.updated_at.to_owned(),
     };
-    record_history(conn, id, &fact, &now_rfc3339())?;
-    if state == FactState::Active {
-        index.add_memory(scope, id, kind, text);
+    record_history(conn, id, &first, &now_rfc3339())?;
+    if fact.state == FactState::Active {
+        index.add_memory(scope, id, fact.kind, fact.text);
     }
     Ok(id)
 }
