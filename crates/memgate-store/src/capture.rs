@@ -17,9 +17,9 @@
 //! snapshot, a longer snapshot or a compaction head stores only what is new.
 //! A batch is one transaction, committed before the report is returned.
 
+use crate::error::db_error;
 use crate::first_turn::cache_excerpt;
 use crate::index::IndexWrites;
-use crate::schema::db_error;
 use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
 use memgate_core::capture::is_captureable;

@@ -8,8 +8,8 @@
 //! one *active* copy of a (kind, text) pair exists per scope (a unique index
 //! enforces it), which is what makes `remember` answer `AlreadyPresent`.
 
+use crate::error::db_error;
 use crate::index::IndexWrites;
-use crate::schema::db_error;
 use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
 use memgate_core::facts::{history, NewFact};

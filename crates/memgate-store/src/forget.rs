@@ -16,8 +16,8 @@
 //! The cost is a rewrite of the recall index per erasure: erasure is rare,
 //! and a cheaper erasure that leaves copies behind would not be one.
 
+use crate::error::db_error;
 use crate::index::IndexWrites;
-use crate::schema::db_error;
 use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
 use crate::vectors::erase_vectors;

@@ -30,8 +30,8 @@
 //! per scope (terms carry the scope tag); the total row count and average
 //! length that BM25 also uses are those of the whole file.
 
-use crate::schema::db_error;
-use crate::schema::write_generation;
+use crate::error::db_error;
+use crate::scope::write_generation;
 use memgate_core::Result;
 use memgate_recall::citation::{memory_citation, turn_citation};
 use memgate_recall::ranked::{

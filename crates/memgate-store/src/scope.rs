@@ -1,7 +1,7 @@
 //! Where a (user, peer) scope ([`ScopeKey`]) lives in the SQLite file: its
-//! row id, found or made.
+//! row id, found or made, and its write generation.
 
-use crate::schema::db_error;
+use crate::error::db_error;
 use memgate_core::Result;
 use memgate_recall::scope::ScopeKey;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -34,6 +34,17 @@ impl ScopeRow for ScopeKey {
             .map_err(db_error)?;
         Ok(conn.last_insert_rowid())
     }
+}
+
+/// The write generation of `scope` in the reader's snapshot: it moves in
+/// the transaction of every write to the scope's turns or memories (kept by
+/// triggers, see [`crate::schema`]'s write-generation migration), so what was
+/// computed from an earlier snapshot of the scope still holds while it is
+/// unchanged.
+pub fn write_generation(conn: &Connection, scope: i64) -> Result<i64> {
+    conn.prepare_cached("SELECT generation FROM scopes WHERE id = ?1")
+        .and_then(|mut s| s.query_row([scope], |r| r.get(0)))
+        .map_err(db_error)
 }
 
 impl crate::store::MemoryStore {

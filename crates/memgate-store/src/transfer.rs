@@ -14,8 +14,8 @@
 //! speaker and date context of turns is not part of the v1 format.
 
 use crate::capture::{insert_turn, next_seq};
+use crate::error::db_error;
 use crate::facts::{self, list_in_scope, state_name};
-use crate::schema::db_error;
 use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
 use memgate_core::facts::{ExportedTurn, NewFact, EXPORT_FORMAT};

@@ -22,8 +22,8 @@
 //!   products of unit vectors: the cosine). Erasure deletes rows with
 //!   [`erase_vectors`] and then drops the in-memory copies.
 
+use crate::error::db_error;
 use crate::quantized::Quantized;
-use crate::schema::db_error;
 use crate::scope::ScopeRow;
 use crate::store::MemoryStore;
 use memgate_core::Caller;
