@@ -27,6 +27,7 @@
 pub mod backend;
 pub mod capture;
 pub mod config;
+mod db;
 mod error;
 pub mod facts;
 pub mod first_turn;
