@@ -1,5 +1,5 @@
 //! Where a (user, peer) scope ([`ScopeKey`]) lives in the SQLite file: its
-//! row id, found or made, and its write generation.
+//! row id, found or made, its write generation, and the list of scopes.
 
 use crate::error::db_error;
 use memgate_core::Result;
@@ -47,22 +47,18 @@ pub fn write_generation(conn: &Connection, scope: i64) -> Result<i64> {
         .map_err(db_error)
 }
 
-impl crate::store::MemoryStore {
-    /// Every scope that ever stored something, in creation order (what
-    /// `memgate migrate` walks).
-    pub fn scopes(&self) -> Result<Vec<ScopeKey>> {
-        self.read(|conn| {
-            conn.prepare_cached("SELECT user_id, peer FROM scopes ORDER BY id")
-                .and_then(|mut s| {
-                    s.query_map([], |r| {
-                        Ok(ScopeKey {
-                            user: r.get(0)?,
-                            peer: r.get(1)?,
-                        })
-                    })?
-                    .collect()
+/// Every scope that ever stored something, in creation order (what
+/// `memgate migrate` walks).
+pub(crate) fn all_scopes(conn: &Connection) -> Result<Vec<ScopeKey>> {
+    conn.prepare_cached("SELECT user_id, peer FROM scopes ORDER BY id")
+        .and_then(|mut s| {
+            s.query_map([], |r| {
+                Ok(ScopeKey {
+                    user: r.get(0)?,
+                    peer: r.get(1)?,
                 })
-                .map_err(db_error)
+            })?
+            .collect()
         })
-    }
+        .map_err(db_error)
 }
