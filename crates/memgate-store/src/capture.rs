@@ -18,7 +18,7 @@
 //! A batch is one transaction, committed before the report is returned.
 //!
 //! [`crate::MemoryStore::capture`] and `capture_streamed` take the write lock
-//! and hand the transaction to [`store_turns`].
+//! and hand the transaction to `store_turns`.
 
 use crate::error::db_error;
 use crate::first_turn::cache_excerpt;

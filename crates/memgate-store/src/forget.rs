@@ -107,7 +107,8 @@ pub(crate) fn erase_target(
     index: &mut IndexWrites,
     key: &ScopeKey,
     target: &ForgetTarget,
-    (fact, thread): (Option<i64>, Option<&str>),
+    fact: Option<i64>,
+    thread: Option<&str>,
 ) -> Result<ForgetReport> {
     let mut report = ForgetReport::default();
     let Some(scope) = key.find(tx)? else {

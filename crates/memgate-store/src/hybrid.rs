@@ -18,7 +18,7 @@
 //! Anything else is the lexical ranking unchanged: no embedder, vectors of
 //! another model or recipe (after a change, until `reembed`), or an embedder
 //! that fails or misses its deadline — the last is counted
-//! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
+//! ([`memgate_recall::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
 
 use crate::ranking::{load_item, rank, TermCounts};

@@ -1,10 +1,10 @@
 //! [`MemoryStore`]: the synchronous store the async backend wraps (and that
 //! language bindings can call directly).
 //!
-//! Every method of the store is here, and each is short: it takes the
-//! lock or snapshot it needs from [`crate::db`] (one writer connection
-//! behind a mutex, pooled readers, durable commits) and hands the
-//! connection to the module of its concern, with the state that module
+//! Every method of the store is here, and each is short: it takes the lock
+//! or snapshot it needs from `db` (one writer connection behind a mutex,
+//! pooled readers, durable commits) and hands the connection to the module
+//! of its concern, with the state that module
 //! needs: [`crate::capture`], [`crate::facts`], [`crate::forget`],
 //! [`crate::transfer`], [`crate::recall`] with [`crate::hybrid`] and
 //! [`crate::ranking`], [`crate::first_turn`], [`crate::vectors`]. Those
@@ -311,7 +311,7 @@ impl MemoryStore {
             return self.forget_user(caller);
         }
         let report = self.db.write(|tx, index| {
-            forget::erase_target(tx, index, &key, target, (fact, thread.as_deref()))
+            forget::erase_target(tx, index, &key, target, fact, thread.as_deref())
         })?;
         self.finish_erasure(target, report)
     }
