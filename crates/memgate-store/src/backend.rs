@@ -36,8 +36,9 @@ use tokio::sync::Semaphore;
 /// SQLite work running at once on the blocking pool: each holds a thread
 /// and a reader connection (with its page cache), so 200 concurrent recalls queue
 /// here instead of opening 200 of each. Reads are short; the writer is one
-/// connection anyway.
-pub const MAX_CONCURRENT_WORK: usize = 8;
+/// connection anyway. As many as the store keeps idle readers, so each
+/// finds one pooled.
+pub const MAX_CONCURRENT_WORK: usize = crate::db::MAX_IDLE_READERS;
 
 /// How often the retention sweep runs when a maximum turn age is set.
 pub const RETENTION_SWEEP_INTERVAL: Duration = Duration::from_secs(600);

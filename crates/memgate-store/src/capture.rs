@@ -16,16 +16,16 @@
 //! De-duplication is by (scope, thread, message signature), so replaying a
 //! snapshot, a longer snapshot or a compaction head stores only what is new.
 //! A batch is one transaction, committed before the report is returned.
+//!
+//! [`crate::MemoryStore::capture`] and `capture_streamed` take the write lock
+//! and hand the transaction to `store_turns`.
 
+use crate::error::db_error;
 use crate::first_turn::cache_excerpt;
 use crate::index::IndexWrites;
-use crate::schema::db_error;
 use crate::scope::ScopeRow;
-use crate::store::MemoryStore;
 use memgate_core::capture::is_captureable;
-use memgate_core::time::now_rfc3339;
-use memgate_core::{Caller, CaptureReport, CaptureRequest, Message};
-use memgate_core::{MemoryError, Result};
+use memgate_core::{CaptureReport, KeepHiddenHook, MemoryError, Message, Redactor, Result};
 use memgate_recall::salience::SpeakerNames;
 use memgate_recall::scope::ScopeKey;
 use memgate_recall::turns::{storable, NewTurn};
@@ -99,7 +99,7 @@ pub(crate) fn insert_turn(
     }
 }
 
-/// One item of a streamed capture ([`MemoryStore::capture_streamed`]).
+/// One item of a streamed capture ([`crate::MemoryStore::capture_streamed`]).
 #[derive(Debug)]
 pub enum Streamed {
     /// The next messages of the transcript (a few at a time: one hand-off
@@ -148,57 +148,23 @@ impl Iterator for Feed {
     }
 }
 
-impl MemoryStore {
-    /// Stores the new turns of a snapshot (or compaction head) in one
-    /// transaction. Requires a thread.
-    pub fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
-        request.caller.require_thread()?;
-        let captured_at = now_rfc3339();
-        let seen = Cell::new(0);
-        // Signatures are computed before the write lock is taken.
-        let turns: Vec<Result<NewTurn>> = self
-            .turns_of(request.messages.iter().map(Ok), &captured_at, &seen)
-            .collect();
-        self.store_turns(
-            &request.caller,
-            request.trace_id.as_deref(),
-            turns.into_iter(),
-            &seen,
-        )
-    }
+/// What a capture keeps of a transcript and how: hidden messages only when
+/// the host's keep-hook says so, and every text redacted.
+#[derive(Clone, Copy)]
+pub(crate) struct Intake<'a> {
+    pub keep: Option<&'a KeepHiddenHook>,
+    pub redactor: &'a Redactor,
+}
 
-    /// [`Self::capture`] for a transcript that arrives one message at a time
-    /// (a host still converting it): each new turn is written as it arrives,
-    /// so the host's conversion and the store's work overlap. The write lock
-    /// is held from the first storable turn to [`Streamed::End`]. A
-    /// [`Streamed::Failed`] item, or a sender gone before the end, stores
-    /// nothing.
-    pub fn capture_streamed(
-        &self,
-        caller: &Caller,
-        trace_id: Option<&str>,
-        items: Receiver<Streamed>,
-    ) -> Result<CaptureReport> {
-        let captured_at = now_rfc3339();
-        let seen = Cell::new(0);
-        let feed = Feed {
-            items,
-            batch: Vec::new().into_iter(),
-            done: false,
-        };
-        let turns = self.turns_of(feed, &captured_at, &seen);
-        self.store_turns(caller, trace_id, turns, &seen)
-    }
-
+impl<'a> Intake<'a> {
     /// The storable turns of `messages`, in order; `seen` counts messages.
-    fn turns_of<'a, M: Borrow<Message>>(
-        &'a self,
+    pub fn turns<M: Borrow<Message>>(
+        self,
         messages: impl Iterator<Item = Result<M>> + 'a,
         captured_at: &'a str,
         seen: &'a Cell<usize>,
     ) -> impl Iterator<Item = Result<NewTurn>> + 'a {
-        let keep = self.keep_hidden.as_ref();
-        let redactor = &*self.redactor;
+        let Intake { keep, redactor } = self;
         messages.filter_map(move |message| {
             let message = match message {
                 Ok(m) => m,
@@ -212,55 +178,39 @@ impl MemoryStore {
                 .map(Ok)
         })
     }
+}
 
-    /// Writes `turns` in one transaction, opened by the first of them (none:
-    /// no transaction); an `Err` turn rolls it back.
-    fn store_turns(
-        &self,
-        caller: &Caller,
-        trace_id: Option<&str>,
-        turns: impl Iterator<Item = Result<NewTurn>>,
-        seen: &Cell<usize>,
-    ) -> Result<CaptureReport> {
-        let thread = caller.require_thread()?;
-        let mut turns = turns.peekable();
-        let mut report = CaptureReport::default();
-        if turns.peek().is_none() {
-            self.check_usable()?;
-        } else {
-            let key = ScopeKey::of(caller);
-            self.write(|tx, index| {
-                let scope = key.ensure(tx)?;
-                let mut seq = next_seq(tx, scope, thread)?;
-                let mut names = SpeakerNames::default();
-                for turn in turns {
-                    if insert_turn(tx, index, &mut names, scope, thread, seq, &turn?)? {
-                        seq += 1;
-                        report.stored += 1;
-                    } else {
-                        report.already_known += 1;
-                    }
-                }
-                Ok(())
-            })?;
-        }
-        report.filtered = seen.get() - report.stored - report.already_known;
-        tracing::debug!(
-            stored = report.stored,
-            already_known = report.already_known,
-            filtered = report.filtered,
-            trace_id = trace_id.unwrap_or(""),
-            "local store capture"
-        );
-        Ok(report)
+/// A streamed transcript's messages, ending at [`Streamed::End`] (see
+/// [`Feed`]).
+pub(crate) fn feed(items: Receiver<Streamed>) -> impl Iterator<Item = Result<Message>> {
+    Feed {
+        items,
+        batch: Vec::new().into_iter(),
+        done: false,
     }
+}
 
-    /// A closed store refuses even a capture that would store nothing.
-    fn check_usable(&self) -> Result<()> {
-        if self.is_closed() {
-            Err(MemoryError::Closed("local".to_owned()))
+/// Stores `turns` as the next turns of `thread` in `key`'s scope (made on
+/// first write), counting what was new and what was already known in
+/// `report`; an `Err` turn is returned (and rolls the transaction back).
+pub(crate) fn store_turns(
+    tx: &Connection,
+    index: &mut IndexWrites,
+    key: &ScopeKey,
+    thread: &str,
+    turns: impl Iterator<Item = Result<NewTurn>>,
+    report: &mut CaptureReport,
+) -> Result<()> {
+    let scope = key.ensure(tx)?;
+    let mut seq = next_seq(tx, scope, thread)?;
+    let mut names = SpeakerNames::default();
+    for turn in turns {
+        if insert_turn(tx, index, &mut names, scope, thread, seq, &turn?)? {
+            seq += 1;
+            report.stored += 1;
         } else {
-            Ok(())
+            report.already_known += 1;
         }
     }
+    Ok(())
 }

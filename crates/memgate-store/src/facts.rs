@@ -8,15 +8,13 @@
 //! one *active* copy of a (kind, text) pair exists per scope (a unique index
 //! enforces it), which is what makes `remember` answer `AlreadyPresent`.
 
+use crate::error::db_error;
 use crate::index::IndexWrites;
-use crate::schema::db_error;
 use crate::scope::ScopeRow;
-use crate::store::MemoryStore;
 use memgate_core::facts::{history, NewFact};
-use memgate_core::redaction::redact_remember;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
-    Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
+    Citation, Fact, FactPatch, FactState, MemoryError, Redactor, RememberOutcome, RememberRequest,
     Result,
 };
 use memgate_recall::citation::{memory_citation, parse_memory_citation};
@@ -158,126 +156,136 @@ fn update(conn: &Connection, id: i64, fact: &Fact) -> Result<()> {
     record_history(conn, id, fact, &fact.updated_at)
 }
 
-impl MemoryStore {
-    /// Stores one explicit memory, or reports the identical active one.
-    pub fn remember(&self, caller: &Caller, request: &RememberRequest) -> Result<RememberOutcome> {
-        // Re-validate: the request's fields are public and may be hand-built.
-        let request = RememberRequest::new(&request.kind, &request.text)?;
-        let request = match redact_remember(&self.redactor, &request) {
-            Ok(redacted) => redacted,
-            Err(refused) => return Ok(refused),
-        };
-        let key = ScopeKey::of(caller);
-        self.write(|tx, index| {
-            let scope = key.ensure(tx)?;
-            if let Some(id) = find_active(tx, scope, &request.kind, &request.text)? {
-                return Ok(RememberOutcome::AlreadyPresent {
-                    citation: Some(Citation::new(memory_citation(id))),
-                    revision: None,
-                });
-            }
-            let now = now_rfc3339();
-            let id = insert(
-                tx,
-                index,
-                scope,
-                &NewFact {
-                    kind: &request.kind,
-                    text: &request.text,
-                    state: FactState::Active,
-                    created_at: &now,
-                    updated_at: &now,
-                },
-            )?;
-            Ok(RememberOutcome::Stored {
-                citation: Citation::new(memory_citation(id)),
+/// A memory named by its citation (`mem_<n>`): the citation as the caller
+/// wrote it (what a not-found error names) and the row it points at.
+#[derive(Clone, Copy)]
+pub(crate) struct MemoryId<'a> {
+    cited: &'a str,
+    row: i64,
+}
+
+impl<'a> MemoryId<'a> {
+    /// Parses `id`; anything but `mem_<number>` is not found.
+    pub fn parse(id: &'a str) -> Result<Self> {
+        let row = parse_memory_citation(id).ok_or_else(|| not_found(id))?;
+        Ok(Self { cited: id, row })
+    }
+
+    fn not_found(self) -> MemoryError {
+        not_found(self.cited)
+    }
+}
+
+/// Stores one explicit memory (already validated and redacted) in `key`'s
+/// scope, or reports the identical active one.
+pub(crate) fn remember(
+    tx: &Connection,
+    index: &mut IndexWrites,
+    key: &ScopeKey,
+    request: &RememberRequest,
+) -> Result<RememberOutcome> {
+    let scope = key.ensure(tx)?;
+    if let Some(id) = find_active(tx, scope, &request.kind, &request.text)? {
+        return Ok(RememberOutcome::AlreadyPresent {
+            citation: Some(Citation::new(memory_citation(id))),
+            revision: None,
+        });
+    }
+    let now = now_rfc3339();
+    let id = insert(
+        tx,
+        index,
+        scope,
+        &NewFact {
+            kind: &request.kind,
+            text: &request.text,
+            state: FactState::Active,
+            created_at: &now,
+            updated_at: &now,
+        },
+    )?;
+    Ok(RememberOutcome::Stored {
+        citation: Citation::new(memory_citation(id)),
+    })
+}
+
+/// `key`'s memories, oldest first; retired ones only on request.
+pub(crate) fn list(conn: &Connection, key: &ScopeKey, include_retired: bool) -> Result<Vec<Fact>> {
+    let Some(scope) = key.find(conn)? else {
+        return Ok(Vec::new());
+    };
+    list_in_scope(conn, scope, include_retired)
+}
+
+/// Memory `id` of `key`'s scope.
+pub(crate) fn get(conn: &Connection, key: &ScopeKey, id: MemoryId<'_>) -> Result<Fact> {
+    let scope = key.find(conn)?.ok_or_else(|| id.not_found())?;
+    load(conn, scope, id.row)?.ok_or_else(|| id.not_found())
+}
+
+/// Every recorded version of memory `id` (whose current version is
+/// `current`), oldest first, each dated from the memory's creation.
+pub(crate) fn history_of(conn: &Connection, id: MemoryId<'_>, current: &Fact) -> Result<Vec<Fact>> {
+    conn.prepare_cached(
+        "SELECT memory_id, kind, text, state, version, recorded_at, recorded_at
+         FROM memory_history WHERE memory_id = ?1 ORDER BY version",
+    )
+    .and_then(|mut s| {
+        s.query_map([id.row], fact_from_row)?
+            .map(|f| {
+                f.map(|mut f| {
+                    f.created_at.clone_from(&current.created_at);
+                    f
+                })
             })
-        })
-    }
+            .collect()
+    })
+    .map_err(db_error)
+}
 
-    /// The caller's memories, oldest first; retired ones only on request.
-    pub fn list_facts(&self, caller: &Caller, include_retired: bool) -> Result<Vec<Fact>> {
-        let key = ScopeKey::of(caller);
-        self.read(|conn| {
-            let Some(scope) = key.find(conn)? else {
-                return Ok(Vec::new());
-            };
-            list_in_scope(conn, scope, include_retired)
-        })
+/// Revises memory `id` of `key`'s scope as `patch` says (redacted with
+/// `redactor`); the old version stays in the history. Retired memories
+/// cannot be revised; a revision that would duplicate another active
+/// memory is a conflict.
+pub(crate) fn revise(
+    tx: &Connection,
+    index: &mut IndexWrites,
+    key: &ScopeKey,
+    id: MemoryId<'_>,
+    patch: &FactPatch,
+    redactor: &Redactor,
+) -> Result<Fact> {
+    let scope = key.find(tx)?.ok_or_else(|| id.not_found())?;
+    let current = load(tx, scope, id.row)?.ok_or_else(|| id.not_found())?;
+    let Some(revised) = history::revision(&current, patch, redactor)? else {
+        return Ok(current);
+    };
+    if let Some(other) = find_active(tx, scope, &revised.kind, &revised.text)? {
+        return Err(history::duplicate_of(&current, &memory_citation(other)));
     }
+    let next = history::revised(current, revised);
+    update(tx, id.row, &next)?;
+    index.remove_memory(id.row);
+    index.add_memory(scope, id.row, &next.kind, &next.text);
+    Ok(next)
+}
 
-    pub fn get_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
-        let key = ScopeKey::of(caller);
-        let row = parse_memory_citation(id).ok_or_else(|| not_found(id))?;
-        self.read(|conn| {
-            let scope = key.find(conn)?.ok_or_else(|| not_found(id))?;
-            load(conn, scope, row)?.ok_or_else(|| not_found(id))
-        })
-    }
-
-    /// Every recorded version of a memory, oldest first.
-    pub fn fact_history(&self, caller: &Caller, id: &str) -> Result<Vec<Fact>> {
-        let current = self.get_fact(caller, id)?;
-        let row = parse_memory_citation(id).ok_or_else(|| not_found(id))?;
-        self.read(|conn| {
-            conn.prepare_cached(
-                "SELECT memory_id, kind, text, state, version, recorded_at, recorded_at
-                 FROM memory_history WHERE memory_id = ?1 ORDER BY version",
-            )
-            .and_then(|mut s| {
-                s.query_map([row], fact_from_row)?
-                    .map(|f| {
-                        f.map(|mut f| {
-                            f.created_at.clone_from(&current.created_at);
-                            f
-                        })
-                    })
-                    .collect()
-            })
-            .map_err(db_error)
-        })
-    }
-
-    /// Revises kind and/or text; the old version stays in the history.
-    /// Retired memories cannot be revised; a revision that would duplicate
-    /// another active memory is a conflict.
-    pub fn revise_fact(&self, caller: &Caller, id: &str, patch: &FactPatch) -> Result<Fact> {
-        history::check_patch(patch)?;
-        let key = ScopeKey::of(caller);
-        let row = parse_memory_citation(id).ok_or_else(|| not_found(id))?;
-        self.write(|tx, index| {
-            let scope = key.find(tx)?.ok_or_else(|| not_found(id))?;
-            let current = load(tx, scope, row)?.ok_or_else(|| not_found(id))?;
-            let Some(revised) = history::revision(&current, patch, &self.redactor)? else {
-                return Ok(current);
-            };
-            if let Some(other) = find_active(tx, scope, &revised.kind, &revised.text)? {
-                return Err(history::duplicate_of(&current, &memory_citation(other)));
-            }
-            let next = history::revised(current, revised);
-            update(tx, row, &next)?;
-            index.remove_memory(row);
-            index.add_memory(scope, row, &next.kind, &next.text);
-            Ok(next)
-        })
-    }
-
-    /// Retires a memory: no longer recalled or searched, never erased.
-    /// Retiring a retired memory changes nothing.
-    pub fn retire_fact(&self, caller: &Caller, id: &str) -> Result<Fact> {
-        let key = ScopeKey::of(caller);
-        let row = parse_memory_citation(id).ok_or_else(|| not_found(id))?;
-        self.write(|tx, index| {
-            let scope = key.find(tx)?.ok_or_else(|| not_found(id))?;
-            let current = load(tx, scope, row)?.ok_or_else(|| not_found(id))?;
-            let Some(next) = history::retired(&current) else {
-                return Ok(current);
-            };
-            update(tx, row, &next)?;
-            index.remove_memory(row);
-            Ok(next)
-        })
-    }
+/// Retires memory `id` of `key`'s scope: no longer recalled or searched,
+/// never erased. Retiring a retired memory changes nothing.
+pub(crate) fn retire(
+    tx: &Connection,
+    index: &mut IndexWrites,
+    key: &ScopeKey,
+    id: MemoryId<'_>,
+) -> Result<Fact> {
+    let scope = key.find(tx)?.ok_or_else(|| id.not_found())?;
+    let current = load(tx, scope, id.row)?.ok_or_else(|| id.not_found())?;
+    let Some(next) = history::retired(&current) else {
+        return Ok(current);
+    };
+    update(tx, id.row, &next)?;
+    index.remove_memory(id.row);
+    Ok(next)
 }
 
 /// All memories of one scope, oldest first.

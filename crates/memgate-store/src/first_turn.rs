@@ -7,7 +7,7 @@
 //!    whole, while the budget lasts (the user asked for them to be kept).
 //! 2. Then excerpts of captured turns, from the newest [`MAX_CANDIDATES`]
 //!    turns of the scope that have one. Each turn's
-//!    [`salience`](crate::salience) excerpt keeps its statements about the
+//!    [`salience`](memgate_recall::salience) excerpt keeps its statements about the
 //!    speaker and the people, places, plans, dates and decisions in it, and
 //!    drops pleasantries; a turn with nothing of that kind never enters.
 //!    Excerpts are computed once, when the turn is stored
@@ -38,8 +38,9 @@
 //! to the scope, in its transaction: [`crate::schema`]) and hands it out
 //! again until the scope changes or the day turns.
 
+use crate::error::db_error;
 use crate::facts::newest_active;
-use crate::schema::{db_error, write_generation};
+use crate::scope::write_generation;
 use memgate_core::budget::{char_len, CharBudget};
 use memgate_core::{Citation, Fact, Recall, RecalledItem, Result};
 use memgate_recall::block::RECALL_HEADER;

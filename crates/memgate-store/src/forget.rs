@@ -15,15 +15,17 @@
 //!
 //! The cost is a rewrite of the recall index per erasure: erasure is rare,
 //! and a cheaper erasure that leaves copies behind would not be one.
+//!
+//! This module erases rows inside the transaction it is handed;
+//! [`crate::MemoryStore::forget`] and the sweep then drop the in-memory
+//! vector copies and empty the write-ahead log.
 
+use crate::error::db_error;
 use crate::index::IndexWrites;
-use crate::schema::db_error;
 use crate::scope::ScopeRow;
-use crate::store::MemoryStore;
 use crate::vectors::erase_vectors;
 use memgate_core::time::format_unix_millis;
-use memgate_core::{Caller, ForgetReport, ForgetTarget, MemoryError, Result};
-use memgate_recall::citation::named_by;
+use memgate_core::{ForgetReport, ForgetTarget, MemoryError, Result};
 use memgate_recall::scope::ScopeKey;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -90,145 +92,101 @@ fn erase_scope(conn: &Connection, index: &mut IndexWrites, scope: i64) -> Result
 
 /// `captured_at` values before this are older than `age` (RFC 3339 UTC
 /// strings of one format compare in time order).
-fn cutoff(now: SystemTime, age: Duration) -> String {
+pub(crate) fn cutoff(now: SystemTime, age: Duration) -> String {
     let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     format_unix_millis(now.saturating_sub(age).as_millis() as i64)
 }
 
-impl MemoryStore {
-    /// Erases `target` in the caller's scope and every recoverable copy of
-    /// it in the database files. Forgetting what is not there erases nothing
-    /// and says so with zero counts; a fact id of another scope is not found.
-    pub fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
-        let key = ScopeKey::of(caller);
-        let (fact, thread) = named_by(caller, target)?;
-        if *target == ForgetTarget::User {
-            return self.forget_user(caller);
-        }
-        let report = self.write(|tx, index| {
-            let mut report = ForgetReport::default();
-            let Some(scope) = key.find(tx)? else {
-                return match fact {
-                    Some(n) => Err(MemoryError::NotFound(format!(
-                        "memory mem_{n} in this scope"
-                    ))),
-                    None => Ok(report),
-                };
-            };
-            match target {
-                ForgetTarget::Fact { .. } => {
-                    let n = fact.unwrap_or_default();
-                    let mine: Option<i64> = tx
-                        .prepare_cached("SELECT id FROM memories WHERE id = ?1 AND scope_id = ?2")
-                        .and_then(|mut s| s.query_row(params![n, scope], |r| r.get(0)).optional())
-                        .map_err(db_error)?;
-                    if mine.is_none() {
-                        return Err(MemoryError::NotFound(format!(
-                            "memory mem_{n} in this scope"
-                        )));
-                    }
-                    report.versions = erase_memory(tx, index, n)?;
-                    report.facts = 1;
-                }
-                ForgetTarget::Thread => {
-                    let turns = ids(
-                        tx,
-                        "SELECT id FROM turns WHERE scope_id = ?1 AND thread = ?2",
-                        params![scope, thread.as_deref().unwrap_or_default()],
-                    )?;
-                    erase_turns(tx, index, &turns)?;
-                    report.turns = turns.len();
-                }
-                ForgetTarget::Scope | ForgetTarget::User => {
-                    report = erase_scope(tx, index, scope)?;
-                }
-            }
-            if report != ForgetReport::default() || matches!(target, ForgetTarget::Scope) {
-                index.purge_removed();
-            }
-            Ok(report)
-        })?;
-        self.finish_erasure(target, report)
-    }
-
-    /// What every erasure ends with, on its own: the recall index's removed
-    /// entries purged and the WAL emptied. Safe at any time; it erases
-    /// nothing that is still stored.
-    pub fn scrub(&self) -> Result<()> {
-        self.write(|_, index| {
-            index.purge_removed();
-            Ok(())
-        })?;
-        self.truncate_wal_fully()
-    }
-
-    /// Every scope of the caller's user, whatever the agent.
-    fn forget_user(&self, caller: &Caller) -> Result<ForgetReport> {
-        let user = caller.user.as_str().to_owned();
-        let report = self.write(|tx, index| {
-            let mut report = ForgetReport::default();
-            for scope in ids(tx, "SELECT id FROM scopes WHERE user_id = ?1", [&user])? {
-                let erased = erase_scope(tx, index, scope)?;
-                report.facts += erased.facts;
-                report.versions += erased.versions;
-                report.turns += erased.turns;
-            }
-            index.purge_removed();
-            Ok(report)
-        })?;
-        self.finish_erasure(&ForgetTarget::User, report)
-    }
-
-    /// Drops the in-memory vector copies, empties the WAL (it still holds
-    /// the erased pages) and reports.
-    fn finish_erasure(&self, target: &ForgetTarget, report: ForgetReport) -> Result<ForgetReport> {
-        self.forget_vector_copies();
-        self.truncate_wal_fully()?;
-        tracing::info!(
-            target_kind = target.as_str(),
-            facts = report.facts,
-            versions = report.versions,
-            turns = report.turns,
-            "local store forget"
-        );
-        Ok(report)
-    }
-
-    /// One retention sweep: erases captured turns older than
-    /// `max_turn_age` at `now`, in batches of [`SWEEP_BATCH`] and at most
-    /// [`SWEEP_MAX_BATCHES`] of them. Returns how many turns were erased;
-    /// nothing to do when no maximum age is configured.
-    pub fn sweep_expired_turns(&self, now: SystemTime) -> Result<usize> {
-        let Some(age) = self.config.max_turn_age else {
-            return Ok(0);
+/// Erases `target` (not [`ForgetTarget::User`]: [`erase_user`]) in `key`'s
+/// scope; `fact` and `thread` are what the target names
+/// ([`named_by`](memgate_recall::citation::named_by)). Forgetting what is
+/// not there erases nothing and says so with zero counts; a fact id of
+/// another scope is not found.
+pub(crate) fn erase_target(
+    tx: &Connection,
+    index: &mut IndexWrites,
+    key: &ScopeKey,
+    target: &ForgetTarget,
+    fact: Option<i64>,
+    thread: Option<&str>,
+) -> Result<ForgetReport> {
+    let mut report = ForgetReport::default();
+    let Some(scope) = key.find(tx)? else {
+        return match fact {
+            Some(n) => Err(MemoryError::NotFound(format!(
+                "memory mem_{n} in this scope"
+            ))),
+            None => Ok(report),
         };
-        let before = cutoff(now, age);
-        let mut erased = 0;
-        for _ in 0..SWEEP_MAX_BATCHES {
-            let batch = self.write(|tx, index| {
-                let turns = ids(
-                    tx,
-                    "SELECT id FROM turns WHERE captured_at < ?1 ORDER BY id LIMIT ?2",
-                    params![before, SWEEP_BATCH as i64],
-                )?;
-                erase_turns(tx, index, &turns)?;
-                if !turns.is_empty() {
-                    index.purge_removed();
-                }
-                Ok(turns.len())
-            })?;
-            erased += batch;
-            if batch < SWEEP_BATCH {
-                break;
+    };
+    match target {
+        ForgetTarget::Fact { .. } => {
+            let n = fact.unwrap_or_default();
+            let mine: Option<i64> = tx
+                .prepare_cached("SELECT id FROM memories WHERE id = ?1 AND scope_id = ?2")
+                .and_then(|mut s| s.query_row(params![n, scope], |r| r.get(0)).optional())
+                .map_err(db_error)?;
+            if mine.is_none() {
+                return Err(MemoryError::NotFound(format!(
+                    "memory mem_{n} in this scope"
+                )));
             }
+            report.versions = erase_memory(tx, index, n)?;
+            report.facts = 1;
         }
-        if erased > 0 {
-            self.forget_vector_copies();
-            self.truncate_wal_fully()?;
-            tracing::info!(erased, "local store retention sweep");
+        ForgetTarget::Thread => {
+            let turns = ids(
+                tx,
+                "SELECT id FROM turns WHERE scope_id = ?1 AND thread = ?2",
+                params![scope, thread.unwrap_or_default()],
+            )?;
+            erase_turns(tx, index, &turns)?;
+            report.turns = turns.len();
         }
-        Ok(erased)
+        ForgetTarget::Scope | ForgetTarget::User => {
+            report = erase_scope(tx, index, scope)?;
+        }
     }
+    if report != ForgetReport::default() || matches!(target, ForgetTarget::Scope) {
+        index.purge_removed();
+    }
+    Ok(report)
+}
+
+/// Erases every scope of `user`, whatever the agent.
+pub(crate) fn erase_user(
+    tx: &Connection,
+    index: &mut IndexWrites,
+    user: &str,
+) -> Result<ForgetReport> {
+    let mut report = ForgetReport::default();
+    for scope in ids(tx, "SELECT id FROM scopes WHERE user_id = ?1", [user])? {
+        let erased = erase_scope(tx, index, scope)?;
+        report.facts += erased.facts;
+        report.versions += erased.versions;
+        report.turns += erased.turns;
+    }
+    index.purge_removed();
+    Ok(report)
+}
+
+/// One batch of a retention sweep: erases at most [`SWEEP_BATCH`] turns
+/// captured before `before`, oldest first; returns how many.
+pub(crate) fn erase_expired_batch(
+    tx: &Connection,
+    index: &mut IndexWrites,
+    before: &str,
+) -> Result<usize> {
+    let turns = ids(
+        tx,
+        "SELECT id FROM turns WHERE captured_at < ?1 ORDER BY id LIMIT ?2",
+        params![before, SWEEP_BATCH as i64],
+    )?;
+    erase_turns(tx, index, &turns)?;
+    if !turns.is_empty() {
+        index.purge_removed();
+    }
+    Ok(turns.len())
 }
 
 #[cfg(test)]

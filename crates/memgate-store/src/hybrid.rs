@@ -18,19 +18,16 @@
 //! Anything else is the lexical ranking unchanged: no embedder, vectors of
 //! another model or recipe (after a change, until `reembed`), or an embedder
 //! that fails or misses its deadline — the last is counted
-//! ([`crate::vectors::RetrievalCounts::embedder_failures`]) and logged, and
+//! ([`memgate_recall::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
 
-use crate::ranking::{load_item, rank};
-use crate::scope::ScopeRow;
-use crate::store::MemoryStore;
-use crate::vectors::{stored_model, PREFILTER_FACTOR};
-use memgate_core::{Caller, Result};
+use crate::ranking::{load_item, rank, TermCounts};
+use crate::vectors::{stored_model, Vectorizer, PREFILTER_FACTOR};
+use memgate_core::{Redactor, Result};
 use memgate_embed::Embedder;
 use memgate_recall::fusion::{fuse, Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
 use memgate_recall::ranked::{candidate_pool, Ranked};
 use memgate_recall::rerank::{rerank_fused, Rerank};
-use memgate_recall::scope::ScopeKey;
 use memgate_recall::vectors::RetrievalStats;
 use rusqlite::Connection;
 use std::sync::atomic::Ordering;
@@ -50,7 +47,7 @@ struct Asked<'a> {
 
 /// How a hybrid ranking is made. Recall uses [`Ranking::DEFAULT`]; the
 /// evaluation (`memgate eval locomo`) compares others through
-/// [`MemoryStore::ranked_with`].
+/// [`crate::MemoryStore::ranked_with`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Ranking {
     /// How the lexical and the dense list are combined.
@@ -145,59 +142,74 @@ fn embed_counted(
     }
 }
 
-impl MemoryStore {
-    /// Starts embedding `query` for [`Self::ranked_in`] on a thread of its
-    /// own, redacted first (an endpoint embedder is another service; stored
-    /// text is redacted too, so nothing is lost); an embedder failure is
-    /// counted and logged, and ranking stays lexical. Where no thread can
-    /// be started, the query is embedded here.
-    pub fn query_vector(&self, query: &str) -> QueryVector {
-        let Some(v) = &self.vectorizer else {
-            return QueryVector::ready(None);
-        };
-        let text = self.redactor.redact(query).text.into_owned();
-        let job = {
-            let (embedder, stats, text) =
-                (Arc::clone(&v.embedder), Arc::clone(&v.stats), text.clone());
-            move || embed_counted(embedder.as_ref(), &stats, &text, |e, q| e.embed_query(q))
-        };
-        match std::thread::Builder::new()
-            .name("memgate-query-embed".into())
-            .spawn(job)
-        {
-            Ok(running) => QueryVector {
-                vector: OnceLock::new(),
-                embedding: Mutex::new(Some(running)),
-            },
-            Err(_) => QueryVector::ready(embed_counted(
-                v.embedder.as_ref(),
-                &v.stats,
-                &text,
-                |e, q| e.embed_query(q),
-            )),
-        }
-    }
-
-    /// [`Self::query_vector`] by the embedder's full-precision query path
-    /// ([`Embedder::embed_query_exact`], float32 for the local models): the
-    /// reference the cheaper query path recall uses is measured against;
-    /// embedded here.
-    pub fn reference_query_vector(&self, query: &str) -> QueryVector {
-        let Some(v) = &self.vectorizer else {
-            return QueryVector::ready(None);
-        };
-        let text = self.redactor.redact(query).text;
-        QueryVector::ready(embed_counted(
+/// Starts embedding `query` for a ranking on a thread of its own, redacted
+/// first with `redactor` (an endpoint embedder is another service; stored
+/// text is redacted too, so nothing is lost); an embedder failure is
+/// counted and logged, and ranking stays lexical. Where no thread can be
+/// started, the query is embedded here. No `vectorizer`: lexical.
+pub(crate) fn query_vector(
+    vectorizer: Option<&Vectorizer>,
+    redactor: &Redactor,
+    query: &str,
+) -> QueryVector {
+    let Some(v) = vectorizer else {
+        return QueryVector::ready(None);
+    };
+    let text = redactor.redact(query).text.into_owned();
+    let job = {
+        let (embedder, stats, text) = (Arc::clone(&v.embedder), Arc::clone(&v.stats), text.clone());
+        move || embed_counted(embedder.as_ref(), &stats, &text, |e, q| e.embed_query(q))
+    };
+    match std::thread::Builder::new()
+        .name("memgate-query-embed".into())
+        .spawn(job)
+    {
+        Ok(running) => QueryVector {
+            vector: OnceLock::new(),
+            embedding: Mutex::new(Some(running)),
+        },
+        Err(_) => QueryVector::ready(embed_counted(
             v.embedder.as_ref(),
             &v.stats,
             &text,
-            |e, q| e.embed_query_exact(q),
-        ))
+            |e, q| e.embed_query(q),
+        )),
     }
+}
 
+/// [`query_vector`] by the embedder's full-precision query path
+/// ([`Embedder::embed_query_exact`], float32 for the local models): the
+/// reference the cheaper query path recall uses is measured against;
+/// embedded here.
+pub(crate) fn reference_query_vector(
+    vectorizer: Option<&Vectorizer>,
+    redactor: &Redactor,
+    query: &str,
+) -> QueryVector {
+    let Some(v) = vectorizer else {
+        return QueryVector::ready(None);
+    };
+    let text = redactor.redact(query).text;
+    QueryVector::ready(embed_counted(
+        v.embedder.as_ref(),
+        &v.stats,
+        &text,
+        |e, q| e.embed_query_exact(q),
+    ))
+}
+
+/// What a ranking reads besides the connection: the store's known
+/// postings counts and its embedder, if one is configured.
+#[derive(Clone, Copy)]
+pub(crate) struct Ranker<'a> {
+    pub counts: &'a TermCounts,
+    pub vectorizer: Option<&'a Vectorizer>,
+}
+
+impl Ranker<'_> {
     /// The ranking of `query` in `scope`: hybrid ([`Ranking::DEFAULT`]) when
     /// `vector` is usable, else lexical (see the module doc).
-    pub(crate) fn ranked_in(
+    pub fn ranked_in(
         &self,
         conn: &Connection,
         scope: i64,
@@ -215,30 +227,24 @@ impl MemoryStore {
         self.fused_in(conn, scope, &asked, &Ranking::DEFAULT)
     }
 
-    /// The caller's ranking of `query` made as `ranking` says, at most
-    /// `top_k`: what recall ranks with under [`Ranking::DEFAULT`], and
-    /// lexical alone with [`QueryVector::lexical`].
+    /// The ranking of `query` in `scope` made as `ranking` says, at most
+    /// `top_k`, every kind competing.
     pub fn ranked_with(
         &self,
-        caller: &Caller,
+        conn: &Connection,
+        scope: i64,
         query: &str,
         vector: &QueryVector,
         top_k: usize,
         ranking: &Ranking,
     ) -> Result<Vec<Ranked>> {
-        let key = ScopeKey::of(caller);
-        self.read(|conn| match key.find(conn)? {
-            Some(scope) => {
-                let asked = Asked {
-                    query,
-                    vector,
-                    top_k,
-                    category: None,
-                };
-                self.fused_in(conn, scope, &asked, ranking)
-            }
-            None => Ok(Vec::new()),
-        })
+        let asked = Asked {
+            query,
+            vector,
+            top_k,
+            category: None,
+        };
+        self.fused_in(conn, scope, &asked, ranking)
     }
 
     /// [`Self::ranked_in`] made as `ranking` says.
@@ -255,12 +261,8 @@ impl MemoryStore {
             top_k,
             category,
         } = *asked;
-        let lexical_only = || rank(conn, &self.common_terms, scope, query, top_k, category);
-        let Some(v) = self
-            .vectorizer
-            .as_ref()
-            .filter(|_| vector.may_have_vector())
-        else {
+        let lexical_only = || rank(conn, self.counts, scope, query, top_k, category);
+        let Some(v) = self.vectorizer.filter(|_| vector.may_have_vector()) else {
             return lexical_only();
         };
         if stored_model(conn)?.is_some_and(|m| m != v.key()) {
@@ -268,14 +270,14 @@ impl MemoryStore {
         }
         let pool = candidate_pool(top_k);
         // Ranked while the query may still be embedding on its own thread.
-        let lexical = rank(conn, &self.common_terms, scope, query, pool, category)?;
+        let lexical = rank(conn, self.counts, scope, query, pool, category)?;
         let Some(q) = vector.vector() else {
             // The embedder failed: exactly the lexical answer.
             return lexical_only();
         };
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
         let dense_limit = pool * ranking.dense_pool.max(1);
-        let (dense, similarity) = self.nearest_items_with(
+        let (dense, similarity) = v.nearest_items(
             conn,
             scope,
             q,

@@ -8,7 +8,7 @@
 //! table and index writes would create one tiny segment per row (measured:
 //! about 2.5× slower captures, and more segments for every query to visit).
 
-use crate::schema::db_error;
+use crate::error::db_error;
 use memgate_core::Result;
 use memgate_recall::terms::{index_text, scope_tag};
 use rusqlite::{params, Connection};

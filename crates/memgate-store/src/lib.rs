@@ -17,16 +17,26 @@
 //! `postgres`; benchmarks and the LoCoMo evaluation are `memgate-lab`'s.
 //!
 //! Modules, one job each: [`config`], [`schema`] (file recognition and
-//! migrations), [`scope`] (a scope's row), [`index`] (the FTS5 recall
-//! index), [`facts`] (explicit memories), [`forget`] (erasure and
-//! retention), [`capture`], [`ranking`] (lexical candidates over FTS5),
-//! [`first_turn`] (the block without a query), [`vectors`] and [`hybrid`]
-//! (dense retrieval fused with the lexical ranking), [`recall`] (the
-//! injected block and search), [`transfer`] (export/import), [`backend`].
+//! migrations), `db` (the connections: the writer lock, pooled readers,
+//! checkpoints), `error` (SQLite errors as the contract's), [`scope`] (a
+//! scope's row), [`index`] (the FTS5 recall index), [`facts`] (explicit
+//! memories), [`forget`] (erasure and retention), [`capture`], [`ranking`]
+//! (lexical candidates over FTS5), [`first_turn`] (the block without a
+//! query), [`vectors`] and [`hybrid`] (dense retrieval fused with the
+//! lexical ranking), [`recall`] (the injected block and search),
+//! [`transfer`] (export/import), [`store`] (every method of
+//! [`MemoryStore`]), [`backend`].
+//!
+//! The imports point one way: `backend` uses the store; the store takes a
+//! connection from `db` and hands it to the module of each concern; those
+//! modules work on the connection (and the state passed to them) and never
+//! import the store.
 
 pub mod backend;
 pub mod capture;
 pub mod config;
+mod db;
+mod error;
 pub mod facts;
 pub mod first_turn;
 pub mod forget;

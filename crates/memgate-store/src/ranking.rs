@@ -30,8 +30,8 @@
 //! per scope (terms carry the scope tag); the total row count and average
 //! length that BM25 also uses are those of the whole file.
 
-use crate::schema::db_error;
-use crate::schema::write_generation;
+use crate::error::db_error;
+use crate::scope::write_generation;
 use memgate_core::Result;
 use memgate_recall::citation::{memory_citation, turn_citation};
 use memgate_recall::ranked::{
@@ -793,126 +793,57 @@ impl Placed for Candidate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::{store_turns, Intake};
     use crate::config::LocalConfig;
+    use crate::db::Db;
     use crate::scope::ScopeRow;
-    use crate::store::MemoryStore;
-    use memgate_core::{Caller, CaptureKind, CaptureRequest, Message};
+    use memgate_core::{Caller, CaptureReport, Message, Redactor};
+    use memgate_recall::scope::ScopeKey;
 
-    /// Every statement of a recall is prepared once per connection and then
-    /// reused: a re-prepare on every call (what a bound LIMIT, or a bound
-    /// value the planner had looked at, caused) doubles the planning work of
-    /// a recall.
-    #[test]
-    fn no_statement_of_a_recall_is_re_prepared_on_every_call() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
-        let user = Caller::new("u");
-        let messages = (0..200)
-            .map(|i| {
-                Message::human(format!("word{} topic{} tomatoes", i % 37, i % 11))
-                    .with_id(format!("m{i}"))
-            })
-            .collect();
-        let request = CaptureRequest {
-            caller: user.clone().with_thread("t"),
-            messages,
-            kind: CaptureKind::AfterTurn,
-            trace_id: None,
-        };
-        store.capture(&request).unwrap();
-        for i in 0..5 {
-            let fact = format!("fact number {i} about tomatoes");
-            store
-                .remember(
-                    &user,
-                    &memgate_core::RememberRequest::new("fact", &fact).unwrap(),
-                )
-                .unwrap();
-        }
-        let recall = |query: Option<String>| {
-            store
-                .recall(&memgate_core::RecallRequest {
-                    caller: user.clone(),
-                    query,
-                })
-                .unwrap()
-        };
-        for i in 0..20 {
-            // Scored plans, a plan of common terms only, no query at all.
-            assert!(!recall(Some(format!("word{} topic{}", i % 37, i % 11))).is_empty());
-            assert!(!recall(Some("tomatoes".into())).is_empty());
-            assert!(!recall(None).is_empty());
-        }
-        store
-            .read(|conn| {
-                let mut seen = 0;
-                // SAFETY: walks the statements of a connection this thread
-                // holds; nothing is prepared or finalized meanwhile.
-                unsafe {
-                    use rusqlite::ffi;
-                    let db = conn.handle();
-                    let mut stmt = ffi::sqlite3_next_stmt(db, std::ptr::null_mut());
-                    while !stmt.is_null() {
-                        let sql = std::ffi::CStr::from_ptr(ffi::sqlite3_sql(stmt))
-                            .to_string_lossy()
-                            .into_owned();
-                        let runs = ffi::sqlite3_stmt_status(stmt, ffi::SQLITE_STMTSTATUS_RUN, 0);
-                        let again =
-                            ffi::sqlite3_stmt_status(stmt, ffi::SQLITE_STMTSTATUS_REPREPARE, 0);
-                        assert!(
-                            again <= 1,
-                            "{sql}: re-prepared {again} times in {runs} runs"
-                        );
-                        seen += usize::from(runs >= 20);
-                        stmt = ffi::sqlite3_next_stmt(db, stmt);
-                    }
-                }
-                assert!(seen >= 5, "only {seen} statements ran on every recall");
-                Ok(())
-            })
-            .unwrap();
+    /// A fresh database file in `dir`, as the store opens it.
+    fn open_db(dir: &tempfile::TempDir) -> Db {
+        let config = LocalConfig::default();
+        Db::open(dir.path().join("m.sqlite3"), config.busy_timeout).unwrap()
     }
 
-    /// The session dense score of a real store: each thread's centroid is
-    /// the normalised sum of its turns' stored vectors, topped up as turns
-    /// are embedded, and read in the caller's scope only.
-    /// Captures one turn per text into thread `thread` of `user`'s scope.
-    fn capture_texts(store: &MemoryStore, user: &Caller, thread: &str, texts: &[&str]) {
-        let messages = texts
+    /// Captures one turn per text into thread `thread` of `user`'s scope, as
+    /// the store's capture does.
+    fn capture_texts(db: &Db, user: &Caller, thread: &str, texts: &[&str]) {
+        let messages: Vec<Message> = texts
             .iter()
             .enumerate()
             .map(|(i, t)| Message::human(*t).with_id(format!("{thread}-{i}")))
             .collect();
-        store
-            .capture(&CaptureRequest {
-                caller: user.clone().with_thread(thread),
-                messages,
-                kind: CaptureKind::AfterTurn,
-                trace_id: None,
-            })
+        let redactor = Redactor::shared_default();
+        let intake = Intake {
+            keep: None,
+            redactor: &redactor,
+        };
+        let seen = std::cell::Cell::new(0);
+        let captured_at = memgate_core::time::now_rfc3339();
+        let turns = intake.turns(messages.iter().map(Ok), &captured_at, &seen);
+        let key = ScopeKey::of(user);
+        let mut report = CaptureReport::default();
+        db.write(|tx, index| store_turns(tx, index, &key, thread, turns, &mut report))
             .unwrap();
     }
 
     /// The plan of `query` with `known` counts and a postings budget of 3,
     /// and how many counts it read from the index.
     fn plan_with(
-        store: &MemoryStore,
+        db: &Db,
         user: &Caller,
         known: &TermCounts,
         query: &str,
     ) -> (Option<(Plan, usize)>, usize) {
-        store
-            .read(|conn| {
-                let scope = memgate_recall::scope::ScopeKey::of(user)
-                    .find(conn)?
-                    .unwrap();
-                let phrases = query_phrases(&scope_tag(scope), query);
-                let mut counter = Counter::new(conn, known, scope);
-                let plan = plan_query(&mut counter, 3, &phrases)?;
-                Ok((plan, counter.counted))
-            })
-            .unwrap()
+        db.read(|conn| {
+            let scope = ScopeKey::of(user).find(conn)?.unwrap();
+            let phrases = query_phrases(&scope_tag(scope), query);
+            let mut counter = Counter::new(conn, known, scope);
+            let plan = plan_query(&mut counter, 3, &phrases)?;
+            Ok((plan, counter.counted))
+        })
+        .unwrap()
     }
 
     /// Known counts give the very plan fresh counts give: a repeated query
@@ -921,35 +852,34 @@ mod tests {
     #[test]
     fn known_counts_give_the_plan_of_fresh_counts_until_the_scope_is_written() {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
+        let db = open_db(&dir);
         let user = Caller::new("u");
         capture_texts(
-            &store,
+            &db,
             &user,
             "a",
             &["alpha beta", "alpha gamma", "alpha delta"],
         );
         let known = TermCounts::default();
         let query = "alpha";
-        let (first, counted) = plan_with(&store, &user, &known, query);
+        let (first, counted) = plan_with(&db, &user, &known, query);
         assert_eq!(counted, 1);
         assert!(matches!(first, Some((Plan::Scored(_), 3))), "{first:?}");
-        let (again, counted) = plan_with(&store, &user, &known, query);
+        let (again, counted) = plan_with(&db, &user, &known, query);
         assert_eq!(counted, 0, "the count was known");
         assert_eq!(again, first);
         assert_eq!(
             again,
-            plan_with(&store, &user, &TermCounts::default(), query).0
+            plan_with(&db, &user, &TermCounts::default(), query).0
         );
 
-        capture_texts(&store, &user, "b", &["alpha epsilon"]);
-        let (after, counted) = plan_with(&store, &user, &known, query);
+        capture_texts(&db, &user, "b", &["alpha epsilon"]);
+        let (after, counted) = plan_with(&db, &user, &known, query);
         assert_eq!(counted, 1, "a write drops the scope's counts");
         assert!(matches!(after, Some((Plan::Newest(_), 0))), "{after:?}");
         assert_eq!(
             after,
-            plan_with(&store, &user, &TermCounts::default(), query).0
+            plan_with(&db, &user, &TermCounts::default(), query).0
         );
     }
 
@@ -958,43 +888,34 @@ mod tests {
     #[test]
     fn rankings_with_known_counts_equal_rankings_counted_afresh() {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
+        let db = open_db(&dir);
         let user = Caller::new("u");
         let texts: Vec<String> = (0..60)
             .map(|i| format!("word{} topic{} tomatoes", i % 13, i % 7))
             .collect();
         let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        capture_texts(&store, &user, "t", &texts);
+        capture_texts(&db, &user, "t", &texts);
         let ranked = |known: &TermCounts, budget: usize| {
-            store
-                .read(|conn| {
-                    let scope = memgate_recall::scope::ScopeKey::of(&user)
-                        .find(conn)?
-                        .unwrap();
-                    rank_within(
-                        conn,
-                        known,
-                        budget,
-                        scope,
-                        "word3 topic2 tomatoes",
-                        10,
-                        None,
-                    )
-                })
-                .unwrap()
+            db.read(|conn| {
+                let scope = ScopeKey::of(&user).find(conn)?.unwrap();
+                rank_within(
+                    conn,
+                    known,
+                    budget,
+                    scope,
+                    "word3 topic2 tomatoes",
+                    10,
+                    None,
+                )
+            })
+            .unwrap()
         };
         for budget in [5, 20, POSTINGS_BUDGET] {
             let known = TermCounts::default();
             let first = ranked(&known, budget);
             assert!(!first.is_empty());
             assert_eq!(ranked(&known, budget), first, "budget {budget}");
-            capture_texts(
-                &store,
-                &user,
-                &format!("more{budget}"),
-                &["word3 topic2"; 4],
-            );
+            capture_texts(&db, &user, &format!("more{budget}"), &["word3 topic2"; 4]);
             assert_eq!(
                 ranked(&known, budget),
                 ranked(&TermCounts::default(), budget),
@@ -1040,28 +961,26 @@ mod tests {
     #[test]
     fn candidate_reads_are_index_lookups_not_scans_of_the_scope() {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
-        store
-            .read(|conn| {
-                for sql in [ACTIVE_MEMORIES, TURNS_IN_FULL, MEMORIES_IN_FULL] {
-                    let plan = query_plan(conn, sql)?;
-                    assert!(plan[0].starts_with("SCAN w"), "{sql}: {plan:?}");
-                    assert!(
-                        plan[1].contains("USING INTEGER PRIMARY KEY (rowid=?)"),
-                        "{sql}: {plan:?}"
-                    );
-                }
-                for sql in [PLACES_OF_TURNS, TURNS_AT_PLACES] {
-                    let plan = query_plan(conn, sql)?;
-                    assert!(plan[0].starts_with("SCAN w"), "{sql}: {plan:?}");
-                    assert!(plan[1].starts_with("SEARCH t USING"), "{sql}: {plan:?}");
-                    assert!(!plan[1].contains("(scope_id=?)"), "{sql}: {plan:?}");
-                    // Thread and position come from an index, not the rows.
-                    assert!(plan[1].contains("COVERING INDEX"), "{sql}: {plan:?}");
-                }
-                Ok(())
-            })
-            .unwrap();
+        let db = open_db(&dir);
+        db.read(|conn| {
+            for sql in [ACTIVE_MEMORIES, TURNS_IN_FULL, MEMORIES_IN_FULL] {
+                let plan = query_plan(conn, sql)?;
+                assert!(plan[0].starts_with("SCAN w"), "{sql}: {plan:?}");
+                assert!(
+                    plan[1].contains("USING INTEGER PRIMARY KEY (rowid=?)"),
+                    "{sql}: {plan:?}"
+                );
+            }
+            for sql in [PLACES_OF_TURNS, TURNS_AT_PLACES] {
+                let plan = query_plan(conn, sql)?;
+                assert!(plan[0].starts_with("SCAN w"), "{sql}: {plan:?}");
+                assert!(plan[1].starts_with("SEARCH t USING"), "{sql}: {plan:?}");
+                assert!(!plan[1].contains("(scope_id=?)"), "{sql}: {plan:?}");
+                // Thread and position come from an index, not the rows.
+                assert!(plan[1].contains("COVERING INDEX"), "{sql}: {plan:?}");
+            }
+            Ok(())
+        })
+        .unwrap();
     }
 }

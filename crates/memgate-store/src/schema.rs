@@ -8,8 +8,12 @@
 //! and left byte-for-byte untouched. Pending steps run in order, each in its
 //! own `BEGIN IMMEDIATE` transaction that also bumps `user_version`.
 
+use crate::first_turn::cache_all_excerpts;
 use crate::index::IndexWrites;
 use memgate_core::{MemoryError, Result};
+
+pub use crate::error::db_error;
+pub use crate::scope::write_generation;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::Path;
 use std::time::Duration;
@@ -147,7 +151,7 @@ fn create_vectors(conn: &Connection) -> Result<()> {
          CREATE INDEX turns_with_excerpt ON turns (scope_id, id) WHERE excerpt IS NOT NULL;",
     )
     .map_err(db_error)?;
-    crate::first_turn::cache_all_excerpts(conn)
+    cache_all_excerpts(conn)
 }
 
 /// A scope's write generation changes in the same transaction as any write
@@ -217,14 +221,6 @@ fn compact_recall_reads(conn: &Connection) -> Result<()> {
     .map_err(db_error)
 }
 
-/// The write generation of `scope` in the reader's snapshot (see
-/// [`create_write_generations`]).
-pub fn write_generation(conn: &Connection, scope: i64) -> Result<i64> {
-    conn.prepare_cached("SELECT generation FROM scopes WHERE id = ?1")
-        .and_then(|mut s| s.query_row([scope], |r| r.get(0)))
-        .map_err(db_error)
-}
-
 /// Indexes every active memory and every turn (used when the index is created
 /// over existing rows).
 fn reindex_all(conn: &Connection) -> Result<()> {
@@ -253,19 +249,6 @@ fn reindex_all(conn: &Connection) -> Result<()> {
         index.add_turn(scope, id, &text, speaker.as_deref(), occurred_at.as_deref());
     }
     index.apply(conn)
-}
-
-/// Maps SQLite failures to the contract's errors: a malformed file is
-/// corruption (fail closed), anything else a backend failure. Messages carry
-/// SQLite's text, which names no user data.
-pub fn db_error(err: rusqlite::Error) -> MemoryError {
-    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
-    match err.sqlite_error_code() {
-        Some(DatabaseCorrupt | NotADatabase) => {
-            MemoryError::Corruption(format!("local memory database is unreadable: {err}"))
-        }
-        _ => MemoryError::Backend(format!("local memory database: {err}")),
-    }
 }
 
 /// What an existing file holds, judged without writing to it.

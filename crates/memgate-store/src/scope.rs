@@ -1,7 +1,7 @@
 //! Where a (user, peer) scope ([`ScopeKey`]) lives in the SQLite file: its
-//! row id, found or made.
+//! row id, found or made, its write generation, and the list of scopes.
 
-use crate::schema::db_error;
+use crate::error::db_error;
 use memgate_core::Result;
 use memgate_recall::scope::ScopeKey;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -36,22 +36,29 @@ impl ScopeRow for ScopeKey {
     }
 }
 
-impl crate::store::MemoryStore {
-    /// Every scope that ever stored something, in creation order (what
-    /// `memgate migrate` walks).
-    pub fn scopes(&self) -> Result<Vec<ScopeKey>> {
-        self.read(|conn| {
-            conn.prepare_cached("SELECT user_id, peer FROM scopes ORDER BY id")
-                .and_then(|mut s| {
-                    s.query_map([], |r| {
-                        Ok(ScopeKey {
-                            user: r.get(0)?,
-                            peer: r.get(1)?,
-                        })
-                    })?
-                    .collect()
+/// The write generation of `scope` in the reader's snapshot: it moves in
+/// the transaction of every write to the scope's turns or memories (kept by
+/// triggers, see [`crate::schema`]'s write-generation migration), so what was
+/// computed from an earlier snapshot of the scope still holds while it is
+/// unchanged.
+pub fn write_generation(conn: &Connection, scope: i64) -> Result<i64> {
+    conn.prepare_cached("SELECT generation FROM scopes WHERE id = ?1")
+        .and_then(|mut s| s.query_row([scope], |r| r.get(0)))
+        .map_err(db_error)
+}
+
+/// Every scope that ever stored something, in creation order (what
+/// `memgate migrate` walks).
+pub(crate) fn all_scopes(conn: &Connection) -> Result<Vec<ScopeKey>> {
+    conn.prepare_cached("SELECT user_id, peer FROM scopes ORDER BY id")
+        .and_then(|mut s| {
+            s.query_map([], |r| {
+                Ok(ScopeKey {
+                    user: r.get(0)?,
+                    peer: r.get(1)?,
                 })
-                .map_err(db_error)
+            })?
+            .collect()
         })
-    }
+        .map_err(db_error)
 }

@@ -14,17 +14,17 @@
 //! speaker and date context of turns is not part of the v1 format.
 
 use crate::capture::{insert_turn, next_seq};
+use crate::error::db_error;
 use crate::facts::{self, list_in_scope, state_name};
-use crate::schema::db_error;
+use crate::index::IndexWrites;
 use crate::scope::ScopeRow;
-use crate::store::MemoryStore;
 use memgate_core::facts::{ExportedTurn, NewFact, EXPORT_FORMAT};
 use memgate_core::{
-    Caller, FactState, ImportReport, MemoryError, MemoryExport, RememberRequest, Result,
+    FactState, ImportReport, MemoryError, MemoryExport, Redactor, RememberRequest, Result,
 };
 use memgate_recall::salience::SpeakerNames;
 use memgate_recall::scope::ScopeKey;
-use memgate_recall::turns::{timestamp_or_now, validate_turn};
+use memgate_recall::turns::{timestamp_or_now, validate_turn, NewTurn};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 
@@ -64,111 +64,121 @@ fn find_same(conn: &Connection, scope: i64, fact: &ImportedFact) -> Result<Optio
     .map_err(db_error)
 }
 
-impl MemoryStore {
-    /// Everything the caller's scope holds, in storage order.
-    pub fn export(&self, caller: &Caller) -> Result<MemoryExport> {
-        let key = ScopeKey::of(caller);
-        self.read(|conn| {
-            let Some(scope) = key.find(conn)? else {
-                return Ok(MemoryExport::new(Vec::new(), Vec::new()));
-            };
-            let facts = list_in_scope(conn, scope, true)?;
-            let turns = conn
-                .prepare_cached(
-                    "SELECT thread, role, text, signature, captured_at
-                     FROM turns WHERE scope_id = ?1 ORDER BY id",
-                )
-                .and_then(|mut s| {
-                    s.query_map([scope], |r| {
-                        Ok(ExportedTurn {
-                            thread: r.get(0)?,
-                            role: r.get(1)?,
-                            text: r.get(2)?,
-                            signature: r.get(3)?,
-                            captured_at: r.get(4)?,
-                        })
-                    })?
-                    .collect()
-                })
-                .map_err(db_error)?;
-            Ok(MemoryExport::new(facts, turns))
-        })
-    }
+/// An export checked and redacted, ready to merge: nothing is written
+/// until all of it passed.
+pub(crate) struct Import {
+    facts: Vec<ImportedFact>,
+    turns: Vec<(String, NewTurn)>,
+}
 
-    /// Merges an export into the caller's scope in one transaction.
-    pub fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {
-        if data.format != EXPORT_FORMAT {
-            return Err(MemoryError::invalid(
-                "format",
-                format!("must be `{EXPORT_FORMAT}`"),
-            ));
-        }
-        let facts = data
-            .facts
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                let redacted = self.redactor.redact(&f.text);
-                Ok(ImportedFact {
-                    request: RememberRequest::new(&f.kind, &redacted.text)
-                        .map_err(at(format!("facts[{i}]")))?,
-                    state: f.state,
-                    created_at: timestamp_or_now(Some(&f.created_at)),
-                    updated_at: timestamp_or_now(Some(&f.updated_at)),
+/// Everything `key`'s scope holds, in storage order.
+pub(crate) fn export(conn: &Connection, key: &ScopeKey) -> Result<MemoryExport> {
+    let Some(scope) = key.find(conn)? else {
+        return Ok(MemoryExport::new(Vec::new(), Vec::new()));
+    };
+    let facts = list_in_scope(conn, scope, true)?;
+    let turns = conn
+        .prepare_cached(
+            "SELECT thread, role, text, signature, captured_at
+             FROM turns WHERE scope_id = ?1 ORDER BY id",
+        )
+        .and_then(|mut s| {
+            s.query_map([scope], |r| {
+                Ok(ExportedTurn {
+                    thread: r.get(0)?,
+                    role: r.get(1)?,
+                    text: r.get(2)?,
+                    signature: r.get(3)?,
+                    captured_at: r.get(4)?,
                 })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let turns = data
-            .turns
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let (thread, mut turn) = validate_turn(i, t)?;
-                if let std::borrow::Cow::Owned(text) = self.redactor.redact(&turn.text).text {
-                    turn.text = text;
-                }
-                Ok((thread, turn))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let key = ScopeKey::of(caller);
-        self.write(|tx, index| {
-            let scope = key.ensure(tx)?;
-            let mut report = ImportReport::default();
-            for fact in &facts {
-                if find_same(tx, scope, fact)?.is_some() {
-                    report.facts_already_present += 1;
-                } else {
-                    facts::insert(
-                        tx,
-                        index,
-                        scope,
-                        &NewFact {
-                            kind: &fact.request.kind,
-                            text: &fact.request.text,
-                            state: fact.state,
-                            created_at: &fact.created_at,
-                            updated_at: &fact.updated_at,
-                        },
-                    )?;
-                    report.facts_imported += 1;
-                }
-            }
-            let mut seqs: HashMap<&str, i64> = HashMap::new();
-            let mut names = SpeakerNames::default();
-            for (thread, turn) in &turns {
-                let seq = match seqs.get(thread.as_str()) {
-                    Some(s) => *s,
-                    None => next_seq(tx, scope, thread)?,
-                };
-                let inserted = insert_turn(tx, index, &mut names, scope, thread, seq, turn)?;
-                seqs.insert(thread, if inserted { seq + 1 } else { seq });
-                if inserted {
-                    report.turns_imported += 1;
-                } else {
-                    report.turns_already_present += 1;
-                }
-            }
-            Ok(report)
+            })?
+            .collect()
         })
+        .map_err(db_error)?;
+    Ok(MemoryExport::new(facts, turns))
+}
+
+/// Validates every entry of `data` and redacts its texts with `redactor`;
+/// the first bad entry is the error.
+pub(crate) fn validate(data: &MemoryExport, redactor: &Redactor) -> Result<Import> {
+    if data.format != EXPORT_FORMAT {
+        return Err(MemoryError::invalid(
+            "format",
+            format!("must be `{EXPORT_FORMAT}`"),
+        ));
     }
+    let facts = data
+        .facts
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let redacted = redactor.redact(&f.text);
+            Ok(ImportedFact {
+                request: RememberRequest::new(&f.kind, &redacted.text)
+                    .map_err(at(format!("facts[{i}]")))?,
+                state: f.state,
+                created_at: timestamp_or_now(Some(&f.created_at)),
+                updated_at: timestamp_or_now(Some(&f.updated_at)),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let turns = data
+        .turns
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let (thread, mut turn) = validate_turn(i, t)?;
+            if let std::borrow::Cow::Owned(text) = redactor.redact(&turn.text).text {
+                turn.text = text;
+            }
+            Ok((thread, turn))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Import { facts, turns })
+}
+
+/// Merges a validated export into `key`'s scope (made when missing).
+pub(crate) fn import(
+    tx: &Connection,
+    index: &mut IndexWrites,
+    key: &ScopeKey,
+    data: &Import,
+) -> Result<ImportReport> {
+    let scope = key.ensure(tx)?;
+    let mut report = ImportReport::default();
+    for fact in &data.facts {
+        if find_same(tx, scope, fact)?.is_some() {
+            report.facts_already_present += 1;
+        } else {
+            facts::insert(
+                tx,
+                index,
+                scope,
+                &NewFact {
+                    kind: &fact.request.kind,
+                    text: &fact.request.text,
+                    state: fact.state,
+                    created_at: &fact.created_at,
+                    updated_at: &fact.updated_at,
+                },
+            )?;
+            report.facts_imported += 1;
+        }
+    }
+    let mut seqs: HashMap<&str, i64> = HashMap::new();
+    let mut names = SpeakerNames::default();
+    for (thread, turn) in &data.turns {
+        let seq = match seqs.get(thread.as_str()) {
+            Some(s) => *s,
+            None => next_seq(tx, scope, thread)?,
+        };
+        let inserted = insert_turn(tx, index, &mut names, scope, thread, seq, turn)?;
+        seqs.insert(thread, if inserted { seq + 1 } else { seq });
+        if inserted {
+            report.turns_imported += 1;
+        } else {
+            report.turns_already_present += 1;
+        }
+    }
+    Ok(report)
 }

@@ -7,14 +7,14 @@
 //!   for memories, the version embedded (a revision is embedded again).
 //!   `vector_model` records the one key the file's vectors belong to: the
 //!   model and the [`RECIPE`] of the text embedded ([`vector_key`]).
-//! - Writing: [`MemoryStore::index_vectors`] embeds up to `batch` rows that
+//! - Writing: [`crate::MemoryStore::index_vectors`] embeds up to `batch` rows that
 //!   have no vector yet (turns in id order after the last one embedded, then
 //!   active memories whose version has none) *outside* the write lock and
 //!   stores them in one transaction. Capture never waits for an embedder;
 //!   [`crate::LocalBackend`] runs this step in the background.
 //! - Model change is explicit: when the configured key (model or recipe)
 //!   differs from the file's, nothing is embedded and recall stays lexical (saying why) until
-//!   [`MemoryStore::reembed`] drops the old vectors and adopts the new model.
+//!   [`crate::MemoryStore::reembed`] drops the old vectors and adopts the new model.
 //! - Search: each scope's vectors are loaded once into memory as int8 codes
 //!   ([`crate::quantized`]) and topped up from `seq` on every search; the
 //!   query is compared with all of them, and the best [`RESCORE_FACTOR`] ×
@@ -22,14 +22,10 @@
 //!   products of unit vectors: the cosine). Erasure deletes rows with
 //!   [`erase_vectors`] and then drops the in-memory copies.
 
+use crate::error::db_error;
 use crate::quantized::Quantized;
-use crate::schema::db_error;
-use crate::scope::ScopeRow;
-use crate::store::MemoryStore;
-use memgate_core::Caller;
 use memgate_core::{MemoryError, Result};
 use memgate_embed::Embedder;
-use memgate_recall::scope::ScopeKey;
 use memgate_recall::vectors::{
     turn_text, vector_key, RetrievalCounts, RetrievalStats, VectorProgress,
 };
@@ -158,7 +154,7 @@ pub fn stored_model(conn: &Connection) -> Result<Option<String>> {
 
 /// Deletes every model's vectors of `items` (recall-index rowids: turn
 /// `n`, memory `-n`). Erasure calls this in its transaction, then
-/// [`MemoryStore::forget_vector_copies`].
+/// [`crate::MemoryStore::forget_vector_copies`].
 pub fn erase_vectors(conn: &Connection, items: &[i64]) -> Result<()> {
     let mut stmt = conn
         .prepare_cached("DELETE FROM vectors WHERE item = ?1")
@@ -169,10 +165,15 @@ pub fn erase_vectors(conn: &Connection, items: &[i64]) -> Result<()> {
     Ok(())
 }
 
-/// Rows waiting for a vector: (item, scope, version, text).
-type Pending = Vec<(i64, i64, i64, String)>;
+/// A row waiting for a vector: (item, scope, version, text).
+pub(crate) type PendingRow = (i64, i64, i64, String);
 
-fn pending(conn: &Connection, model: &str, batch: usize) -> Result<Pending> {
+/// Rows waiting for a vector.
+type Pending = Vec<PendingRow>;
+
+/// Up to `batch` rows without a vector of `model`: turns in id order after
+/// the last one embedded, then active memories whose version has none.
+pub(crate) fn pending(conn: &Connection, model: &str, batch: usize) -> Result<Pending> {
     let after: i64 = conn
         .query_row(
             "SELECT coalesce(max(item), 0) FROM vectors WHERE model = ?1 AND item > 0",
@@ -250,37 +251,22 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-impl MemoryStore {
-    /// How the file's vectors relate to the configured embedder.
-    pub fn model_state(&self) -> Result<ModelState> {
-        let Some(v) = &self.vectorizer else {
-            return Ok(ModelState::Off);
-        };
-        let configured = v.key().to_owned();
-        let stored = self.read(stored_model)?;
-        Ok(match stored {
+impl Vectorizer {
+    /// How the file's vectors (of the key `stored`, if any) relate to this
+    /// embedder.
+    pub fn model_state(&self, stored: Option<String>) -> ModelState {
+        let configured = self.key().to_owned();
+        match stored {
             Some(stored) if stored != configured => ModelState::Mismatch { stored, configured },
             _ => ModelState::Current,
-        })
+        }
     }
 
-    /// Embeds up to `batch` rows that have no vector of the current model
-    /// and stores them; returns how many were written (0: caught up, no
-    /// embedder, or a model mismatch). An embedder failure is an error and
-    /// writes nothing.
-    pub fn index_vectors(&self, batch: usize) -> Result<usize> {
-        let Some(v) = &self.vectorizer else {
-            return Ok(0);
-        };
-        let _step = v.indexing.lock().unwrap_or_else(|p| p.into_inner());
-        let model = v.key();
-        let (stored, work) =
-            self.read(|conn| Ok((stored_model(conn)?, pending(conn, model, batch.max(1))?)))?;
-        if stored.as_deref().is_some_and(|s| s != model) || work.is_empty() {
-            return Ok(0);
-        }
+    /// Embeds the texts of `work`; an embedder failure, or a wrong number
+    /// of vectors, is an error.
+    pub(crate) fn embed_pending(&self, work: &[PendingRow]) -> Result<Vec<Vec<f32>>> {
         let texts: Vec<&str> = work.iter().map(|w| w.3.as_str()).collect();
-        let vectors = v
+        let vectors = self
             .embedder
             .embed(&texts)
             .map_err(|e| MemoryError::backend(format!("vector indexer: {e}")))?;
@@ -289,134 +275,19 @@ impl MemoryStore {
                 "vector indexer: the embedder returned a wrong number of vectors",
             ));
         }
-        let dims = vectors[0].len();
-        let written = self.write(|tx, _| {
-            // Re-checked under the write lock: a concurrent `reembed` wins.
-            match stored_model(tx)? {
-                Some(s) if s != model => return Ok(0),
-                Some(_) => {}
-                None => {
-                    tx.execute(
-                        "INSERT INTO vector_model (id, model, dims) VALUES (1, ?1, ?2)",
-                        params![model, dims as i64],
-                    )
-                    .map_err(db_error)?;
-                }
-            }
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO vectors (item, scope_id, model, version, vector)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .map_err(db_error)?;
-            for ((item, scope, version, _), vector) in work.iter().zip(&vectors) {
-                insert
-                    .execute(params![item, scope, model, version, to_blob(vector)])
-                    .map_err(db_error)?;
-            }
-            Ok(work.len())
-        })?;
-        v.stats
-            .vectors_written
-            .fetch_add(written as u64, Ordering::Relaxed);
-        Ok(written)
-    }
-
-    /// Runs [`Self::index_vectors`] until nothing is left (evaluations,
-    /// benchmarks, `memgate reindex`); returns the rows written.
-    pub fn index_all_vectors(&self, batch: usize) -> Result<usize> {
-        let mut total = 0;
-        loop {
-            let n = self.index_vectors(batch)?;
-            if n == 0 {
-                return Ok(total);
-            }
-            total += n;
-        }
-    }
-
-    /// Adopts the configured model: drops every stored vector (of any
-    /// model) so the indexer embeds everything again. The explicit step a
-    /// model change needs; returns how many vectors were dropped.
-    pub fn reembed(&self) -> Result<usize> {
-        let Some(v) = &self.vectorizer else {
-            return Err(MemoryError::invalid(
-                "backend_config.embedder",
-                "must be configured to re-embed",
-            ));
-        };
-        let _step = v.indexing.lock().unwrap_or_else(|p| p.into_inner());
-        let dropped = self.write(|tx, _| {
-            let n = tx.execute("DELETE FROM vectors", []).map_err(db_error)?;
-            tx.execute("DELETE FROM vector_model", [])
-                .map_err(db_error)?;
-            Ok(n)
-        })?;
-        v.cache.invalidate(None);
-        Ok(dropped)
-    }
-
-    /// Benchmarks only: gives every row without a vector a random unit
-    /// vector of the current model's length (taken from the stored
-    /// vectors), so search cost can be measured at sizes the real embedder
-    /// would take minutes to fill. Returns how many were written.
-    /// What the indexer has done and has left.
-    pub fn vector_progress(&self) -> Result<VectorProgress> {
-        let configured = self.vectorizer.as_ref().map(|v| v.key().to_owned());
-        self.read(|conn| {
-            let stored = stored_model(conn)?;
-            let counted = configured.clone().or(stored.clone());
-            let count = |sql: &str| -> Result<u64> {
-                conn.query_row(sql, [], |r| r.get::<_, i64>(0))
-                    .map(|n| n as u64)
-                    .map_err(db_error)
-            };
-            let total = count(
-                "SELECT (SELECT count(*) FROM turns)
-                 + (SELECT count(*) FROM memories WHERE state = 'active')",
-            )?;
-            let embedded = match &counted {
-                Some(m) if stored.as_deref() == Some(m.as_str()) => {
-                    conn.query_row(
-                        "SELECT (SELECT count(*) FROM vectors WHERE model = ?1 AND item > 0)
-                          + (SELECT count(*) FROM vectors v JOIN memories m ON v.item = -m.id
-                             WHERE v.model = ?1 AND m.state = 'active' AND v.version = m.version)",
-                        [m],
-                        |r| r.get::<_, i64>(0),
-                    )
-                    .map_err(db_error)? as u64
-                }
-                _ => 0,
-            };
-            Ok(VectorProgress {
-                model_mismatch: matches!((&configured, &stored), (Some(c), Some(s)) if c != s),
-                model: configured.clone(),
-                stored_model: stored.clone(),
-                embedded,
-                total,
-            })
-        })
+        Ok(vectors)
     }
 
     /// Counts of how recalls were answered.
     pub fn retrieval_counts(&self) -> RetrievalCounts {
-        self.vectorizer
-            .as_ref()
-            .map_or_else(RetrievalCounts::default, |v| RetrievalCounts {
-                hybrid: v.stats.hybrid.load(Ordering::Relaxed),
-                embedder_failures: v.stats.embedder_failures.load(Ordering::Relaxed),
-                vectors_written: v.stats.vectors_written.load(Ordering::Relaxed),
-                query_embed_nanos: v.stats.query_embed_nanos.load(Ordering::Relaxed),
-                dense_scan_nanos: v.stats.dense_scan_nanos.load(Ordering::Relaxed),
-                dense_rescore_nanos: v.stats.dense_rescore_nanos.load(Ordering::Relaxed),
-            })
-    }
-
-    /// Drops the in-memory vector copies of every scope, so erased items
-    /// are never compared again (erasure is rare; reloading is cheap).
-    pub fn forget_vector_copies(&self) {
-        if let Some(v) = &self.vectorizer {
-            v.cache.invalidate(None);
+        let stats = &self.stats;
+        RetrievalCounts {
+            hybrid: stats.hybrid.load(Ordering::Relaxed),
+            embedder_failures: stats.embedder_failures.load(Ordering::Relaxed),
+            vectors_written: stats.vectors_written.load(Ordering::Relaxed),
+            query_embed_nanos: stats.query_embed_nanos.load(Ordering::Relaxed),
+            dense_scan_nanos: stats.dense_scan_nanos.load(Ordering::Relaxed),
+            dense_rescore_nanos: stats.dense_rescore_nanos.load(Ordering::Relaxed),
         }
     }
 
@@ -426,7 +297,7 @@ impl MemoryStore {
     /// prefilter keeps `prefilter` items per int8 candidate (recall:
     /// [`PREFILTER_FACTOR`]; `usize::MAX`: every item is int8-scanned, the
     /// search before the prefilter; evaluations compare them).
-    pub(crate) fn nearest_items_with(
+    pub(crate) fn nearest_items(
         &self,
         conn: &Connection,
         scope: i64,
@@ -435,12 +306,9 @@ impl MemoryStore {
         also: &[i64],
         prefilter: usize,
     ) -> Result<Neighbours> {
-        let Some(v) = &self.vectorizer else {
-            return Ok(Default::default());
-        };
-        let model = v.key();
+        let model = self.key();
         let started = std::time::Instant::now();
-        let shared = v.cache.scope(scope);
+        let shared = self.cache.scope(scope);
         let mut vectors = shared.lock().unwrap_or_else(|p| p.into_inner());
         let mut stmt = conn
             .prepare_cached(
@@ -474,7 +342,7 @@ impl MemoryStore {
             .collect();
         drop(vectors);
         let scanned = std::time::Instant::now();
-        v.stats
+        self.stats
             .dense_scan_nanos
             .fetch_add((scanned - started).as_nanos() as u64, Ordering::Relaxed);
         // Exact cosines from the stored float32 vectors: one statement for
@@ -504,62 +372,27 @@ impl MemoryStore {
             .iter()
             .filter_map(|item| Some((*item, *cosine.get(item)?)))
             .collect();
-        v.stats
+        self.stats
             .dense_rescore_nanos
             .fetch_add(scanned.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok((nearest, similarity))
     }
-}
 
-impl MemoryStore {
-    /// The stored float32 vectors of `items` (any order) under the current
-    /// key, in ascending item order; an item without one is left out. Dense
-    /// feedback reads its few hits' vectors with it.
-    /// The caller's `limit` items nearest to `query` (a unit vector of the
-    /// current model) as recall's dense side finds them, best first, with
-    /// their cosine; `prefilter` as in [`Self::nearest_items_with`].
-    pub fn nearest_items(
-        &self,
-        caller: &Caller,
-        query: &[f32],
-        limit: usize,
-        prefilter: usize,
-    ) -> Result<Vec<(i64, f32)>> {
-        let key = ScopeKey::of(caller);
-        self.read(|conn| match key.find(conn)? {
-            Some(scope) => Ok(self
-                .nearest_items_with(conn, scope, query, limit, &[], prefilter)?
-                .0),
-            None => Ok(Vec::new()),
-        })
-    }
-
-    /// The caller's `k` items nearest to `query` by the exact cosine over
+    /// The `k` items of `scope` nearest to `query` by the exact cosine over
     /// every stored vector of the scope (no int8, no prefilter), best first:
     /// the reference the int8 scan and the sign prefilter are measured
     /// against (`memgate bench`, `memgate eval locomo`).
-    pub fn exact_nearest(&self, caller: &Caller, query: &[f32], k: usize) -> Result<Vec<i64>> {
-        let key = ScopeKey::of(caller);
-        self.read(|conn| match key.find(conn)? {
-            Some(scope) => self.exact_nearest_in(conn, scope, query, k),
-            None => Ok(Vec::new()),
-        })
-    }
-
-    fn exact_nearest_in(
+    pub(crate) fn exact_nearest(
         &self,
         conn: &Connection,
         scope: i64,
         query: &[f32],
         k: usize,
     ) -> Result<Vec<i64>> {
-        let Some(v) = &self.vectorizer else {
-            return Ok(Vec::new());
-        };
         let mut stmt = conn
             .prepare_cached("SELECT item, vector FROM vectors WHERE scope_id = ?1 AND model = ?2")
             .map_err(db_error)?;
-        let mut rows = stmt.query(params![scope, v.key()]).map_err(db_error)?;
+        let mut rows = stmt.query(params![scope, self.key()]).map_err(db_error)?;
         let (mut scored, mut buf) = (Vec::new(), Vec::new());
         while let Some(row) = rows.next().map_err(db_error)? {
             buf.clear();
@@ -571,6 +404,86 @@ impl MemoryStore {
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
         Ok(scored.into_iter().take(k).map(|(item, _)| item).collect())
     }
+}
+
+/// Stores the `vectors` embedded for `work` under `model`, adopting
+/// `model` as the file's when it has none; returns how many were written
+/// (0: the file adopted another model meanwhile).
+pub(crate) fn store_pending(
+    tx: &Connection,
+    model: &str,
+    work: &[PendingRow],
+    vectors: &[Vec<f32>],
+) -> Result<usize> {
+    let dims = vectors[0].len();
+    // Re-checked under the write lock: a concurrent `reembed` wins.
+    match stored_model(tx)? {
+        Some(s) if s != model => return Ok(0),
+        Some(_) => {}
+        None => {
+            tx.execute(
+                "INSERT INTO vector_model (id, model, dims) VALUES (1, ?1, ?2)",
+                params![model, dims as i64],
+            )
+            .map_err(db_error)?;
+        }
+    }
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT OR REPLACE INTO vectors (item, scope_id, model, version, vector)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(db_error)?;
+    for ((item, scope, version, _), vector) in work.iter().zip(vectors) {
+        insert
+            .execute(params![item, scope, model, version, to_blob(vector)])
+            .map_err(db_error)?;
+    }
+    Ok(work.len())
+}
+
+/// Drops every stored vector (of any model) and the file's model, so the
+/// indexer embeds everything again; returns how many vectors were dropped.
+pub(crate) fn drop_all(tx: &Connection) -> Result<usize> {
+    let n = tx.execute("DELETE FROM vectors", []).map_err(db_error)?;
+    tx.execute("DELETE FROM vector_model", [])
+        .map_err(db_error)?;
+    Ok(n)
+}
+
+/// What the indexer has done and has left, for the `configured` key (the
+/// file's own when no embedder is configured).
+pub(crate) fn progress(conn: &Connection, configured: Option<String>) -> Result<VectorProgress> {
+    let stored = stored_model(conn)?;
+    let counted = configured.clone().or(stored.clone());
+    let count = |sql: &str| -> Result<u64> {
+        conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+            .map(|n| n as u64)
+            .map_err(db_error)
+    };
+    let total = count(
+        "SELECT (SELECT count(*) FROM turns)
+         + (SELECT count(*) FROM memories WHERE state = 'active')",
+    )?;
+    let embedded = match &counted {
+        Some(m) if stored.as_deref() == Some(m.as_str()) => conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM vectors WHERE model = ?1 AND item > 0)
+                  + (SELECT count(*) FROM vectors v JOIN memories m ON v.item = -m.id
+                     WHERE v.model = ?1 AND m.state = 'active' AND v.version = m.version)",
+                [m],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(db_error)? as u64,
+        _ => 0,
+    };
+    Ok(VectorProgress {
+        model_mismatch: matches!((&configured, &stored), (Some(c), Some(s)) if c != s),
+        model: configured.clone(),
+        stored_model: stored.clone(),
+        embedded,
+        total,
+    })
 }
 
 /// A stored vector's bytes; anything but a blob is corruption.
