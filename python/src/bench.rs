@@ -65,5 +65,5 @@ pub fn rust_baseline(
 /// harness (`python/bench/capture_cost.py`) counts them per capture.
 #[pyfunction]
 pub fn cursor_fsyncs() -> u64 {
-    memgate_core::cursor::fsync_count()
+    memgate_openviking::cursor::fsync_count()
 }

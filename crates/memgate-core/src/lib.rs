@@ -11,8 +11,10 @@
 //!   with the host's `default` fallback kept observable;
 //! - [`message`]: the transcript messages hosts send, faithful to LangChain's
 //!   shape and tolerant of unknown fields;
-//! - [`signature`]: stable content hashes of messages (shared with the
-//!   OpenViking cursor and the local store's de-duplication);
+//! - [`signature`]: stable content hashes of messages, sequence digests
+//!   and head fingerprints (the local store's de-duplication, and what a
+//!   surface reading a transcript against a backend's cursor hands over:
+//!   [`KnownHead`]);
 //! - [`capture`], [`recall`], [`remember`], [`facts`], [`forget`]: request
 //!   and result types of each operation;
 //! - [`redaction`]: secrets replaced by typed placeholders before anything
@@ -30,7 +32,6 @@ pub mod backend;
 pub mod budget;
 pub mod canonical_json;
 pub mod capture;
-pub mod cursor;
 pub mod error;
 pub mod facts;
 pub mod forget;

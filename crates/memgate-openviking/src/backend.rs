@@ -15,7 +15,7 @@ use crate::retrieval::{retrieve, RetrievalRequest, RetrievedMemory};
 use crate::scope::{canonical_peer_id, check_owner, session_id, UriStyle};
 use async_trait::async_trait;
 use memgate_core::capture::{captureable, is_captureable};
-use memgate_core::cursor::TranscriptCursor;
+use crate::cursor::TranscriptCursor;
 use memgate_core::signature::SequenceHasher;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, Diagnostic,

@@ -15,7 +15,7 @@ use crate::injection::format_injection;
 use crate::payload::{redact_payload, to_payload};
 use crate::retrieval::RetrievedMemory;
 use memgate_core::capture::captureable;
-use memgate_core::cursor::{load_cursor, save_cursor, TranscriptCursor};
+use crate::cursor::{load_cursor, save_cursor, TranscriptCursor};
 use memgate_core::{Message, Redactor, ToolCall};
 use serde::Serialize;
 use serde_json::json;

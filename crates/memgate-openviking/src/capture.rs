@@ -16,7 +16,7 @@
 //!    signature the window does not hold;
 //! 5. save the intent durably, optimistically: the cursor as it will be once
 //!    every batch and the commit succeed, with the intent and the way back
-//!    (`memgate_core::cursor::save_optimistic`, the fsyncs of one durable
+//!    (`crate::cursor::save_optimistic`, the fsyncs of one durable
 //!    save); record the new messages and commit, then confirm the outcome in
 //!    place (a few bytes, not fsynced: lost in a power cut, the intent is
 //!    reconciled). A partial failure saves the cursor it leaves instead.
@@ -40,7 +40,7 @@ use crate::locks::SessionGuard;
 use crate::outbox::Outbox;
 use crate::payload::{payload_of, payload_peer, redact_payload};
 use crate::recorder::{self, Prepared, RecordError};
-use memgate_core::cursor::{
+use crate::cursor::{
     load_cursor, save_cursor_with, save_optimistic, BatchMark, CursorError, InFlight, Rollback,
     SaveMode, TranscriptCursor,
 };

@@ -15,7 +15,9 @@
 //! - **search** is a find over the same two memory roots.
 //!
 //! Modules, one job each: [`config`] (parsing and validation), [`scope`]
-//! (owner, peer, session, memory URIs), [`client`] (HTTP, deadline, retry),
+//! (owner, peer, session, memory URIs), [`cursor`] (the hash-only cursor
+//! file: DeerFlow's keys and memgate's, read exactly, saved durably),
+//! [`client`] (HTTP, deadline, retry),
 //! [`payload`] (message conversion), [`recorder`] (batches and commit),
 //! [`capture`] (cursor-driven capture), [`retrieval`] (find/search and
 //! content modes), [`injection`] (the recall block), [`locks`] (per-session
@@ -35,6 +37,7 @@ pub mod bench;
 pub mod capture;
 pub mod client;
 pub mod config;
+pub mod cursor;
 pub mod delivery;
 pub mod injection;
 pub mod lifecycle;

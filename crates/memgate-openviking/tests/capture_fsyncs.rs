@@ -13,7 +13,7 @@ mod common;
 
 use common::fake::FakeOpenViking;
 use common::*;
-use memgate_core::cursor::fsync_count;
+use memgate_openviking::cursor::fsync_count;
 use memgate_core::{Caller, MemoryBackend};
 use std::time::{Duration, Instant};
 
