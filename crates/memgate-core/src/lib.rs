@@ -20,6 +20,9 @@
 //! - [`redaction`]: secrets replaced by typed placeholders before anything
 //!   is stored or sent (rules in `memgate-redact`);
 //! - [`backend`]: the trait itself and its capability flags;
+//! - [`handoff`]: a capture begun before its transcript is read (the
+//!   local store's streamed capture, OpenViking's capture read against its
+//!   cursor), part of the trait so no surface needs a side door;
 //! - [`error`]: the error family that mirrors the host contract;
 //! - [`policy`]: read, write and start-up failure policies;
 //! - [`budget`]: character and UTF-8 byte budgets that never cut a character;
@@ -35,6 +38,7 @@ pub mod capture;
 pub mod error;
 pub mod facts;
 pub mod forget;
+pub mod handoff;
 pub mod identity;
 pub mod message;
 pub mod noop;
@@ -54,6 +58,7 @@ pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook, Kn
 pub use error::{MemoryError, Result, WireError};
 pub use facts::{Fact, FactPatch, FactState, ImportReport, MemoryExport, SearchHit, SearchQuery};
 pub use forget::{ForgetReport, ForgetTarget};
+pub use handoff::{CaptureStart, CursorCapture, CursorOutcome, Handoff};
 pub use identity::{Caller, UserId, DEFAULT_USER_ID};
 pub use message::{Content, Message, Role, RoleKind, ToolCall};
 pub use policy::{FailurePolicy, ReadPolicy, StartupPolicy, WritePolicy};

@@ -19,7 +19,8 @@
 //! file: DeerFlow's keys and memgate's, read exactly, saved durably),
 //! [`client`] (HTTP, deadline, retry),
 //! [`payload`] (message conversion), [`recorder`] (batches and commit),
-//! [`capture`] (cursor-driven capture), [`retrieval`] (find/search and
+//! [`capture`] (cursor-driven capture), [`session_count`] (the server's
+//! count that reconciliation and delivery decide by), [`retrieval`] (find/search and
 //! content modes), [`injection`] (the recall block), [`locks`] (per-session
 //! locks), [`lifecycle`] (operation accounting and shutdown), [`mod@bench`]
 //! (adapter cost figures), [`pystr`] (Python string semantics).
@@ -48,6 +49,7 @@ pub mod pystr;
 pub mod recorder;
 pub mod retrieval;
 pub mod scope;
+pub mod session_count;
 
 pub use backend::{BegunCapture, OpenVikingBackend, MIDDLEWARE_ONLY};
 pub use bench::{run_adapter_bench, AdapterBenchReport};

@@ -7,7 +7,7 @@ mod common;
 
 use common::fake::{hit, payload_text, slow_drip_server, FakeOpenViking, Reply};
 use common::*;
-use memgate_openviking::cursor::load_cursor;
+use memgate_core::handoff::on_callers_thread;
 use memgate_core::signature::{
     message_signature, sequence_digest, HeadFingerprint, SequenceHasher,
 };
@@ -15,7 +15,7 @@ use memgate_core::{
     Caller, KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, SearchQuery,
     ToolCall, UserId, WarmStatus,
 };
-use memgate_openviking::capture::on_callers_thread;
+use memgate_openviking::cursor::load_cursor;
 use memgate_openviking::scope::session_id;
 use memgate_openviking::{OpenVikingBackend, UriStyle};
 use serde_json::{json, Value};
