@@ -22,8 +22,9 @@
 //! [`capture`] (cursor-driven capture), [`session_count`] (the server's
 //! count that reconciliation and delivery decide by), [`retrieval`] (find/search and
 //! content modes), [`injection`] (the recall block), [`locks`] (per-session
-//! locks), [`lifecycle`] (operation accounting and shutdown), [`mod@bench`]
-//! (adapter cost figures), [`pystr`] (Python string semantics).
+//! locks), [`lifecycle`] (operation accounting and shutdown), [`pystr`]
+//! (Python string semantics). The adapter's cost figures are measured by
+//! `memgate-lab` (`openviking_bench`).
 //!
 //! Where memgate deliberately differs from the original: cursor writes are
 //! fsynced (file and directory); `score_threshold` reaches the server (the
@@ -34,7 +35,6 @@
 //! `schema_version` fails closed. See README.md for the full list.
 
 pub mod backend;
-pub mod bench;
 pub mod capture;
 pub mod client;
 pub mod config;
@@ -52,6 +52,5 @@ pub mod scope;
 pub mod session_count;
 
 pub use backend::{BegunCapture, OpenVikingBackend, MIDDLEWARE_ONLY};
-pub use bench::{run_adapter_bench, AdapterBenchReport};
 pub use config::{ContentMode, OpenVikingConfig};
 pub use scope::UriStyle;
