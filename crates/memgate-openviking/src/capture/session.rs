@@ -58,11 +58,12 @@ pub async fn capture_session(
         Queued::Nothing => {}
         // The cursor's count predates the delivery.
         Queued::Delivered => cursor.server_total = None,
-        Queued::Waiting(outbox) if transcript.unsigned > 0 => {
-            let _ = outbox;
-            return session.needs_whole(session.loaded.clone()).await;
-        }
         Queued::Waiting(outbox) => {
+            // Queuing behind plans on every signature, which a head known
+            // by its fingerprint alone does not have.
+            if transcript.unsigned > 0 {
+                return session.needs_whole(session.loaded.clone()).await;
+            }
             let signatures = std::mem::take(&mut transcript.signatures);
             return queue_behind(&session, &outbox, signatures, &mut transcript.whole).await;
         }
