@@ -439,3 +439,136 @@ impl MemoryBackend for AssembledBackend {
         self.drain(timeout).await.drained()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memgate_core::handoff::{Streamed, StreamedCapture};
+    use memgate_core::Caller;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A backend that counts what reaches it: whole captures, and (when
+    /// `streams`) streamed ones, which wait for their transcript's end.
+    #[derive(Default)]
+    struct Counting {
+        captures: AtomicUsize,
+        streams: bool,
+    }
+
+    #[async_trait]
+    impl MemoryBackend for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+
+        async fn recall(&self, _: &RecallRequest) -> Result<Recall> {
+            Ok(Recall::empty())
+        }
+
+        async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
+            self.captures.fetch_add(1, Ordering::SeqCst);
+            Ok(CaptureReport {
+                stored: request.messages.len(),
+                ..CaptureReport::default()
+            })
+        }
+
+        fn begin_capture(self: Arc<Self>, start: CaptureStart) -> Result<Handoff> {
+            if !self.streams {
+                return Ok(Handoff::whole(self, start));
+            }
+            Ok(Handoff::Streamed(StreamedCapture::new(move |items| {
+                Box::pin(async move {
+                    self.captures.fetch_add(1, Ordering::SeqCst);
+                    let mut stored = 0;
+                    loop {
+                        match tokio::task::block_in_place(|| items.recv()) {
+                            Ok(Streamed::Messages(batch)) => stored += batch.len(),
+                            Ok(Streamed::End) => break,
+                            Ok(Streamed::Failed(e)) => return Err(e),
+                            Err(_) => return Err(MemoryError::backend("hung up")),
+                        }
+                    }
+                    Ok(CaptureReport {
+                        stored,
+                        ..CaptureReport::default()
+                    })
+                })
+            })))
+        }
+    }
+
+    fn start() -> CaptureStart {
+        CaptureStart {
+            caller: Caller::new("u").with_thread("t"),
+            kind: Default::default(),
+            trace_id: None,
+        }
+    }
+
+    fn assembled(backend: Arc<Counting>, enabled: bool) -> Arc<AssembledBackend> {
+        let gates = Gates {
+            enabled,
+            ..Gates::default()
+        };
+        Arc::new(AssembledBackend::new(backend, gates, Deadlines::default()))
+    }
+
+    #[tokio::test]
+    async fn a_begun_capture_is_gated_and_holds_its_ticket_until_it_ends() {
+        let backend = Arc::new(Counting::default());
+        let off = assembled(Arc::clone(&backend), false);
+        let Handoff::Whole(whole) = Arc::clone(&off).begin_capture(start()).unwrap() else {
+            panic!("a closed gate reads the transcript whole");
+        };
+        let report = whole.capture(vec![Message::human("a")]).await.unwrap();
+        assert_eq!((report.stored, report.filtered), (0, 1));
+        assert_eq!(
+            backend.captures.load(Ordering::SeqCst),
+            0,
+            "no backend call"
+        );
+
+        let on = assembled(Arc::clone(&backend), true);
+        let Handoff::Whole(whole) = Arc::clone(&on).begin_capture(start()).unwrap() else {
+            panic!("no fast path: whole");
+        };
+        assert_eq!(
+            on.work().running(),
+            1,
+            "admitted before any message is read"
+        );
+        let report = whole.capture(vec![Message::human("a")]).await.unwrap();
+        assert_eq!(report.stored, 1);
+        assert_eq!(on.work().running(), 0);
+        on.drain(Duration::from_secs(1)).await;
+        assert!(matches!(
+            on.begin_capture(start()),
+            Err(MemoryError::Closed(_))
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streamed_capture_runs_under_the_assemblys_ticket() {
+        let backend = Arc::new(Counting {
+            streams: true,
+            ..Counting::default()
+        });
+        let on = assembled(Arc::clone(&backend), true);
+        let Handoff::Streamed(streamed) = Arc::clone(&on).begin_capture(start()).unwrap() else {
+            panic!("the backend streams");
+        };
+        let (feed, capture) = streamed.into_parts();
+        let task = tokio::spawn(capture);
+        feed.send(vec![Message::human("a"), Message::human("b")]);
+        assert_eq!(on.work().running(), 1);
+        feed.end(Ok(()));
+        assert_eq!(task.await.unwrap().unwrap().stored, 2);
+        assert_eq!(on.work().running(), 0);
+        assert_eq!(backend.captures.load(Ordering::SeqCst), 1);
+    }
+}
