@@ -9,12 +9,14 @@
 use super::disk::{on_disk, save};
 use super::queue::{queue_behind, queue_plan, TakeOver};
 use super::{
-    advance_by_intent, loaded_prefix, prepare, same_prefix_decision, write_failure,
-    CaptureOutcome, CapturePlan, CaptureTarget, Session, Transcript, COUNT_FAILED,
-    PARTIALLY_RECORDED, PENDING_COMMIT_FAILED, RECONCILE_FAILED, RECORDING_FAILED,
+    advance_by_intent, loaded_prefix, prepare, same_prefix_decision, write_failure, CaptureOutcome,
+    CapturePlan, CaptureTarget, Session, Transcript, COUNT_FAILED, PARTIALLY_RECORDED,
+    PENDING_COMMIT_FAILED, RECONCILE_FAILED, RECORDING_FAILED,
 };
 use crate::client::OpenVikingClient;
-use crate::cursor::{save_optimistic, Confirmation, InFlight, Rollback, SaveMode, TranscriptCursor};
+use crate::cursor::{
+    save_optimistic, Confirmation, InFlight, Rollback, SaveMode, TranscriptCursor,
+};
 use crate::delivery::deliver_session;
 use crate::lifecycle::Operation;
 use crate::locks::SessionGuard;
@@ -71,9 +73,11 @@ pub async fn capture_session(
     let cursor = proceed!(reconcile_intent(&session, client, cursor).await?);
     let mut cursor = proceed!(retry_commit(&session, client, cursor).await?);
     let (plan, prepared) = proceed!(plan_new(&session, &cursor, matched, &mut transcript).await?);
-    let base_total = proceed!(count_before_sending(&session, client, &cursor, &plan, &prepared).await?);
+    let base_total =
+        proceed!(count_before_sending(&session, client, &cursor, &plan, &prepared).await?);
     cursor.server_total = Some(base_total);
-    let (confirmation, intent) = save_intent(&session, &cursor, &plan, &prepared, base_total).await?;
+    let (confirmation, intent) =
+        save_intent(&session, &cursor, &plan, &prepared, base_total).await?;
     let sending = Sending {
         operation,
         guard,
@@ -269,8 +273,8 @@ async fn plan_new(
         cursor.matching_prefix(&transcript.signatures)
     };
     let signatures = std::mem::take(&mut transcript.signatures);
-    let plan = CapturePlan::matched(cursor, signatures, prefix)
-        .with_fingerprint(&transcript.fingerprint);
+    let plan =
+        CapturePlan::matched(cursor, signatures, prefix).with_fingerprint(&transcript.fingerprint);
     let Some(prepared) = prepare(&plan, &mut transcript.whole, &session.target) else {
         return Ok(Flow::Break(session.needs_whole(cursor.clone()).await?));
     };
@@ -426,9 +430,7 @@ impl Sending {
             payloads: self.prepared.values(0),
             base_total: self.base_total,
             intent_ms: self.intent.written_ms,
-            next: self
-                .plan
-                .completed(&self.cursor, self.session.max_seen()),
+            next: self.plan.completed(&self.cursor, self.session.max_seen()),
             failure,
             sent: self.plan.pending.len(),
             already_known,
