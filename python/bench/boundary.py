@@ -7,29 +7,37 @@ dir) and the same 1,000-message LangChain transcript:
   of the whole, already captured transcript: the after-run call of a long
   thread), plus their async forms; each call converts the LangChain
   messages, crosses into Rust, releases the GIL for the work, and returns;
-- Rust: the same recall and capture requests timed inside the extension
-  with no Python in the loop (``_native.rust_baseline``; messages converted
-  once, before timing).
+- Rust: the same recall and capture requests on the same kind of backend
+  (``local``, opened through the assembly in a store of its own holding
+  the same thread), timed with no Python in the loop by the lab's
+  ``boundary_baseline`` example in a child process (messages converted
+  once, before timing; it is not part of the wheel).
 
 Each iteration times the Rust pair and then the Python pair, and what the
 boundary adds per call is the median of the per-iteration differences, so
 slow drift on the machine does not land on one side only.
 
 Run (after installing the wheel):  python python/bench/boundary.py [--iterations 200] [--messages 1000]
+[--baseline PATH]; without ``--baseline`` the example is built first
+(``cargo build --release -p memgate-lab --example boundary_baseline``, in
+``$CARGO_TARGET_DIR`` or ``target/``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import platform
 import statistics
+import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from memgate import _native
 from memgate.deerflow import LocalMemoryManager
 
 TOPICS = ["refund", "invoice", "helm chart", "postgres index", "coffee order", "deploy window", "pytest fixture"]
@@ -61,10 +69,47 @@ def transcript(size: int) -> list:
     return messages[:size]
 
 
-def rust_once(backend, messages, query) -> tuple[float, float]:
-    """One recall and one capture timed inside Rust: ``(recall_s, capture_s)``."""
-    recall, capture = _native.rust_baseline(backend, messages, "bench", 1, "alice", None, query)
-    return recall[0], capture[0]
+#: The fields of a LangChain message that memgate reads (its JSON form).
+FIELDS = ("type", "content", "id", "tool_calls", "tool_call_id", "name", "status", "additional_kwargs")
+
+
+def baseline_binary(given: str | None) -> Path:
+    """The lab's ``boundary_baseline`` example: ``given``, or built now."""
+    if given:
+        return Path(given)
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run(["cargo", "build", "--release", "-p", "memgate-lab", "--example", "boundary_baseline"],
+                   cwd=root, check=True)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", root / "target"))
+    return target / "release" / "examples" / "boundary_baseline"
+
+
+class RustBaseline:
+    """The pure-Rust side in a child process: one timed recall and capture
+    per request, so each pairs with the Python calls made next to it."""
+
+    def __init__(self, binary: Path, messages, query: str, workdir: str):
+        transcript = Path(workdir) / "transcript.json"
+        transcript.write_text(json.dumps([{k: m.model_dump().get(k) for k in FIELDS} for m in messages]))
+        storage = Path(workdir) / "rust-store"
+        self.child = subprocess.Popen(
+            [str(binary), "--storage", str(storage), "--transcript", str(transcript), "--user", "alice",
+             "--thread", "bench", "--query", query],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready = self.child.stdout.readline().strip()
+        if ready != "ready":
+            raise RuntimeError(f"boundary_baseline did not start: {ready!r}")
+
+    def once(self) -> tuple[float, float]:
+        """One recall and one capture timed inside Rust: ``(recall_s, capture_s)``."""
+        self.child.stdin.write("go\n")
+        self.child.stdin.flush()
+        recall, capture = self.child.stdout.readline().split()
+        return float(recall), float(capture)
+
+    def close(self) -> None:
+        self.child.stdin.close()
+        self.child.wait(timeout=30)
 
 
 def timed(call) -> float:
@@ -82,11 +127,10 @@ async def atimed(call) -> float:
 KEYS = ("rs_recall", "rs_capture", "py_recall", "py_capture")
 
 
-def paired(manager, messages, query, iterations: int) -> dict[str, list[float]]:
+def paired(manager, rust: RustBaseline, messages, query, iterations: int) -> dict[str, list[float]]:
     """Each iteration times the pure-Rust pair and the sync Python pair, in
     alternating order, so drift (other load, CPU frequency, warm caches) hits
     both sides of a difference alike."""
-    backend = manager._native_backend
 
     def python_pair():
         return (timed(lambda: manager.get_context("alice", query=query)),
@@ -96,18 +140,17 @@ def paired(manager, messages, query, iterations: int) -> dict[str, list[float]]:
     for i in range(iterations):
         if i % 2:
             py = python_pair()
-            rs = rust_once(backend, messages, query)
+            rs = rust.once()
         else:
-            rs = rust_once(backend, messages, query)
+            rs = rust.once()
             py = python_pair()
         for key, value in zip(KEYS, (*rs, *py)):
             times[key].append(value)
     return times
 
 
-async def paired_async(manager, messages, query, iterations: int) -> dict[str, list[float]]:
+async def paired_async(manager, rust: RustBaseline, messages, query, iterations: int) -> dict[str, list[float]]:
     """As ``paired``, with the async methods awaited on a running loop."""
-    backend = manager._native_backend
 
     async def python_pair():
         return (await atimed(lambda: manager.aget_context("alice", query=query)),
@@ -117,9 +160,9 @@ async def paired_async(manager, messages, query, iterations: int) -> dict[str, l
     for i in range(iterations):
         if i % 2:
             py = await python_pair()
-            rs = rust_once(backend, messages, query)
+            rs = rust.once()
         else:
-            rs = rust_once(backend, messages, query)
+            rs = rust.once()
             py = await python_pair()
         for key, value in zip(KEYS, (*rs, *py)):
             times[key].append(value)
@@ -140,22 +183,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--baseline", help="the built boundary_baseline example (default: build it)")
     args = parser.parse_args()
+    binary = baseline_binary(args.baseline)
 
     messages = transcript(args.messages)
     query = "what changed in the refund and invoice handling?"
-    with tempfile.TemporaryDirectory() as storage:
+    with tempfile.TemporaryDirectory() as storage, tempfile.TemporaryDirectory() as workdir:
         manager = LocalMemoryManager.from_config({"storage_path": storage})
         manager.add("bench", messages, user_id="alice")  # the store now holds the thread
-        backend = manager._native_backend
+        rust = RustBaseline(binary, messages, query, workdir)  # and so does its own
 
         for _ in range(10):  # warm caches on both paths
             manager.get_context("alice", query=query)
             manager.add("bench", messages, user_id="alice")
-            rust_once(manager._native_backend, messages, query)
+            rust.once()
 
-        sync = paired(manager, messages, query, args.iterations)
-        asyn = asyncio.run(paired_async(manager, messages, query, args.iterations))
+        sync = paired(manager, rust, messages, query, args.iterations)
+        asyn = asyncio.run(paired_async(manager, rust, messages, query, args.iterations))
+        rust.close()
         manager.shutdown_flush(5.0)
 
     print(f"memgate Python boundary benchmark: {args.messages}-message LangChain transcript, local backend, "

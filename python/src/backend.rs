@@ -9,19 +9,17 @@
 use crate::convert;
 use crate::errors;
 use crate::runtime::{attached, runtime};
-use memgate_assembly::{
-    AssembledBackend, BackendSetup, Deadlines, ManagerClass, MemoryConfig, Operation, Ticket,
+use memgate_assembly::{AssembledBackend, BackendSetup, Deadlines, ManagerClass, MemoryConfig};
+use memgate_core::intake::{
+    on_callers_thread, CaptureFuture, CaptureStart, CursorCapture, CursorOutcome, Intake,
 };
 use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::tool::call_remember;
 use memgate_core::{
-    Caller, CaptureKind, CaptureReport, CaptureRequest, FactPatch, ForgetTarget, KeepHiddenHook,
-    KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, RememberRequest,
-    SearchQuery, UserId, WarmStatus,
+    Caller, CaptureKind, CaptureReport, FactPatch, ForgetTarget, KeepHiddenHook, KnownHead,
+    MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, RememberRequest, SearchQuery,
+    UserId, WarmStatus,
 };
-use memgate_openviking::capture::on_callers_thread;
-use memgate_openviking::{BegunCapture, OpenVikingBackend};
-use memgate_store::{LocalBackend, Streamed};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -93,16 +91,12 @@ impl KeepHook {
 
 /// One memgate backend, shared by the manager's sync and async methods.
 /// Built by the assembly's one factory, so Python calls pass the same gates,
-/// deadlines and drain as every other surface; background captures hold a
+/// deadlines and drain as every other surface, the capture fast paths
+/// included (`MemoryBackend::begin_capture`); background captures hold a
 /// ticket of the assembly's in-flight work, which `shutdown` drains.
 #[pyclass(frozen, module = "memgate._native")]
 pub struct Backend {
     inner: Arc<AssembledBackend>,
-    /// The local store's own handle, for streamed captures.
-    local: Option<Arc<LocalBackend>>,
-    /// The OpenViking backend's own handle, for captures read against
-    /// their cursor.
-    openviking: Option<OpenVikingBackend>,
     keep_hook: Arc<KeepHook>,
     /// Reports background capture failures to Python (`(code, message)`).
     on_background_error: Option<Py<PyAny>>,
@@ -152,67 +146,33 @@ async fn outcome(task: Capturing) -> memgate_core::Result<CaptureReport> {
 
 /// A capture's messages once read from Python.
 enum Read {
-    /// The whole request, admitted, not started yet.
-    Whole(Ticket, CaptureRequest),
-    /// A streamed local capture, already running on the runtime.
+    /// Read (whole, or against the backend's cursor), admitted, not
+    /// started yet.
+    Ready(CaptureFuture),
+    /// A streamed capture, already running on the runtime.
     Streamed(Capturing),
-    /// An OpenViking capture begun under its session's lock and read
-    /// against its cursor, admitted, not started yet.
-    Begun(Ticket, Box<Begun>),
 }
 
-/// An OpenViking capture read against its cursor: the head the cursor
-/// holds as signatures, the messages after it converted, and what
-/// capturing the whole transcript instead needs.
-struct Begun {
-    capture: BegunCapture,
+/// A capture read against the backend's cursor: if the cursor moved under
+/// the head (an interrupted capture reconciled to a prefix this transcript
+/// does not have), the head's messages are read whole after all and
+/// captured the usual way.
+async fn against_cursor(
+    capture: Box<dyn CursorCapture>,
     head: KnownHead,
     rest: Vec<Message>,
-    caller: Caller,
-    kind: CaptureKind,
-    trace_id: Option<String>,
     transcript: Py<PyAny>,
-}
-
-impl Begun {
-    /// Runs the capture. If the cursor moved under the head (an interrupted
-    /// capture reconciled to a prefix this transcript does not have), the
-    /// head's messages are read whole after all and captured the usual way.
-    async fn run(
-        self,
-        backend: &AssembledBackend,
-        ticket: Ticket,
-    ) -> memgate_core::Result<CaptureReport> {
-        let Begun {
-            capture,
-            head,
-            rest,
-            caller,
-            kind,
-            trace_id,
-            transcript,
-        } = self;
-        let captured = backend
-            .run_admitted(ticket, Operation::Capture, capture.capture(head, rest))
-            .await;
-        match captured {
-            Ok(Some(report)) => return Ok(report),
-            Ok(None) => {}
-            Err(err) => return backend.soften_write_deadline(Err(err)),
-        }
-        let messages = attached(|py| {
-            convert::messages(transcript.bind(py))
-                .map_err(|e| MemoryError::invalid("messages", e.value(py).to_string()))
-        })
-        .unwrap_or_else(|| Err(MemoryError::Closed("the Python interpreter".into())))?;
-        let request = CaptureRequest {
-            caller,
-            messages,
-            kind,
-            trace_id,
-        };
-        backend.capture_admitted(backend.admit()?, &request).await
-    }
+) -> memgate_core::Result<CaptureReport> {
+    let whole = match capture.capture(head, rest).await? {
+        CursorOutcome::Captured(report) => return Ok(report),
+        CursorOutcome::NeedsWhole(whole) => whole,
+    };
+    let messages = attached(|py| {
+        convert::messages(transcript.bind(py))
+            .map_err(|e| MemoryError::invalid("messages", e.value(py).to_string()))
+    })
+    .unwrap_or_else(|| Err(MemoryError::Closed("the Python interpreter".into())))?;
+    whole.capture(messages).await
 }
 
 /// A capture report as Python gets it: `(stored, already_known, filtered)`.
@@ -220,14 +180,14 @@ fn report_tuple(report: &CaptureReport) -> (usize, usize, usize) {
     (report.stored, report.already_known, report.filtered)
 }
 
-/// Reads a transcript for a begun OpenViking capture: when it is a list or
-/// tuple and the cursor holds a prefix, the head is recognised by the
-/// cursor's fingerprint of it (or, failing that, signed in place) and only
-/// the rest converted; otherwise (no prefix, a one-pass iterable, a
-/// transcript that does not start with the prefix) every message is
-/// converted.
+/// Reads a transcript for a capture begun against the backend's cursor:
+/// when it is a list or tuple and the cursor holds a prefix, the head is
+/// recognised by the cursor's fingerprint of it (or, failing that, signed
+/// in place) and only the rest converted; otherwise (no prefix, a one-pass
+/// iterable, a transcript that does not start with the prefix) every
+/// message is converted.
 fn read_against_cursor(
-    capture: &BegunCapture,
+    capture: &dyn CursorCapture,
     messages: &Bound<'_, PyAny>,
 ) -> PyResult<(KnownHead, Vec<Message>)> {
     let rereadable = messages.is_instance_of::<PyList>() || messages.is_instance_of::<PyTuple>();
@@ -247,22 +207,18 @@ fn read_against_cursor(
     Ok((KnownHead::default(), convert::messages(messages)?))
 }
 
-/// Messages per hand-off to a streamed local capture: few enough that the
-/// store starts early, enough that waking it is not the cost.
+/// Messages per hand-off to a streamed capture: few enough that the
+/// backend starts early, enough that waking it is not the cost.
 const STREAM_BATCH: usize = 32;
 
 impl Backend {
-    /// The backend itself (for the pure-Rust benchmark).
-    pub(crate) fn inner(&self) -> &Arc<AssembledBackend> {
-        &self.inner
-    }
-
-    /// Reads `messages` and starts their capture on the runtime. With the
-    /// local store each batch of messages is stored while the next ones are
-    /// still being read: reading LangChain objects needs the GIL and costs
-    /// about as much as the store's work, so the two overlap instead of
-    /// adding up. Other backends get the transcript once it is read. A
-    /// message that cannot be read fails this call and stores nothing.
+    /// Reads `messages` and starts their capture on the runtime. A streamed
+    /// capture (the local store) stores each batch of messages while the
+    /// next ones are still being read: reading LangChain objects needs the
+    /// GIL and costs about as much as the store's work, so the two overlap
+    /// instead of adding up. Other backends get the transcript once it is
+    /// read. A message that cannot be read fails this call and stores
+    /// nothing.
     fn start_capture(
         &self,
         who: Caller,
@@ -270,20 +226,16 @@ impl Backend {
         messages: &Bound<'_, PyAny>,
         trace_id: Option<String>,
     ) -> PyResult<Capturing> {
-        let backend = Arc::clone(&self.inner);
-        match self.read_capture(who, kind, messages, trace_id)? {
-            Read::Whole(ticket, request) => Ok(
-                runtime().spawn(async move { backend.capture_admitted(ticket, &request).await })
-            ),
-            Read::Streamed(task) => Ok(task),
-            Read::Begun(ticket, begun) => {
-                Ok(runtime().spawn(async move { begun.run(&backend, ticket).await }))
-            }
-        }
+        Ok(match self.read_capture(who, kind, messages, trace_id)? {
+            Read::Ready(capture) => runtime().spawn(capture),
+            Read::Streamed(task) => task,
+        })
     }
 
-    /// Admits a capture and reads its messages: the whole request, or (the
-    /// local store) a streamed capture already running.
+    /// Begins a capture through the contract (the assembly admits it and
+    /// applies the gate there) and reads its messages the way the backend
+    /// asks: whole, against its cursor, or streamed into a capture already
+    /// running.
     fn read_capture(
         &self,
         who: Caller,
@@ -291,59 +243,46 @@ impl Backend {
         messages: &Bound<'_, PyAny>,
         trace_id: Option<String>,
     ) -> PyResult<Read> {
-        let ticket = self.inner.admit().map_err(errors::to_py)?;
-        let backend = Arc::clone(&self.inner);
-        let openviking = self
-            .openviking
-            .as_ref()
-            .filter(|_| backend.gates().captures());
-        if let Some(capture) = openviking.and_then(|ov| ov.try_begin_capture(&who)) {
-            let (head, rest) = read_against_cursor(&capture, messages)?;
-            let begun = Begun {
-                capture,
-                head,
-                rest,
-                caller: who,
-                kind,
-                trace_id,
-                transcript: messages.clone().unbind(),
-            };
-            return Ok(Read::Begun(ticket, Box::new(begun)));
-        }
-        let local = self.local.as_ref().filter(|_| backend.gates().captures());
-        let Some(local) = local else {
-            let request = CaptureRequest {
-                caller: who,
-                messages: convert::messages(messages)?,
-                kind,
-                trace_id,
-            };
-            return Ok(Read::Whole(ticket, request));
+        let start = CaptureStart {
+            caller: who,
+            kind,
+            trace_id,
         };
-        let (tx, rx) = std::sync::mpsc::channel();
-        let store = Arc::clone(local);
-        let task = runtime().spawn(async move {
-            let streamed = store.capture_streamed(who, trace_id, rx);
-            let result = backend
-                .run_admitted(ticket, Operation::Capture, streamed)
-                .await;
-            backend.soften_write_deadline(result)
-        });
-        // A store that refused early has hung up; its error is the answer.
-        let mut batch = Vec::with_capacity(STREAM_BATCH);
-        let read = convert::for_each_message(messages, |m| {
-            batch.push(m);
-            if batch.len() == STREAM_BATCH {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(STREAM_BATCH));
-                let _ = tx.send(Streamed::Messages(full));
+        let intake = Arc::clone(&self.inner)
+            .begin_capture(start)
+            .map_err(errors::to_py)?;
+        match intake {
+            Intake::Whole(whole) => Ok(Read::Ready(whole.capture(convert::messages(messages)?))),
+            Intake::AgainstCursor(capture) => {
+                let (head, rest) = read_against_cursor(capture.as_ref(), messages)?;
+                let transcript = messages.clone().unbind();
+                Ok(Read::Ready(Box::pin(against_cursor(
+                    capture, head, rest, transcript,
+                ))))
             }
-        });
-        let _ = tx.send(Streamed::Messages(batch));
-        let _ = tx.send(match &read {
-            Ok(()) => Streamed::End,
-            Err(_) => Streamed::Failed(MemoryError::invalid("messages", "could not be read")),
-        });
-        read.map(|()| Read::Streamed(task))
+            Intake::Streamed(streamed) => {
+                let (feed, capture) = streamed.into_parts();
+                // Started before the first message is read, so the backend
+                // works while the rest is read.
+                let task = runtime().spawn(capture);
+                let mut batch = Vec::with_capacity(STREAM_BATCH);
+                let read = convert::for_each_message(messages, |m| {
+                    batch.push(m);
+                    if batch.len() == STREAM_BATCH {
+                        feed.send(std::mem::replace(
+                            &mut batch,
+                            Vec::with_capacity(STREAM_BATCH),
+                        ));
+                    }
+                });
+                feed.send(batch);
+                feed.end(match &read {
+                    Ok(()) => Ok(()),
+                    Err(_) => Err(MemoryError::invalid("messages", "could not be read")),
+                });
+                read.map(|()| Read::Streamed(task))
+            }
+        }
     }
 
     /// Runs a backend future with the GIL released; its result as Python
@@ -418,16 +357,14 @@ impl Backend {
             environment.map_or_else(process_source, |e| e.source.clone()),
         )
         .with_keep_hidden(keep_hidden);
-        let opened = py
+        let inner = py
             .detach(|| {
                 let _entered = runtime().enter();
-                memgate_assembly::open(&memory, &setup)
+                memgate_assembly::open_backend(&memory, &setup)
             })
             .map_err(errors::to_py)?;
         Ok(Self {
-            inner: opened.backend,
-            local: opened.local,
-            openviking: opened.openviking,
+            inner,
             keep_hook,
             on_background_error,
         })
@@ -469,10 +406,8 @@ impl Backend {
     /// Captures a transcript snapshot (`after_turn`) or a compaction head
     /// (`before_compaction`); returns `(stored, already_known, filtered)`.
     #[pyo3(signature = (thread, messages, user=None, agent=None, kind="after_turn", trace_id=None))]
-    #[allow(clippy::too_many_arguments)] // the host contract's arguments, one each
     fn capture(
         &self,
-        py: Python<'_>,
         thread: &str,
         messages: &Bound<'_, PyAny>,
         user: Option<&str>,
@@ -480,22 +415,15 @@ impl Backend {
         kind: &str,
         trace_id: Option<String>,
     ) -> PyResult<(usize, usize, usize)> {
+        let py = messages.py();
         let who = caller(user, agent, Some(thread));
         let report = match self.read_capture(who, parse_kind(kind)?, messages, trace_id)? {
             // Run on this (detached) thread: a capture with nothing to send
             // then never leaves it, and one that sends hands off only its
             // requests and their confirmation, not its start, its answer
             // or the intent saved before them (`on_callers_thread`).
-            Read::Whole(ticket, request) => {
-                let backend = &self.inner;
-                let capture = on_callers_thread(backend.capture_admitted(ticket, &request));
-                py.detach(|| runtime().block_on(capture))
-            }
+            Read::Ready(capture) => py.detach(|| runtime().block_on(on_callers_thread(capture))),
             Read::Streamed(task) => py.detach(|| runtime().block_on(outcome(task))),
-            Read::Begun(ticket, begun) => {
-                let capture = on_callers_thread(begun.run(&self.inner, ticket));
-                py.detach(|| runtime().block_on(capture))
-            }
         };
         Ok(report_tuple(&report.map_err(errors::to_py)?))
     }

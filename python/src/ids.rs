@@ -1,8 +1,11 @@
 //! The host contract's identities and hashes, exposed so Python can check
 //! them against the spec's test vectors on LangChain objects: message
-//! signatures, sequence digests, OpenViking session and peer ids.
+//! signatures, sequence digests, OpenViking session and peer ids (the
+//! assembly's [`memgate_assembly::identities`]); and the one figure the
+//! capture-cost harness reads besides its clocks, the cursor's fsyncs.
 
 use crate::{convert, errors};
+use memgate_assembly::identities::openviking;
 use pyo3::prelude::*;
 
 /// SHA-256 hex of a message's canonical payload (DeerFlow's `_message_signature`),
@@ -39,12 +42,20 @@ pub fn sequence_digest(signatures: Vec<String>) -> String {
 /// The OpenViking session id of one thread of one peer of the owner.
 #[pyfunction]
 pub fn openviking_session_id(owner_user_id: &str, peer_id: &str, thread_id: &str) -> String {
-    memgate_openviking::scope::session_id(owner_user_id, peer_id, thread_id)
+    openviking::session_id(owner_user_id, peer_id, thread_id)
 }
 
 /// The OpenViking peer of an agent (`None` = the default agent).
 #[pyfunction]
 #[pyo3(signature = (agent_name, default_peer_id="deerflow"))]
 pub fn openviking_peer_id(agent_name: Option<&str>, default_peer_id: &str) -> PyResult<String> {
-    memgate_openviking::scope::canonical_peer_id(agent_name, default_peer_id).map_err(errors::to_py)
+    openviking::canonical_peer_id(agent_name, default_peer_id).map_err(errors::to_py)
+}
+
+/// fsyncs made by OpenViking cursor saves in this process so far: the
+/// capture-cost harness (`python/bench/capture_cost.py`) counts them per
+/// capture, so a change that adds one shows in its table.
+#[pyfunction]
+pub fn cursor_fsyncs() -> u64 {
+    openviking::cursor_fsync_count()
 }

@@ -4,12 +4,13 @@
 //! (`local`, `openviking`, `powercontext`) for the DeerFlow memory managers
 //! in `memgate.deerflow`, which are plain Python. [`convert`] reads
 //! LangChain messages; [`ids`] exposes the host contract's signatures and
-//! OpenViking ids; [`pylog`] forwards Rust log events to `logging`;
-//! [`bench`] is the pure-Rust side of the boundary benchmark and the
-//! capture-cost harness's fsync counter.
+//! OpenViking ids (and the cursor's fsync count the capture-cost harness
+//! reads); [`pylog`] forwards Rust log events to `logging`. Backends come
+//! from `memgate_assembly` only: no backend crate is named here. The
+//! boundary benchmark's pure-Rust side lives outside the wheel
+//! (`crates/memgate-lab/examples/boundary_baseline.rs`).
 
 mod backend;
-mod bench;
 mod convert;
 mod errors;
 mod ids;
@@ -36,8 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ids::sequence_digest, m)?)?;
     m.add_function(wrap_pyfunction!(ids::openviking_session_id, m)?)?;
     m.add_function(wrap_pyfunction!(ids::openviking_peer_id, m)?)?;
-    m.add_function(wrap_pyfunction!(bench::rust_baseline, m)?)?;
-    m.add_function(wrap_pyfunction!(bench::cursor_fsyncs, m)?)?;
+    m.add_function(wrap_pyfunction!(ids::cursor_fsyncs, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -4,17 +4,23 @@
 //! A plain wrapper rather than a stack of layers: every operation goes
 //! through [`AssembledBackend::run`], so the order of the concerns is written
 //! down once (admit → deadline → observe) instead of once per decorator and
-//! per method.
+//! per method. A capture begun before its transcript is read
+//! ([`MemoryBackend::begin_capture`]) is wrapped the same way, so there is
+//! no handle on the backend inside for a surface to call around it.
 
 use crate::deadline::{Deadlines, Operation};
 use crate::metrics::Metrics;
 use async_trait::async_trait;
+use memgate_core::intake::{
+    CaptureStart, CursorCapture, CursorFuture, CursorOutcome, Intake, WholeCapture,
+};
+use memgate_core::signature::SequenceHasher;
 use memgate_core::work::{DrainReport, Ticket, WorkTracker};
 use memgate_core::{
     Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact, FactPatch,
-    FailurePolicy, Figure, ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError,
-    MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit,
-    SearchQuery, WarmStatus,
+    FailurePolicy, Figure, ForgetReport, ForgetTarget, ImportReport, KnownHead, MemoryBackend,
+    MemoryError, MemoryExport, Message, Recall, RecallRequest, RememberOutcome, RememberRequest,
+    Result, SearchHit, SearchQuery, WarmStatus,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -111,13 +117,6 @@ impl AssembledBackend {
         &self.work
     }
 
-    /// The backend inside (for code that needs the concrete store, such as
-    /// the Python extension's streamed capture, which then runs through
-    /// [`Self::run_admitted`]).
-    pub fn inner(&self) -> &Arc<dyn MemoryBackend> {
-        &self.inner
-    }
-
     /// A ticket for work that starts later (a background capture): taken
     /// before the task is spawned, so a drain that begins right after the
     /// spawn still waits for it.
@@ -128,7 +127,7 @@ impl AssembledBackend {
     }
 
     /// Runs one operation: admitted, bounded by its total deadline, observed.
-    pub async fn run<T>(
+    async fn run<T>(
         &self,
         operation: Operation,
         call: impl Future<Output = Result<T>>,
@@ -138,7 +137,7 @@ impl AssembledBackend {
     }
 
     /// [`Self::run`] for work whose ticket was taken earlier.
-    pub async fn run_admitted<T>(
+    async fn run_admitted<T>(
         &self,
         ticket: Ticket,
         operation: Operation,
@@ -168,35 +167,39 @@ impl AssembledBackend {
         result
     }
 
-    /// A capture through the gates, for callers that hold a ticket already.
-    pub async fn capture_admitted(
+    /// A capture under the capture deadline with a ticket taken earlier:
+    /// observed, and softened by the write policy when it runs out of time.
+    async fn capture_admitted(
         &self,
         ticket: Ticket,
-        request: &CaptureRequest,
+        capture: impl Future<Output = Result<CaptureReport>>,
     ) -> Result<CaptureReport> {
-        if !self.gates.captures() {
-            return Ok(self.capture_disabled(request));
-        }
-        let result = self
-            .run_admitted(ticket, Operation::Capture, self.inner.capture(request))
-            .await;
+        let result = self.run_admitted(ticket, Operation::Capture, capture).await;
         self.soften_write_deadline(result)
     }
 
     /// What a capture answers with `memory.enabled` off: nothing stored,
-    /// everything left out, no backend call.
-    pub fn capture_disabled(&self, request: &CaptureRequest) -> CaptureReport {
+    /// everything (`messages`) left out, no backend call.
+    fn capture_disabled(&self, messages: usize) -> CaptureReport {
         self.metrics
             .observe(Operation::Capture.as_str(), "disabled", Duration::ZERO);
         CaptureReport {
-            filtered: request.messages.len(),
+            filtered: messages,
             ..CaptureReport::default()
         }
     }
 
+    /// A whole capture (the backend's, or its fallback after a cursor
+    /// read) that runs under `ticket`.
+    fn whole_admitted(self: Arc<Self>, ticket: Ticket, whole: WholeCapture) -> WholeCapture {
+        WholeCapture::new(move |messages| {
+            Box::pin(async move { self.capture_admitted(ticket, whole.capture(messages)).await })
+        })
+    }
+
     /// The write policy applied to a capture that ran out of time, exactly as
     /// a backend applies it to its own failures.
-    pub fn soften_write_deadline(&self, result: Result<CaptureReport>) -> Result<CaptureReport> {
+    fn soften_write_deadline(&self, result: Result<CaptureReport>) -> Result<CaptureReport> {
         match result {
             Err(err @ MemoryError::DeadlineExceeded(_)) => {
                 self.policy
@@ -224,6 +227,53 @@ impl AssembledBackend {
             tracing::warn!(backend = self.inner.name(), "{}", report.describe());
         }
         report
+    }
+}
+
+/// A capture read against a backend's cursor, run under the ticket its
+/// begin took.
+struct Admitted {
+    capture: Box<dyn CursorCapture>,
+    backend: Arc<AssembledBackend>,
+    ticket: Ticket,
+}
+
+impl CursorCapture for Admitted {
+    fn known_prefix(&self) -> Option<(usize, &str)> {
+        self.capture.known_prefix()
+    }
+
+    fn prefix_head(&self) -> Option<(&str, SequenceHasher)> {
+        self.capture.prefix_head()
+    }
+
+    fn keeps(&self, message: &Message) -> bool {
+        self.capture.keeps(message)
+    }
+
+    fn capture(self: Box<Self>, head: KnownHead, rest: Vec<Message>) -> CursorFuture {
+        let Self {
+            capture,
+            backend,
+            ticket,
+        } = *self;
+        Box::pin(async move {
+            let captured = backend
+                .run_admitted(ticket, Operation::Capture, capture.capture(head, rest))
+                .await;
+            match captured {
+                Ok(CursorOutcome::Captured(report)) => Ok(CursorOutcome::Captured(report)),
+                Ok(CursorOutcome::NeedsWhole(whole)) => {
+                    let ticket = backend.admit()?;
+                    Ok(CursorOutcome::NeedsWhole(
+                        backend.whole_admitted(ticket, whole),
+                    ))
+                }
+                Err(err) => backend
+                    .soften_write_deadline(Err(err))
+                    .map(CursorOutcome::Captured),
+            }
+        })
     }
 }
 
@@ -264,7 +314,41 @@ impl MemoryBackend for AssembledBackend {
 
     async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
         let ticket = self.admit()?;
-        self.capture_admitted(ticket, request).await
+        if !self.gates.captures() {
+            return Ok(self.capture_disabled(request.messages.len()));
+        }
+        self.capture_admitted(ticket, self.inner.capture(request))
+            .await
+    }
+
+    /// The backend's way of taking a transcript still being read, wrapped
+    /// like every capture: the ticket taken now (before any message is
+    /// read, so a drain that starts meanwhile waits for the capture), the
+    /// gate (off: read whole and answered without the backend), then the
+    /// backend's capture under the capture deadline, observed and softened
+    /// as [`capture`](MemoryBackend::capture) is. A capture read against a
+    /// cursor that needs the whole transcript after all takes a ticket of
+    /// its own for that second capture.
+    fn begin_capture(self: Arc<Self>, start: CaptureStart) -> Result<Intake> {
+        let ticket = self.admit()?;
+        if !self.gates.captures() {
+            return Ok(Intake::Whole(WholeCapture::new(move |messages| {
+                let report = self.capture_disabled(messages.len());
+                drop(ticket);
+                Box::pin(std::future::ready(Ok(report)))
+            })));
+        }
+        Ok(match Arc::clone(&self.inner).begin_capture(start)? {
+            Intake::Whole(whole) => Intake::Whole(self.whole_admitted(ticket, whole)),
+            Intake::Streamed(streamed) => Intake::Streamed(streamed.map(move |capture| {
+                Box::pin(async move { self.capture_admitted(ticket, capture).await })
+            })),
+            Intake::AgainstCursor(capture) => Intake::AgainstCursor(Box::new(Admitted {
+                capture,
+                backend: self,
+                ticket,
+            })),
+        })
     }
 
     async fn remember(
@@ -353,5 +437,138 @@ impl MemoryBackend for AssembledBackend {
 
     async fn shutdown(&self, timeout: Duration) -> bool {
         self.drain(timeout).await.drained()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memgate_core::intake::{Streamed, StreamedCapture};
+    use memgate_core::Caller;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A backend that counts what reaches it: whole captures, and (when
+    /// `streams`) streamed ones, which wait for their transcript's end.
+    #[derive(Default)]
+    struct Counting {
+        captures: AtomicUsize,
+        streams: bool,
+    }
+
+    #[async_trait]
+    impl MemoryBackend for Counting {
+        fn name(&self) -> &str {
+            "counting"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+
+        async fn recall(&self, _: &RecallRequest) -> Result<Recall> {
+            Ok(Recall::empty())
+        }
+
+        async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
+            self.captures.fetch_add(1, Ordering::SeqCst);
+            Ok(CaptureReport {
+                stored: request.messages.len(),
+                ..CaptureReport::default()
+            })
+        }
+
+        fn begin_capture(self: Arc<Self>, start: CaptureStart) -> Result<Intake> {
+            if !self.streams {
+                return Ok(Intake::whole(self, start));
+            }
+            Ok(Intake::Streamed(StreamedCapture::new(move |items| {
+                Box::pin(async move {
+                    self.captures.fetch_add(1, Ordering::SeqCst);
+                    let mut stored = 0;
+                    loop {
+                        match tokio::task::block_in_place(|| items.recv()) {
+                            Ok(Streamed::Messages(batch)) => stored += batch.len(),
+                            Ok(Streamed::End) => break,
+                            Ok(Streamed::Failed(e)) => return Err(e),
+                            Err(_) => return Err(MemoryError::backend("hung up")),
+                        }
+                    }
+                    Ok(CaptureReport {
+                        stored,
+                        ..CaptureReport::default()
+                    })
+                })
+            })))
+        }
+    }
+
+    fn start() -> CaptureStart {
+        CaptureStart {
+            caller: Caller::new("u").with_thread("t"),
+            kind: Default::default(),
+            trace_id: None,
+        }
+    }
+
+    fn assembled(backend: Arc<Counting>, enabled: bool) -> Arc<AssembledBackend> {
+        let gates = Gates {
+            enabled,
+            ..Gates::default()
+        };
+        Arc::new(AssembledBackend::new(backend, gates, Deadlines::default()))
+    }
+
+    #[tokio::test]
+    async fn a_begun_capture_is_gated_and_holds_its_ticket_until_it_ends() {
+        let backend = Arc::new(Counting::default());
+        let off = assembled(Arc::clone(&backend), false);
+        let Intake::Whole(whole) = Arc::clone(&off).begin_capture(start()).unwrap() else {
+            panic!("a closed gate reads the transcript whole");
+        };
+        let report = whole.capture(vec![Message::human("a")]).await.unwrap();
+        assert_eq!((report.stored, report.filtered), (0, 1));
+        assert_eq!(
+            backend.captures.load(Ordering::SeqCst),
+            0,
+            "no backend call"
+        );
+
+        let on = assembled(Arc::clone(&backend), true);
+        let Intake::Whole(whole) = Arc::clone(&on).begin_capture(start()).unwrap() else {
+            panic!("no fast path: whole");
+        };
+        assert_eq!(
+            on.work().running(),
+            1,
+            "admitted before any message is read"
+        );
+        let report = whole.capture(vec![Message::human("a")]).await.unwrap();
+        assert_eq!(report.stored, 1);
+        assert_eq!(on.work().running(), 0);
+        on.drain(Duration::from_secs(1)).await;
+        assert!(matches!(
+            on.begin_capture(start()),
+            Err(MemoryError::Closed(_))
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streamed_capture_runs_under_the_assemblys_ticket() {
+        let backend = Arc::new(Counting {
+            streams: true,
+            ..Counting::default()
+        });
+        let on = assembled(Arc::clone(&backend), true);
+        let Intake::Streamed(streamed) = Arc::clone(&on).begin_capture(start()).unwrap() else {
+            panic!("the backend streams");
+        };
+        let (feed, capture) = streamed.into_parts();
+        let task = tokio::spawn(capture);
+        feed.send(vec![Message::human("a"), Message::human("b")]);
+        assert_eq!(on.work().running(), 1);
+        feed.end(Ok(()));
+        assert_eq!(task.await.unwrap().unwrap().stored, 2);
+        assert_eq!(on.work().running(), 0);
+        assert_eq!(backend.captures.load(Ordering::SeqCst), 1);
     }
 }

@@ -30,20 +30,6 @@ pub struct BackendSetup {
     pub keep_hidden: Option<KeepHiddenHook>,
 }
 
-/// A backend as the factory opened it.
-pub struct Opened {
-    /// What every surface calls.
-    pub backend: Arc<AssembledBackend>,
-    /// The same store again when it is `local`, for callers that stream a
-    /// transcript into it (the Python extension); its work still goes through
-    /// [`AssembledBackend::run_admitted`].
-    pub local: Option<Arc<LocalBackend>>,
-    /// The same backend again when it is `openviking`, for callers that read
-    /// a transcript against its cursor first (the Python extension); its
-    /// work still goes through [`AssembledBackend::run_admitted`].
-    pub openviking: Option<OpenVikingBackend>,
-}
-
 impl BackendSetup {
     /// From the process: `$MEMGATE_HOME` (or `./.memgate`) and the real
     /// environment.
@@ -75,19 +61,11 @@ impl BackendSetup {
 }
 
 /// Builds and assembles the backend named by `memory.manager_class`. No
-/// network I/O: start-up health is `warm()`'s job.
+/// network I/O: start-up health is `warm()`'s job. What it answers is all a
+/// surface gets: a backend's fast paths are operations of the contract
+/// ([`MemoryBackend::begin_capture`]), wrapped like every other.
 pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<AssembledBackend>> {
-    Ok(open(memory, setup)?.backend)
-}
-
-/// [`open_backend`], keeping the local and OpenViking backends' own handles.
-pub fn open(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Opened> {
-    let built = build(memory, setup)?;
-    Ok(Opened {
-        backend: assemble(built.backend, memory)?,
-        local: built.local,
-        openviking: built.openviking,
-    })
+    assemble(build(memory, setup)?, memory)
 }
 
 /// Wraps a backend built elsewhere (the HTTP client of `--url`) with the
@@ -108,14 +86,7 @@ pub fn assemble(
     )))
 }
 
-/// A built backend, and its own handle when a surface uses one.
-struct Built {
-    backend: Arc<dyn MemoryBackend>,
-    local: Option<Arc<LocalBackend>>,
-    openviking: Option<OpenVikingBackend>,
-}
-
-fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Built> {
+fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<dyn MemoryBackend>> {
     let storage = setup.storage_path(memory)?;
     let mut backend_config = memory.backend_config.clone();
     backend_config.insert(
@@ -132,19 +103,12 @@ fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Built> {
                 .clone()
                 .unwrap_or_else(|| Arc::new(host_default_keep_hidden)),
         );
-    let mut local = None;
-    let mut openviking = None;
     let backend: Arc<dyn MemoryBackend> = match memory.manager_class {
-        ManagerClass::Local => {
-            let store = Arc::new(LocalBackend::from_backend_config(&backend_config, &ctx)?);
-            local = Some(Arc::clone(&store));
-            store
-        }
-        ManagerClass::OpenViking => {
-            let backend = OpenVikingBackend::from_backend_config(&backend_config, &ctx)?;
-            openviking = Some(backend.clone());
-            Arc::new(backend)
-        }
+        ManagerClass::Local => Arc::new(LocalBackend::from_backend_config(&backend_config, &ctx)?),
+        ManagerClass::OpenViking => Arc::new(OpenVikingBackend::from_backend_config(
+            &backend_config,
+            &ctx,
+        )?),
         ManagerClass::PowerContext => Arc::new(
             memgate_powercontext::PowerContextBackend::from_backend_config(&backend_config, &ctx)?,
         ),
@@ -163,11 +127,7 @@ fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Built> {
             backend.name()
         )));
     }
-    Ok(Built {
-        backend,
-        local,
-        openviking,
-    })
+    Ok(backend)
 }
 
 /// The noop backend takes no settings besides the injected storage root.

@@ -2,18 +2,22 @@
 //!
 //! Required: `recall` and `capture`. Everything else is optional; the
 //! default bodies answer [`MemoryError::Unsupported`] (HTTP 501), never a
-//! look-alike empty result. [`Capabilities`] lets surfaces hide what a
+//! look-alike empty result. A capture's fast paths are operations too
+//! ([`MemoryBackend::begin_capture`], [`crate::intake`]), so a surface
+//! that uses one goes through the same wrapper as every other call. [`Capabilities`] lets surfaces hide what a
 //! backend cannot do (an MCP tool that is not listed, a 501 route).
 
 use crate::capture::{CaptureReport, CaptureRequest};
 use crate::facts::{Fact, FactPatch, ImportReport, MemoryExport, SearchHit, SearchQuery};
 use crate::forget::{ForgetReport, ForgetTarget};
+use crate::intake::{CaptureStart, Intake};
 use crate::identity::Caller;
 use crate::recall::{Recall, RecallRequest};
 use crate::remember::{RememberOutcome, RememberRequest};
 use crate::{FailurePolicy, MemoryError, Result};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a backend can do, for surfaces that list operations.
@@ -147,6 +151,20 @@ pub trait MemoryBackend: Send + Sync + 'static {
 
     /// Takes a transcript snapshot or a compaction head; idempotent.
     async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport>;
+
+    /// Begins a capture whose transcript the surface has yet to read (from
+    /// its own representation), and says how to hand it over
+    /// ([`Intake`]). Called on the caller's thread before any message is
+    /// read; takes only what must come before the reading (OpenViking: the
+    /// session's lock, if it is free, and its cursor). The outcome of the
+    /// capture is the one [`capture`](Self::capture) of the same transcript
+    /// gives: same messages stored or sent, same report.
+    ///
+    /// The default has no fast path: the transcript is read whole and
+    /// captured by [`capture`](Self::capture) ([`Intake::whole`]).
+    fn begin_capture(self: Arc<Self>, start: CaptureStart) -> Result<Intake> {
+        Ok(Intake::whole(self, start))
+    }
 
     /// Stores one explicit memory and reports the exact outcome.
     async fn remember(

@@ -11,13 +11,18 @@
 //!   with the host's `default` fallback kept observable;
 //! - [`message`]: the transcript messages hosts send, faithful to LangChain's
 //!   shape and tolerant of unknown fields;
-//! - [`signature`]: stable content hashes of messages (shared with the
-//!   OpenViking cursor and the local store's de-duplication);
+//! - [`signature`]: stable content hashes of messages, sequence digests
+//!   and head fingerprints (the local store's de-duplication, and what a
+//!   surface reading a transcript against a backend's cursor hands over:
+//!   [`KnownHead`]);
 //! - [`capture`], [`recall`], [`remember`], [`facts`], [`forget`]: request
 //!   and result types of each operation;
 //! - [`redaction`]: secrets replaced by typed placeholders before anything
 //!   is stored or sent (rules in `memgate-redact`);
 //! - [`backend`]: the trait itself and its capability flags;
+//! - [`intake`]: a capture begun before its transcript is read (the
+//!   local store's streamed capture, OpenViking's capture read against its
+//!   cursor), part of the trait so no surface needs a side door;
 //! - [`error`]: the error family that mirrors the host contract;
 //! - [`policy`]: read, write and start-up failure policies;
 //! - [`budget`]: character and UTF-8 byte budgets that never cut a character;
@@ -30,10 +35,10 @@ pub mod backend;
 pub mod budget;
 pub mod canonical_json;
 pub mod capture;
-pub mod cursor;
 pub mod error;
 pub mod facts;
 pub mod forget;
+pub mod intake;
 pub mod identity;
 pub mod message;
 pub mod noop;
@@ -53,6 +58,7 @@ pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook, Kn
 pub use error::{MemoryError, Result, WireError};
 pub use facts::{Fact, FactPatch, FactState, ImportReport, MemoryExport, SearchHit, SearchQuery};
 pub use forget::{ForgetReport, ForgetTarget};
+pub use intake::{CaptureStart, CursorCapture, CursorOutcome, Intake};
 pub use identity::{Caller, UserId, DEFAULT_USER_ID};
 pub use message::{Content, Message, Role, RoleKind, ToolCall};
 pub use policy::{FailurePolicy, ReadPolicy, StartupPolicy, WritePolicy};

@@ -1,10 +1,13 @@
 //! # memgate-lab — what measures memgate, apart from memgate
 //!
-//! Benchmarks and evaluations that run the product's public API and print
-//! figures; none of it ships in a product crate. `memgate bench` and
-//! `memgate eval locomo` come from here (the `memgate` binary's default
-//! `lab` feature), and so do the benchmark examples
-//! (`cargo run --profile profiling -p memgate-lab --example NAME`).
+//! Benchmarks, profilers and evaluations that run the product's public API
+//! and print figures (never assert them); none of it ships in a product
+//! crate. `memgate bench` and `memgate eval locomo` come from here (the
+//! `memgate` binary's default `lab` feature), and so do the benchmark
+//! examples (`cargo run --profile profiling -p memgate-lab --example NAME`:
+//! `bench`, `locomo`, `forget_bench`, `encode`, `postgres_bench`,
+//! `redact_bench`, `host_overhead`, `adapter_bench`, `value_writer`,
+//! `recall_bench`, `boundary_baseline`).
 //!
 //! - [`store_bench`]: `memgate bench`, the embedded store's recall latency,
 //!   capture throughput and resident memory at a given size;
@@ -12,12 +15,18 @@
 //!   that wait meanwhile;
 //! - [`locomo`]: `memgate eval locomo`, recall quality on LoCoMo-format
 //!   conversations (lexical, hybrid and the first-turn block);
-//! - [`workload`]: the synthetic conversations and queries they share;
+//! - [`openviking_bench`]: the OpenViking adapter's own cost;
+//! - [`powercontext_bench`]: PowerContext recall's added latency and
+//!   deadline overshoot;
+//! - [`workload`]: the synthetic conversations and queries the store
+//!   benchmarks share;
 //! - [`synthetic`]: an embedder without a model, for search cost at size;
 //! - [`process`]: CPU clocks, peak memory, percentiles and overlaps.
 
 pub mod forget_bench;
 pub mod locomo;
+pub mod openviking_bench;
+pub mod powercontext_bench;
 pub mod process;
 pub mod store_bench;
 pub mod synthetic;

@@ -5,17 +5,20 @@ use crate::capture::{
 };
 use crate::client::OpenVikingClient;
 use crate::config::OpenVikingConfig;
-use crate::delivery::{blocking, deliver_session};
+use crate::cursor::TranscriptCursor;
+use crate::delivery::deliver_session;
 use crate::injection::format_injection;
 use crate::lifecycle::{Lifecycle, Operation};
 use crate::locks::{SessionGuard, SessionLocks};
-use crate::outbox::{now_ms, Outbox, OutboxFigures};
+use crate::outbox::{blocking, now_ms, Outbox, OutboxFigures};
 use crate::pystr;
 use crate::retrieval::{retrieve, RetrievalRequest, RetrievedMemory};
 use crate::scope::{canonical_peer_id, check_owner, session_id, UriStyle};
 use async_trait::async_trait;
 use memgate_core::capture::{captureable, is_captureable};
-use memgate_core::cursor::TranscriptCursor;
+use memgate_core::intake::{
+    CaptureStart, CursorCapture, CursorFuture, CursorOutcome, Intake, WholeCapture,
+};
 use memgate_core::signature::SequenceHasher;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Citation, Diagnostic,
@@ -85,7 +88,8 @@ impl fmt::Debug for OpenVikingBackend {
 /// prefix: the head the cursor holds is signed in place and handed over as
 /// a [`KnownHead`], only the messages after it are converted. The lock
 /// keeps the cursor the head was read against the one the capture plans
-/// with.
+/// with. Surfaces get it through the contract
+/// ([`MemoryBackend::begin_capture`], as a [`CursorCapture`]).
 pub struct BegunCapture {
     backend: OpenVikingBackend,
     op: Operation,
@@ -142,6 +146,39 @@ impl BegunCapture {
         let outcome =
             capture_session(self.op, self.guard, self.target, self.loaded, transcript).await?;
         backend.capture_report(outcome, filtered)
+    }
+}
+
+/// The contract's face of a begun capture: a head the cursor does not hold
+/// after all asks for the whole transcript, which the same backend then
+/// captures the usual way ([`MemoryBackend::capture`]).
+struct AgainstCursor {
+    begun: BegunCapture,
+    start: CaptureStart,
+}
+
+impl CursorCapture for AgainstCursor {
+    fn known_prefix(&self) -> Option<(usize, &str)> {
+        self.begun.known_prefix()
+    }
+
+    fn prefix_head(&self) -> Option<(&str, SequenceHasher)> {
+        self.begun.prefix_head()
+    }
+
+    fn keeps(&self, message: &Message) -> bool {
+        self.begun.keeps(message)
+    }
+
+    fn capture(self: Box<Self>, head: KnownHead, rest: Vec<Message>) -> CursorFuture {
+        let Self { begun, start } = *self;
+        Box::pin(async move {
+            let backend = begun.backend.clone();
+            Ok(match begun.capture(head, rest).await? {
+                Some(report) => CursorOutcome::Captured(report),
+                None => CursorOutcome::NeedsWhole(WholeCapture::of(Arc::new(backend), start)),
+            })
+        })
     }
 }
 
@@ -455,6 +492,18 @@ impl MemoryBackend for OpenVikingBackend {
         Ok(Recall {
             text: injection.text,
             items,
+        })
+    }
+
+    /// Read against the session's cursor when the session is free (its
+    /// lock taken and its cursor read now, see [`BegunCapture`]); otherwise
+    /// (busy, shut down, a refused caller or cursor) whole, and
+    /// [`capture`](MemoryBackend::capture) waits for the lock or answers
+    /// the error.
+    fn begin_capture(self: Arc<Self>, start: CaptureStart) -> Result<Intake> {
+        Ok(match self.try_begin_capture(&start.caller) {
+            Some(begun) => Intake::AgainstCursor(Box::new(AgainstCursor { begun, start })),
+            None => Intake::whole(self, start),
         })
     }
 

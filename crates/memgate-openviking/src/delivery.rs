@@ -7,23 +7,12 @@
 //! the batches that did not arrive (the rule capture uses for its cursor
 //! intent), then commits.
 
-use crate::capture::{server_total, settled_total, Unsettled};
 use crate::client::OpenVikingClient;
-use crate::outbox::{payloads, Entry, Outbox};
+use crate::outbox::{blocking, payloads, Entry, Outbox};
 use crate::recorder::{self, Prepared, MAX_BATCH_MESSAGES};
+use crate::session_count::{server_total, settled_total, Unsettled};
 use memgate_core::{MemoryError, Result};
 use std::sync::Arc;
-
-/// Runs one outbox call off the async threads (each one fsyncs).
-pub async fn blocking<T: Send + 'static>(
-    outbox: &Arc<Outbox>,
-    call: impl FnOnce(&Outbox) -> Result<T> + Send + 'static,
-) -> Result<T> {
-    let outbox = Arc::clone(outbox);
-    tokio::task::spawn_blocking(move || call(&outbox))
-        .await
-        .map_err(|e| MemoryError::Backend(format!("OpenViking outbox task failed: {e}")))?
-}
 
 /// Why one attempt did not deliver an entry.
 enum Attempt {

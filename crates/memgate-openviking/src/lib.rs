@@ -15,12 +15,16 @@
 //! - **search** is a find over the same two memory roots.
 //!
 //! Modules, one job each: [`config`] (parsing and validation), [`scope`]
-//! (owner, peer, session, memory URIs), [`client`] (HTTP, deadline, retry),
+//! (owner, peer, session, memory URIs), [`cursor`] (the hash-only cursor
+//! file: DeerFlow's keys and memgate's, read exactly, saved durably),
+//! [`client`] (HTTP, deadline, retry),
 //! [`payload`] (message conversion), [`recorder`] (batches and commit),
-//! [`capture`] (cursor-driven capture), [`retrieval`] (find/search and
+//! [`capture`] (cursor-driven capture), [`session_count`] (the server's
+//! count that reconciliation and delivery decide by), [`retrieval`] (find/search and
 //! content modes), [`injection`] (the recall block), [`locks`] (per-session
-//! locks), [`lifecycle`] (operation accounting and shutdown), [`mod@bench`]
-//! (adapter cost figures), [`pystr`] (Python string semantics).
+//! locks), [`lifecycle`] (operation accounting and shutdown), [`pystr`]
+//! (Python string semantics). The adapter's cost figures are measured by
+//! `memgate-lab` (`openviking_bench`).
 //!
 //! Where memgate deliberately differs from the original: cursor writes are
 //! fsynced (file and directory); `score_threshold` reaches the server (the
@@ -31,10 +35,10 @@
 //! `schema_version` fails closed. See README.md for the full list.
 
 pub mod backend;
-pub mod bench;
 pub mod capture;
 pub mod client;
 pub mod config;
+pub mod cursor;
 pub mod delivery;
 pub mod injection;
 pub mod lifecycle;
@@ -45,8 +49,8 @@ pub mod pystr;
 pub mod recorder;
 pub mod retrieval;
 pub mod scope;
+pub mod session_count;
 
 pub use backend::{BegunCapture, OpenVikingBackend, MIDDLEWARE_ONLY};
-pub use bench::{run_adapter_bench, AdapterBenchReport};
 pub use config::{ContentMode, OpenVikingConfig};
 pub use scope::UriStyle;

@@ -13,10 +13,11 @@
 //! Full policy: **refuse** (see `memgate-outbox`): the capture falls back to
 //! the write policy (`log_and_drop` drops it, counted in `dropped`).
 
-use memgate_core::Result;
+use memgate_core::{MemoryError, Result};
 use memgate_outbox::{BodyCheck, Queue, QueueSpec};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use memgate_outbox::{backoff, now_ms, Limits as OutboxLimits, QueueFigures as OutboxFigures};
 
@@ -111,6 +112,17 @@ impl Outbox {
     pub fn figures(&self) -> Result<OutboxFigures> {
         self.0.figures()
     }
+}
+
+/// Runs one outbox call off the async threads (each one fsyncs).
+pub async fn blocking<T: Send + 'static>(
+    outbox: &Arc<Outbox>,
+    call: impl FnOnce(&Outbox) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let outbox = Arc::clone(outbox);
+    tokio::task::spawn_blocking(move || call(&outbox))
+        .await
+        .map_err(|e| MemoryError::Backend(format!("OpenViking outbox task failed: {e}")))?
 }
 
 #[cfg(test)]

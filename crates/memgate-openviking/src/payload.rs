@@ -179,7 +179,7 @@ impl WireMessage for Value {
 /// Appends `value` as compact JSON. Through `serde_json`'s byte writer, not
 /// `Value`'s `Display`: the same bytes, but `Display` writes them through the
 /// `fmt::Write` adapter a piece at a time, 2.3–2.9× slower for a tool call's
-/// arguments (`examples/value_writer.rs`).
+/// arguments (`memgate-lab`'s `examples/value_writer.rs`).
 fn push_value(body: &mut String, value: &Value) {
     // A `Value` always serializes: its map keys are strings.
     body.push_str(&serde_json::to_string(value).expect("a JSON value serializes"));

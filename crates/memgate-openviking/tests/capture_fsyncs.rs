@@ -13,8 +13,8 @@ mod common;
 
 use common::fake::FakeOpenViking;
 use common::*;
-use memgate_core::cursor::fsync_count;
 use memgate_core::{Caller, MemoryBackend};
+use memgate_openviking::cursor::fsync_count;
 use std::time::{Duration, Instant};
 
 #[tokio::test]

@@ -7,7 +7,7 @@ mod common;
 
 use common::fake::{hit, payload_text, slow_drip_server, FakeOpenViking, Reply};
 use common::*;
-use memgate_core::cursor::load_cursor;
+use memgate_core::intake::on_callers_thread;
 use memgate_core::signature::{
     message_signature, sequence_digest, HeadFingerprint, SequenceHasher,
 };
@@ -15,7 +15,7 @@ use memgate_core::{
     Caller, KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, SearchQuery,
     ToolCall, UserId, WarmStatus,
 };
-use memgate_openviking::capture::on_callers_thread;
+use memgate_openviking::cursor::load_cursor;
 use memgate_openviking::scope::session_id;
 use memgate_openviking::{OpenVikingBackend, UriStyle};
 use serde_json::{json, Value};
@@ -1522,12 +1522,12 @@ async fn unchanged_recapture_writes_nothing_and_a_sending_one_fsyncs_only_its_in
     // A capture that sends: the optimistic intent (body + directory), then
     // its confirmation in place (no fsync).
     messages.push(human("h2", "more"));
-    let fsyncs = memgate_core::cursor::fsync_count();
+    let fsyncs = memgate_openviking::cursor::fsync_count();
     s.backend
         .capture(&capture_request(&alice(), messages))
         .await
         .unwrap();
-    let spent = memgate_core::cursor::fsync_count() - fsyncs;
+    let spent = memgate_openviking::cursor::fsync_count() - fsyncs;
     // Tests in this binary run in parallel and may add their own.
     assert!(spent >= 2, "{spent}");
     assert!(load_cursor(&path).unwrap().in_flight.is_none());

@@ -7,8 +7,8 @@ mod common;
 
 use common::fake::{FakeOpenViking, Reply};
 use common::*;
-use memgate_core::cursor::load_cursor;
 use memgate_core::{Caller, MemoryBackend, MemoryError};
+use memgate_openviking::cursor::load_cursor;
 use memgate_openviking::outbox::Outbox;
 use memgate_openviking::scope::session_id;
 use memgate_openviking::OpenVikingBackend;

@@ -518,7 +518,8 @@ async fn real_server_pins_the_session_counts_reconciliation_reads() {
         .await
         .unwrap();
     let sid = memgate_openviking::scope::session_id("alice", "counts", "t-counts");
-    let cursor = memgate_core::cursor::load_cursor(&alice.config().cursor_path(&sid)).unwrap();
+    let cursor =
+        memgate_openviking::cursor::load_cursor(&alice.config().cursor_path(&sid)).unwrap();
     let (_, body) = get(&format!("{}/api/v1/sessions/{sid}", server.url), key).await;
     assert_eq!(cursor.server_total, counts(&body).1, "{body}");
     assert!(cursor.in_flight.is_none());

@@ -21,7 +21,6 @@
 //! 1.4.x ([`generation`]).
 
 pub mod backend;
-pub mod bench;
 mod diagnostic;
 pub mod generation;
 pub mod notes;

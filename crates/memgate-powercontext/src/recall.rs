@@ -49,12 +49,10 @@ pub(crate) fn query_for(generation: ServerGeneration, query: &str) -> Option<&st
     (!query.trim().is_empty()).then_some(query)
 }
 
-/// The prepare request body for this server generation.
-pub(crate) fn prepare_body(
-    settings: &Settings,
-    generation: ServerGeneration,
-    query: &str,
-) -> Value {
+/// The prepare request body for this server generation. Public so the
+/// lab's recall benchmark (`memgate-lab`) times a bare round trip of the
+/// very request a recall sends, against the same server.
+pub fn prepare_body(settings: &Settings, generation: ServerGeneration, query: &str) -> Value {
     let mut body = json!({
         "scope_id": settings.scope_id(),
         "query": query,

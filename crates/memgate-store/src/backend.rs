@@ -19,6 +19,7 @@ use crate::config::{LocalConfig, ResolvedConfig};
 use crate::store::MemoryStore;
 use crate::vectors::ModelState;
 use async_trait::async_trait;
+use memgate_core::intake::{CaptureStart, Intake, StreamedCapture};
 use memgate_core::work::WorkTracker;
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact,
@@ -244,6 +245,17 @@ impl MemoryBackend for LocalBackend {
         request.caller.require_thread()?;
         let request = request.clone();
         self.run(move |s| s.capture(&request)).await
+    }
+
+    /// Streamed: each batch is stored while the surface reads the next
+    /// ([`LocalBackend::capture_streamed`]).
+    fn begin_capture(self: Arc<Self>, start: CaptureStart) -> Result<Intake> {
+        Ok(Intake::Streamed(StreamedCapture::new(move |items| {
+            Box::pin(async move {
+                self.capture_streamed(start.caller, start.trace_id, items)
+                    .await
+            })
+        })))
     }
 
     async fn remember(

@@ -99,17 +99,9 @@ pub(crate) fn insert_turn(
     }
 }
 
-/// One item of a streamed capture ([`crate::MemoryStore::capture_streamed`]).
-#[derive(Debug)]
-pub enum Streamed {
-    /// The next messages of the transcript (a few at a time: one hand-off
-    /// per message would cost more than the message).
-    Messages(Vec<Message>),
-    /// The transcript is complete: commit.
-    End,
-    /// The sender could not produce the transcript: store nothing.
-    Failed(MemoryError),
-}
+/// One item of a streamed capture ([`crate::MemoryStore::capture_streamed`]): the
+/// contract's, so a surface streams through `MemoryBackend::begin_capture`.
+pub use memgate_core::intake::Streamed;
 
 /// A streamed transcript as messages; a sender that hangs up before
 /// [`Streamed::End`] counts as a failure, so a half-read transcript is never

@@ -200,8 +200,8 @@ fn cursor_file(home: &Path) -> PathBuf {
 
 /// The cursor as a capture reads it (an unconfirmed optimistic file is the
 /// state before its write, with the intent).
-fn cursor(home: &Path) -> memgate_core::cursor::TranscriptCursor {
-    memgate_core::cursor::load_cursor(&cursor_file(home)).unwrap()
+fn cursor(home: &Path) -> memgate_openviking::cursor::TranscriptCursor {
+    memgate_openviking::cursor::load_cursor(&cursor_file(home)).unwrap()
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use super::error::{CliError, Result};
 use super::output::print_json;
 use memgate_assembly::config::{Config, ManagerClass};
-use memgate_assembly::factory::{open, BackendSetup};
+use memgate_assembly::factory::BackendSetup;
 use memgate_core::MemoryBackend;
 use memgate_store::vectors::ModelState;
 use memgate_store::MemoryStore;
@@ -39,19 +39,29 @@ pub async fn run(config_path: Option<&Path>, json: bool) -> Result<ExitCode> {
     if config.memory.manager_class == ManagerClass::Postgres {
         return reembed_postgres(&config, json).await;
     }
-    let opened = open(&config.memory, &BackendSetup::from_process()?)?;
-    let Some(local) = opened.local.clone() else {
+    if config.memory.manager_class != ManagerClass::Local {
         return Err(CliError::Setting(format!(
             "memgate reembed: only the local and postgres stores keep vectors, and manager_class is {}",
             config.memory.manager_class
         )));
+    }
+    // The store itself, as `migrate` opens it: re-embedding is maintenance
+    // of the file, not an operation of the memory contract.
+    let opened = crate::migrate::Store::open(
+        crate::migrate::StoreKind::Local,
+        &config.memory,
+        &BackendSetup::from_process()?,
+        "MEMGATE_POSTGRES_DSN",
+    )?;
+    let crate::migrate::Store::Local(local) = &opened else {
+        return Err(CliError::Internal("expected the local store".to_owned()));
     };
     let store = Arc::clone(local.store());
     let result = tokio::task::spawn_blocking(move || reembed(&store, json))
         .await
         .map_err(|e| CliError::Internal(format!("re-embedding task failed: {e}")));
     let budget = Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds);
-    opened.backend.drain(budget).await;
+    local.shutdown(budget).await;
     let report = result??;
     print_report(&report, json);
     Ok(ExitCode::SUCCESS)

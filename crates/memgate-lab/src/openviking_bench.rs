@@ -8,15 +8,15 @@
 //! user message and one answer are new). The steps are the ones the real
 //! capture runs (`capture::sign_all`, `CapturePlan`, `payload::to_payload`
 //! then `payload::redact_payload` with the default redactor,
-//! `memgate_core::cursor`), timed one by one; figures are medians.
+//! `memgate_openviking::cursor`), timed one by one; figures are medians.
 
-use crate::capture::{sign_all, CapturePlan};
-use crate::injection::format_injection;
-use crate::payload::{redact_payload, to_payload};
-use crate::retrieval::RetrievedMemory;
 use memgate_core::capture::captureable;
-use memgate_core::cursor::{load_cursor, save_cursor, TranscriptCursor};
 use memgate_core::{Message, Redactor, ToolCall};
+use memgate_openviking::capture::{sign_all, CapturePlan};
+use memgate_openviking::cursor::{load_cursor, save_cursor, TranscriptCursor};
+use memgate_openviking::injection::format_injection;
+use memgate_openviking::payload::{redact_payload, to_payload};
+use memgate_openviking::retrieval::RetrievedMemory;
 use serde::Serialize;
 use serde_json::json;
 use std::fmt;
@@ -141,7 +141,7 @@ pub fn run_adapter_bench() -> AdapterBenchReport {
 /// Runs the benchmark with cursor files under `dir` (to measure a specific
 /// disk: fsync costs differ between tmpfs and real storage).
 pub fn run_adapter_bench_in(dir: &Path) -> AdapterBenchReport {
-    let max_seen = crate::config::DEFAULT_MAX_SEEN_MESSAGE_IDS;
+    let max_seen = memgate_openviking::config::DEFAULT_MAX_SEEN_MESSAGE_IDS;
     let captures = TRANSCRIPT_SIZES
         .iter()
         .map(|&n| capture_cost(dir, n, max_seen))

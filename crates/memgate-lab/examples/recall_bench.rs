@@ -5,17 +5,17 @@
 //!
 //! ```text
 //! testkit/up --only pc14 && source testkit/.run/env
-//! cargo run --release -p memgate-powercontext --example recall_bench -- [--calls 300] [--json]
+//! cargo run --release -p memgate-lab --example recall_bench -- [--calls 300] [--json]
 //! ```
 //!
 //! Reads MEMGATE_TEST_PC14_URL / _TOKEN and creates a scratch Scope holding
 //! six matching memories. Without them only the fakes are measured.
 
-#[path = "../tests/common/fake.rs"]
+#[path = "../../memgate-powercontext/tests/common/fake.rs"]
 mod fake;
 
 use memgate_core::{Caller, MemoryBackend, RememberRequest};
-use memgate_powercontext::bench::{run_bench, BenchConfig};
+use memgate_lab::powercontext_bench::{run_bench, BenchConfig};
 use memgate_powercontext::settings::*;
 use memgate_powercontext::{PowerContextBackend, Settings};
 use std::collections::HashMap;

@@ -4,7 +4,7 @@
 //! the same bytes; the run stops if they do not.
 //!
 //! ```text
-//! cargo run --release -p memgate-openviking --example value_writer
+//! cargo run --release -p memgate-lab --example value_writer
 //! ```
 //!
 //! The arguments are capture_cost.py's: `{"query": topic, "limit": 5}`.

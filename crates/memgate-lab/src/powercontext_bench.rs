@@ -12,11 +12,9 @@
 //! the deadline allows (the caller supplies it; the example binary uses an
 //! in-process fake). Figures are printed, never asserted.
 
-use crate::generation::ServerInfo;
-use crate::recall::prepare_body;
-use crate::settings::Settings;
-use crate::PowerContextBackend;
 use memgate_core::{Caller, MemoryBackend, MemoryError, RecallRequest, Result};
+use memgate_powercontext::recall::prepare_body;
+use memgate_powercontext::{PowerContextBackend, ServerInfo, Settings};
 use serde::Serialize;
 use std::fmt;
 use std::sync::Arc;

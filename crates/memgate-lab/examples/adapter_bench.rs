@@ -2,7 +2,7 @@
 //! formatting, without network time.
 //!
 //! ```text
-//! cargo run --release -p memgate-openviking --example adapter_bench [-- --json] [-- --dir PATH]
+//! cargo run --release -p memgate-lab --example adapter_bench [-- --json] [-- --dir PATH]
 //! ```
 //!
 //! `--dir` puts the cursor files on a chosen disk (fsync cost depends on it);
@@ -19,11 +19,11 @@ fn main() {
     let report = match dir {
         Some(dir) => {
             let scratch = dir.join(format!("memgate-ov-bench-{}", std::process::id()));
-            let report = memgate_openviking::bench::run_adapter_bench_in(&scratch);
+            let report = memgate_lab::openviking_bench::run_adapter_bench_in(&scratch);
             let _ = std::fs::remove_dir_all(&scratch);
             report
         }
-        None => memgate_openviking::run_adapter_bench(),
+        None => memgate_lab::openviking_bench::run_adapter_bench(),
     };
     if json {
         println!(
