@@ -10,8 +10,8 @@
 use crate::capture::{CaptureReport, CaptureRequest};
 use crate::facts::{Fact, FactPatch, ImportReport, MemoryExport, SearchHit, SearchQuery};
 use crate::forget::{ForgetReport, ForgetTarget};
-use crate::intake::{CaptureStart, Intake};
 use crate::identity::Caller;
+use crate::intake::{CaptureStart, Intake};
 use crate::recall::{Recall, RecallRequest};
 use crate::remember::{RememberOutcome, RememberRequest};
 use crate::{FailurePolicy, MemoryError, Result};
