@@ -141,6 +141,34 @@ pub enum RecordError {
     },
 }
 
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::NothingConfirmed(_) => f.write_str("no batch was confirmed"),
+            RecordError::Partial {
+                stage,
+                input_messages_consumed,
+                ..
+            } => write!(
+                f,
+                "the recording stopped at {stage:?} after {input_messages_consumed} messages were confirmed"
+            ),
+        }
+    }
+}
+
+/// The server call that failed stays the source, so a caller that logs the
+/// chain sees it, whatever the recording's own summary says.
+impl std::error::Error for RecordError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RecordError::NothingConfirmed(cause) | RecordError::Partial { cause, .. } => {
+                Some(cause)
+            }
+        }
+    }
+}
+
 /// Sends `prepared` (converted from `input_len` input messages) to the
 /// session in order, then commits. No payloads: no request at all.
 pub async fn record(
@@ -209,6 +237,26 @@ mod tests {
     use crate::payload::to_payload;
     use memgate_core::Message;
     use serde_json::json;
+
+    #[test]
+    fn a_failed_recording_keeps_the_failed_call_as_its_source() {
+        let cause = || WireError::Deadline {
+            call: "add_message",
+            after: std::time::Duration::from_secs(1),
+        };
+        for err in [
+            RecordError::NothingConfirmed(cause()),
+            RecordError::Partial {
+                stage: Stage::Commit,
+                input_messages_consumed: 3,
+                commit_pending: true,
+                cause: cause(),
+            },
+        ] {
+            let source = std::error::Error::source(&err).expect("the failed call");
+            assert!(source.downcast_ref::<WireError>().is_some(), "{err}");
+        }
+    }
 
     /// 250 messages from 375 inputs, every third input not recorded (input
     /// ends 1, 2, 4, 5, …).

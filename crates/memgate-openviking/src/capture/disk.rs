@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 fn corruption(err: CursorError, session_id: &str) -> MemoryError {
     MemoryError::Corruption(match err {
-        CursorError::Unreadable(_) => format!(
+        CursorError::Io(_) | CursorError::Unreadable(_) => format!(
             "OpenViking capture cursor is unreadable; refusing unsafe replay (session={session_id})"
         ),
         CursorError::Invalid(why) => format!(

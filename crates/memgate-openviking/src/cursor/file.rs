@@ -16,7 +16,7 @@ pub fn load_cursor(path: &Path) -> Result<TranscriptCursor, CursorError> {
     match fs::read(path) {
         Ok(bytes) => TranscriptCursor::from_json(&bytes),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(TranscriptCursor::default()),
-        Err(e) => Err(CursorError::Unreadable(e.kind().to_string())),
+        Err(e) => Err(CursorError::Io(e)),
     }
 }
 
@@ -198,6 +198,20 @@ mod tests {
     use super::*;
     use memgate_core::signature::SequenceHasher;
     use serde_json::{json, Value};
+
+    #[test]
+    fn a_cursor_that_cannot_be_read_keeps_the_io_error_as_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the file should be: the read itself fails.
+        let err = load_cursor(dir.path()).unwrap_err();
+        assert!(matches!(err, CursorError::Io(_)), "{err:?}");
+        let source = std::error::Error::source(&err).expect("the I/O error");
+        assert!(source.downcast_ref::<io::Error>().is_some());
+        assert!(
+            err.to_string().starts_with("cursor is unreadable: "),
+            "{err}"
+        );
+    }
 
     #[test]
     fn an_optimistic_save_reads_as_its_base_until_confirmed_then_as_its_outcome() {

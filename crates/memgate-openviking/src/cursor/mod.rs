@@ -115,7 +115,10 @@ pub struct TranscriptCursor {
 /// capture rather than guess what was already sent.
 #[derive(Debug)]
 pub enum CursorError {
-    /// The file exists but cannot be read or is not JSON.
+    /// The file exists but cannot be read from disk; the I/O error stays the
+    /// source (it names no path).
+    Io(std::io::Error),
+    /// The file was read but is not JSON.
     Unreadable(String),
     /// The file is JSON but not exactly a cursor.
     Invalid(String),
@@ -124,13 +127,21 @@ pub enum CursorError {
 impl fmt::Display for CursorError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            CursorError::Io(e) => write!(f, "cursor is unreadable: {}", e.kind()),
             CursorError::Unreadable(why) => write!(f, "cursor is unreadable: {why}"),
             CursorError::Invalid(why) => write!(f, "cursor is invalid: {why}"),
         }
     }
 }
 
-impl std::error::Error for CursorError {}
+impl std::error::Error for CursorError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CursorError::Io(e) => Some(e),
+            CursorError::Unreadable(_) | CursorError::Invalid(_) => None,
+        }
+    }
+}
 
 impl TranscriptCursor {
     /// How much of `signatures` (the current transcript) was already
