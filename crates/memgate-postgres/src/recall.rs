@@ -31,7 +31,8 @@ use memgate_recall::block::{assemble, MAX_SEARCH_TOP_K};
 use memgate_recall::citation::{memory_citation, turn_citation};
 use memgate_recall::fusion::{fuse, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
 use memgate_recall::ranked::{
-    candidate_pool, smooth_neighbours, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF, TURN_KIND,
+    add_standing, candidate_pool, smooth_neighbours, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
+    TURN_KIND,
 };
 use memgate_recall::rerank::{rerank_fused, Rerank};
 use std::collections::{HashMap, HashSet};
@@ -537,17 +538,10 @@ impl PostgresBackend {
             self.rows(&client, &standing_sql, &standing_params),
         )?;
         drop(client);
-        for fact in standing.iter().map(crate::facts::fact_from_row) {
-            if !ranked.iter().any(|r| r.citation == fact.id) {
-                ranked.push(Ranked {
-                    citation: fact.id,
-                    kind: fact.kind,
-                    text: fact.text,
-                    score: 0.0,
-                    origin: Origin::Memory,
-                });
-            }
-        }
+        add_standing(
+            &mut ranked,
+            standing.iter().map(crate::facts::fact_from_row),
+        );
         Ok(assemble(&ranked, settings.max_injection_chars))
     }
 

@@ -8,12 +8,12 @@
 
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
 use crate::facts::{fact_from_row, state_name, FACT_COLUMNS};
-use memgate_core::facts::{ExportedTurn, NewFact, EXPORT_FORMAT};
+use memgate_core::facts::{ExportedTurn, NewFact};
 use memgate_core::{
     Caller, FactState, ImportReport, MemoryError, MemoryExport, RememberRequest, Result,
 };
 use memgate_recall::turns::NewTurn;
-use memgate_recall::turns::{timestamp_or_now, validate_turn};
+use memgate_recall::turns::{check_export_format, timestamp_or_now, validate_turn};
 
 /// Prefixes the field of a validation error with the entry it came from.
 fn at(entry: String) -> impl Fn(MemoryError) -> MemoryError {
@@ -79,12 +79,7 @@ impl PostgresBackend {
         caller: &Caller,
         data: &MemoryExport,
     ) -> Result<ImportReport> {
-        if data.format != EXPORT_FORMAT {
-            return Err(MemoryError::invalid(
-                "format",
-                format!("must be `{EXPORT_FORMAT}`"),
-            ));
-        }
+        check_export_format(data)?;
         let facts = data
             .facts
             .iter()

@@ -123,3 +123,23 @@ pub fn smooth_neighbours<T: Placed>(ranked: &mut [T]) {
         *r.score_mut() += b;
     }
 }
+
+/// Appends the standing explicit memories (newest first) that `ranked`
+/// does not already hold, after the ranked items and unscored: the user
+/// asked for them to be kept, and a request rarely repeats their words.
+pub fn add_standing(
+    ranked: &mut Vec<Ranked>,
+    standing: impl IntoIterator<Item = memgate_core::Fact>,
+) {
+    for fact in standing {
+        if !ranked.iter().any(|r| r.citation == fact.id) {
+            ranked.push(Ranked {
+                citation: fact.id,
+                kind: fact.kind,
+                text: fact.text,
+                score: 0.0,
+                origin: Origin::Memory,
+            });
+        }
+    }
+}

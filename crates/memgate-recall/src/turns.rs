@@ -3,7 +3,7 @@
 //! refuse and lay out the same things.
 
 use memgate_core::budget::prefix_bytes;
-use memgate_core::facts::ExportedTurn;
+use memgate_core::facts::{ExportedTurn, MemoryExport, EXPORT_FORMAT};
 use memgate_core::signature::message_signature;
 use memgate_core::time::{looks_like_rfc3339, now_rfc3339};
 use memgate_core::{MemoryError, Message, Redactor, Result, Role, RoleKind};
@@ -68,6 +68,18 @@ pub fn storable(message: &Message, captured_at: &str, redactor: &Redactor) -> Op
         text: text.to_owned(),
         captured_at: captured_at.to_owned(),
     })
+}
+
+/// An export document's `format` must be the one this memgate writes.
+pub fn check_export_format(data: &MemoryExport) -> Result<()> {
+    if data.format == EXPORT_FORMAT {
+        Ok(())
+    } else {
+        Err(MemoryError::invalid(
+            "format",
+            format!("must be `{EXPORT_FORMAT}`"),
+        ))
+    }
 }
 
 /// An RFC 3339 timestamp from an export, or now when it is missing or malformed.

@@ -12,7 +12,7 @@ use crate::hybrid::{QueryVector, Ranker};
 use crate::ranking::load_item;
 use memgate_core::{MemoryError, RecallRequest, Result, SearchQuery};
 use memgate_recall::block::MAX_SEARCH_TOP_K;
-use memgate_recall::ranked::{Origin, Ranked};
+use memgate_recall::ranked::{add_standing, Ranked};
 use memgate_recall::settings::RecallSettings;
 use rusqlite::Connection;
 
@@ -42,17 +42,10 @@ pub(crate) fn ranked_with_standing(
     settings: &RecallSettings,
 ) -> Result<Vec<Ranked>> {
     let mut ranked = ranker.ranked_in(conn, scope, query, vector, settings.recall_top_k, None)?;
-    for fact in newest_active(conn, scope, settings.standing_memories)? {
-        if !ranked.iter().any(|r| r.citation == fact.id) {
-            ranked.push(Ranked {
-                citation: fact.id,
-                kind: fact.kind,
-                text: fact.text,
-                score: 0.0,
-                origin: Origin::Memory,
-            });
-        }
-    }
+    add_standing(
+        &mut ranked,
+        newest_active(conn, scope, settings.standing_memories)?,
+    );
     Ok(ranked)
 }
 

@@ -18,13 +18,13 @@ use crate::error::db_error;
 use crate::facts::{self, list_in_scope, state_name};
 use crate::index::IndexWrites;
 use crate::scope::ScopeRow;
-use memgate_core::facts::{ExportedTurn, NewFact, EXPORT_FORMAT};
+use memgate_core::facts::{ExportedTurn, NewFact};
 use memgate_core::{
     FactState, ImportReport, MemoryError, MemoryExport, Redactor, RememberRequest, Result,
 };
 use memgate_recall::salience::SpeakerNames;
 use memgate_recall::scope::ScopeKey;
-use memgate_recall::turns::{timestamp_or_now, validate_turn, NewTurn};
+use memgate_recall::turns::{check_export_format, timestamp_or_now, validate_turn, NewTurn};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 
@@ -101,12 +101,7 @@ pub(crate) fn export(conn: &Connection, key: &ScopeKey) -> Result<MemoryExport> 
 /// Validates every entry of `data` and redacts its texts with `redactor`;
 /// the first bad entry is the error.
 pub(crate) fn validate(data: &MemoryExport, redactor: &Redactor) -> Result<Import> {
-    if data.format != EXPORT_FORMAT {
-        return Err(MemoryError::invalid(
-            "format",
-            format!("must be `{EXPORT_FORMAT}`"),
-        ));
-    }
+    check_export_format(data)?;
     let facts = data
         .facts
         .iter()
