@@ -371,11 +371,16 @@ impl OpenVikingBackend {
         client: &OpenVikingClient,
         peer: &str,
         session: Option<&str>,
+        host_query: Option<&str>,
     ) -> Result<Vec<RetrievedMemory>> {
         let config = &self.inner.config;
         let uris = self.target_uris(peer);
+        let query = host_query
+            .map(pystr::strip)
+            .filter(|q| !q.is_empty())
+            .unwrap_or(&config.retrieval.injection_query);
         let request = RetrievalRequest {
-            query: &config.retrieval.injection_query,
+            query,
             target_uris: &uris,
             session_id: session,
             limit: config.retrieval.top_k,
@@ -450,8 +455,9 @@ impl MemoryBackend for OpenVikingBackend {
         }
     }
 
-    /// Recalls with the configured `injection_query`, the host contract's
-    /// fixed query: `request.query` is ignored by this backend. With a thread
+    /// Recalls with the host's query when it passes a non-blank one (a
+    /// query-aware host's per-turn recall), else with the configured
+    /// `injection_query`, the host contract's fixed query. With a thread
     /// the search is bound to that thread's session, otherwise it is a
     /// session-less find. Identity errors always propagate; backend failures
     /// follow `failure_policy.read`.
@@ -467,7 +473,12 @@ impl MemoryBackend for OpenVikingBackend {
             .filter(|t| !t.is_empty())
             .map(|t| session_id(&self.inner.config.owner_user_id, &peer, t));
         let fetched = self
-            .recall_memories(op.client(), &peer, session.as_deref())
+            .recall_memories(
+                op.client(),
+                &peer,
+                session.as_deref(),
+                request.query.as_deref(),
+            )
             .await;
         let memories = self.inner.config.read_policy.apply(
             fetched,

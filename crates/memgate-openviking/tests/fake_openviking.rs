@@ -28,10 +28,11 @@ fn alice() -> Caller {
         .with_thread("thread-1")
 }
 
+/// The host contract's shape: no query (the fixed `injection_query` is sent).
 fn recall_request(caller: Caller) -> RecallRequest {
     RecallRequest {
         caller,
-        query: Some("this query is ignored".into()),
+        query: None,
     }
 }
 
@@ -235,6 +236,31 @@ async fn context_preserves_existing_fixed_query_behavior() {
                "session_id": session_id("alice", "research", "thread-1")})
     );
     assert_no_trusted_headers(&s.fake);
+}
+
+/// A query-aware host (DeerFlow's `supports_query_aware_context`) passes
+/// the user's input: that is what is searched; a blank one falls back to
+/// the fixed query.
+#[tokio::test]
+async fn context_searches_the_hosts_query_when_it_passes_one() {
+    let s = setup(|_| {}).await;
+    s.fake.set_memories(vec![preferences_hit()]);
+    for (query, sent) in [
+        (
+            "  which answer style do I like?  ",
+            "which answer style do I like?",
+        ),
+        (" \t ", "profile preferences and prior decisions"),
+    ] {
+        let request = RecallRequest {
+            caller: alice(),
+            query: Some(query.into()),
+        };
+        let recall = s.backend.recall(&request).await.unwrap();
+        assert_eq!(recall.text, "- [preferences] Prefers concise answers.");
+        let calls = s.fake.requests();
+        assert_eq!(calls.last().unwrap().body["query"], sent);
+    }
 }
 
 #[tokio::test]
