@@ -269,3 +269,70 @@ def test_dockers_builder_stage_then_the_image_command_starts_the_gateway(snapsho
         assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
     finally:
         shutil.rmtree(app, ignore_errors=True)  # the synced .venv is large
+
+
+def test_make_extension_install_asks_before_installing(checkout):
+    """``make extension-install`` (python/README.md says so) warns and asks
+    ``Install this trusted source? [y/N]``; anything but yes cancels with
+    exit code 2 and changes nothing."""
+    backend = checkout / "backend"
+    before = {p: p.read_bytes() for p in (backend / "pyproject.toml", backend / "uv.lock", checkout / "config.yaml")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "UV_PYTHON"))}
+    env.update(UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1", PATH=f"{Path(UV).parent}{os.pathsep}{env.get('PATH', '')}")
+    asked = subprocess.run(["make", "extension-install", f"SOURCE={SOURCE or checkout}"], cwd=checkout, env=env,
+                           input="n\n", capture_output=True, text=True, timeout=1200)
+    output = asked.stdout + asked.stderr
+    assert "Warning: a Python extension executes code with Gateway privileges." in output, output[-3000:]
+    assert "Install this trusted source? [y/N]" in output and "Extension installation cancelled." in output, output[-3000:]
+    assert asked.returncode != 0
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def readme_dockerfile_run_line() -> str:
+    """The ``RUN`` line of python/README.md's Dockerfile that puts a prebuilt
+    wheel into DeerFlow's image (continuation lines joined)."""
+    text = (HERE.parent / "README.md").read_text()
+    block = text[text.index("```dockerfile"):]
+    block = block[:block.index("```", 3)].replace("\\\n", " ")
+    return re.search(r"^\s*RUN (.*)$", block, re.M).group(1).strip()
+
+
+@pytest.mark.skipif(not (os.environ.get("MEMGATE_WHEEL") and UV), reason="MEMGATE_WHEEL / MEMGATE_DEERFLOW_UV unset (testkit/run-tests sets them)")
+def test_a_wheel_built_outside_goes_into_the_image_without_rust(tmp_path):
+    """python/README.md's Docker path for an image with no Rust toolchain:
+    DeerFlow's builder step (``uv sync --locked --extra redis``, read from its
+    Dockerfile) on a copy of ``backend/`` with no ``cargo``/``rustc`` on
+    PATH, then the README's ``RUN`` line with the wheel built once outside;
+    the image's ``uv run --no-sync`` then imports memgate and finds its
+    extension entry point (nothing re-syncs it away)."""
+    app = tmp_path / "app"
+    backend = app / "backend"
+    shutil.copytree(DEERFLOW_ROOT / "backend", backend, ignore=shutil.ignore_patterns(".venv", "__pycache__", ".deer-flow"))
+    wheel = Path(os.environ["MEMGATE_WHEEL"]).resolve()
+    shutil.copy(wheel, tmp_path / wheel.name)
+    base_python = os.environ.get("MEMGATE_DEERFLOW_BASE_PYTHON") or sys.executable
+    path = os.pathsep.join([str(Path(UV).parent), str(Path(base_python).parent), "/usr/bin", "/bin"])
+    assert shutil.which("cargo", path=path) is None and shutil.which("rustc", path=path) is None, path
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "UV_PYTHON", "PYTHON", "CARGO", "RUST"))}
+    env.update(PATH=path, UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1", UV_EXTRAS="")
+    try:
+        synced = subprocess.run(["sh", "-c", dockerfile_step(r"RUN --mount=type=cache,target=/root/\.cache/uv\s+")],
+                                cwd=app, env=env, capture_output=True, text=True, timeout=1200)
+        assert synced.returncode == 0, (synced.stdout + synced.stderr)[-3000:]
+        run_line = readme_dockerfile_run_line()
+        assert run_line.startswith("uv pip install --python /app/backend/.venv/bin/python --no-deps"), run_line
+        run_line = run_line.replace("/tmp/", f"{tmp_path}/").replace("/app/", f"{app}/")
+        installed = subprocess.run(["sh", "-c", run_line], cwd=app, env=env, capture_output=True, text=True, timeout=600)
+        assert installed.returncode == 0, (installed.stdout + installed.stderr)[-3000:]
+        assert not list(tmp_path.glob("memgate-*.whl")), "the RUN line removes the wheel from the layer"
+        command = dockerfile_step(r"\nCMD \[\"sh\", \"-c\", \"").removesuffix('"]')
+        prefix = command[:command.index("uvicorn")]
+        assert prefix.endswith("uv run --no-sync "), command
+        probe = ("import importlib.metadata as m, memgate.deerflow; "
+                 "print([e.value for e in m.entry_points(group='deerflow.extensions') if e.name == 'memgate'])")
+        found = subprocess.run(["sh", "-c", f"{prefix}python -c \"{probe}\""], cwd=app, env=env,
+                               capture_output=True, text=True, timeout=300)
+        assert found.stdout.strip() == "['memgate.deerflow:install']", (found.stdout + found.stderr)[-3000:]
+    finally:
+        shutil.rmtree(app, ignore_errors=True)  # the synced .venv is large

@@ -487,13 +487,17 @@ impl Backend {
         runtime().spawn(async move {
             if let Err(err) = outcome(task).await {
                 let (code, message) = (err.code(), err.to_string());
-                tracing::error!(code, "background capture failed: {message}");
-                if let Some(report_to) = report_to {
-                    attached(|py| {
-                        if let Err(e) = report_to.bind(py).call1((code, message)) {
-                            e.write_unraisable(py, Some(report_to.bind(py)));
-                        }
-                    });
+                // The reporter decides how loud a failure is (a refused
+                // caller may be expected on every turn); without one, log.
+                match report_to {
+                    Some(report_to) => {
+                        attached(|py| {
+                            if let Err(e) = report_to.bind(py).call1((code, message)) {
+                                e.write_unraisable(py, Some(report_to.bind(py)));
+                            }
+                        });
+                    }
+                    None => tracing::error!(code, "background capture failed: {message}"),
                 }
             }
             drop(reporting);
@@ -645,6 +649,53 @@ impl Backend {
         let result =
             py.detach(|| runtime().block_on(call_remember(backend.as_ref(), &principal, &args)));
         Ok((result.is_error, convert::to_py(py, &result.content)?))
+    }
+
+    /// What `memgate doctor` prints about this backend beyond its health
+    /// check, as `(check, healthy, detail)` (PowerContext: the `capture`
+    /// line, Source capture on or off).
+    fn diagnose(&self, py: Python<'_>) -> Vec<(String, bool, String)> {
+        let backend = &self.inner;
+        py.detach(|| runtime().block_on(backend.diagnose()))
+            .into_iter()
+            .map(|d| (d.check, d.healthy, d.detail))
+            .collect()
+    }
+
+    /// What the caller's scope holds besides its active facts, for the
+    /// host's memory document: `{turns, threads, last_captured_at,
+    /// last_changed_at}` (the last two RFC 3339 or `None`). A retired
+    /// fact's retirement counts as a change, so the time never moves
+    /// backwards when a fact is deleted.
+    #[pyo3(signature = (user=None, agent=None))]
+    fn holdings<'py>(
+        &self,
+        py: Python<'py>,
+        user: Option<&str>,
+        agent: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, None);
+        let export = self.run(py, self.inner.export(&who))?;
+        let threads: std::collections::HashSet<&str> =
+            export.turns.iter().map(|t| t.thread.as_str()).collect();
+        let last_captured = export
+            .turns
+            .iter()
+            .filter_map(|t| t.captured_at.as_deref())
+            .max();
+        let last_changed = export
+            .facts
+            .iter()
+            .map(|f| f.updated_at.as_str())
+            .chain(last_captured)
+            .max();
+        let holdings = serde_json::json!({
+            "turns": export.turns.len(),
+            "threads": threads.len(),
+            "last_captured_at": last_captured,
+            "last_changed_at": last_changed,
+        });
+        convert::to_py(py, &holdings)
     }
 
     /// Start-up health: `("ready", None)`, `("degraded", reason)` or

@@ -5,12 +5,13 @@
 //! in `memgate.deerflow`, which are plain Python. [`convert`] reads
 //! LangChain messages; [`ids`] exposes the host contract's signatures and
 //! OpenViking ids (and the cursor's fsync count the capture-cost harness
-//! reads); [`pylog`] forwards Rust log events to `logging`. Backends come
+//! reads); [`confidence`] is the one 0..1 meaning of a search hit; [`pylog`] forwards Rust log events to `logging`. Backends come
 //! from `memgate_assembly` only: no backend crate is named here. The
 //! boundary benchmark's pure-Rust side lives outside the wheel
 //! (`crates/memgate-lab/examples/boundary_baseline.rs`).
 
 mod backend;
+mod confidence;
 mod convert;
 mod errors;
 mod ids;
@@ -38,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ids::openviking_session_id, m)?)?;
     m.add_function(wrap_pyfunction!(ids::openviking_peer_id, m)?)?;
     m.add_function(wrap_pyfunction!(ids::cursor_fsyncs, m)?)?;
+    m.add_function(wrap_pyfunction!(confidence::search_confidence, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

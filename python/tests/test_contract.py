@@ -60,6 +60,8 @@ def test_flags_follow_the_spec():
     assert (LocalMemoryManager.supports_search, LocalMemoryManager.requires_passive_writes_in_tool_mode) == (True, True)
     for cls in (OpenVikingMemoryManager, PowerContextMemoryManager, LocalMemoryManager):
         assert issubclass(cls, MemoryManager)
+        # Every one recalls with the host's query when given one.
+        assert cls.supports_query_aware_context is True
 
 
 def test_openviking_config_errors_are_the_original_value_errors(tmp_path, environment):

@@ -196,7 +196,10 @@ def test_bad_confidence_is_refused_the_way_the_gateway_reads_it(manager):
     assert manager.get_memory(user_id="alice")["facts"] == []
 
 
-def test_search_confidence_is_between_0_and_1_and_follows_the_score(manager):
+def test_search_confidence_is_the_share_of_the_querys_words_a_hit_holds(manager):
+    """``confidence`` is one 0..1 value with one meaning (the share of the
+    query's topic words the hit holds); the store's relevance stays in
+    ``score``."""
     for text in [
         "Refunds are computed in integer cents.",
         "Refund refunds refunds: the refund service owns refunds.",
@@ -204,13 +207,22 @@ def test_search_confidence_is_between_0_and_1_and_follows_the_score(manager):
         "The order service stores refunds next to orders.",
     ]:
         manager.create_fact(text, user_id="alice")
-    hits = manager.search("refunds", 10, user_id="alice")
-    assert len(hits) >= 3
-    for hit in hits:
-        assert 0.0 <= hit["confidence"] <= 1.0, hit
-        assert hit["score"] >= 0.0
-    by_score = sorted(hits, key=lambda h: h["score"], reverse=True)
-    assert [h["confidence"] for h in by_score] == sorted((h["confidence"] for h in hits), reverse=True)
+    hits = {h["content"]: h for h in manager.search("refunds in integer cents", 10, user_id="alice")}
+    assert hits["Refunds are computed in integer cents."]["confidence"] == 1.0
+    assert hits["The order service stores refunds next to orders."]["confidence"] == 0.33
+    for hit in hits.values():
+        assert 0.0 <= hit["confidence"] <= 1.0 and hit["score"] >= 0.0, hit
+
+
+def test_search_confidence_is_one_function_of_query_and_text():
+    from memgate.deerflow.managers import search_confidence
+
+    text = "Refunds are computed in integer cents."
+    assert search_confidence("refunds", text) == 1.0
+    assert search_confidence("How are REFUNDS computed?", text) == 1.0
+    assert search_confidence("refunds in dollars", text) == 0.5
+    assert search_confidence("helm charts", text) == 0.0
+    assert search_confidence("the of and", text) == 0.0, "no topic word: no match to speak of"
 
 
 def test_a_new_lifespans_warm_reopens_a_closed_manager(tmp_path):

@@ -7,7 +7,8 @@ Three drop-in managers over memgate's Rust backends:
   operator switches by changing only ``manager_class``;
 - ``PowerContextMemoryManager``: ``backend_config: {}``, the binding from the
   ``POWERCONTEXT_DEERFLOW_*`` environment (the RFC); passive capture is an
-  explicit no-op;
+  explicit no-op unless the operator opts in to Source capture
+  (``backend_config.source_capture.enabled``);
 - ``LocalMemoryManager``: memgate's embedded SQLite store.
 
 Each follows the host contract (deerflow-memory-contract §1–3): sync
@@ -38,7 +39,7 @@ from memgate.deerflow.contract import (
     MemoryManagerError,
 )
 
-__all__ = ["LocalMemoryManager", "OpenVikingMemoryManager", "PowerContextMemoryManager"]
+__all__ = ["LocalMemoryManager", "OpenVikingMemoryManager", "PowerContextMemoryManager", "search_confidence"]
 
 logger = logging.getLogger("memgate.deerflow")
 
@@ -122,8 +123,44 @@ def _settle(future: asyncio.Future, outcome: tuple) -> None:
         future.set_result(outcome)
 
 
-def _report_background_error(code: str, message: str) -> None:
-    logger.error("memgate background capture failed (%s): %s", code, message)
+class _RefusalNotice:
+    """Says once why an owner-bound backend refuses a caller. With DeerFlow's
+    auth disabled every turn is the ``default`` fallback user, so the first
+    refusal is one clear warning and the rest are quiet (the host would
+    otherwise log an ERROR per recall, capture and compaction). Shared by a
+    manager and its background-capture reporter."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.reported = False
+
+    def quiet(self, reason: str) -> bool:
+        """True when this refusal is answered with nothing instead of an error."""
+        if not self.enabled:
+            return False
+        if not self.reported:
+            self.reported = True
+            logger.warning(
+                "memgate: %s. No memory is recalled or captured for such callers. "
+                "An auth-disabled Gateway (DEER_FLOW_AUTH_DISABLED=1) calls every user `default`, "
+                "which is never the owner: enable authentication and bind "
+                "POWERCONTEXT_DEERFLOW_OWNER_USER_ID to the signed-in user's id. "
+                "Further refusals are not logged.",
+                reason,
+            )
+        return True
+
+
+def _background_reporter(refusals: _RefusalNotice):
+    """Reports a failed background capture (``add_nowait`` on an event loop):
+    a refused caller through ``refusals``, anything else as an error."""
+
+    def report(code: str, message: str) -> None:
+        if code == "rejected_identity" and refusals.quiet(message):
+            return
+        logger.error("memgate background capture failed (%s): %s", code, message)
+
+    return report
 
 
 class _MemgateManager(MemoryManager):
@@ -133,13 +170,24 @@ class _MemgateManager(MemoryManager):
     memgate_backend: ClassVar[str]
     #: The refusal of ``mode != "middleware"`` for backends without tool mode.
     middleware_only: ClassVar[str | None] = None
+    #: True for owner-bound backends whose refused callers get nothing (and
+    #: one warning) instead of an error: see :class:`_RefusalNotice`.
+    quiet_refusals: ClassVar[bool] = False
+    #: Read by a query-aware host (``getattr(manager,
+    #: "supports_query_aware_context", False)``): such a host passes the
+    #: user's latest input as ``get_context(..., thread_id=, query=)`` only
+    #: to managers that declare they use it, and recalls nothing per turn for
+    #: the others. Every memgate manager recalls with a query it is given.
+    supports_query_aware_context: ClassVar[bool] = True
 
     if _IS_PYDANTIC:
         _native_backend: Any = PrivateAttr(default=None)
         _keep_hidden: Any = PrivateAttr(default=None)
+        _refusals: Any = PrivateAttr(default=None)
     else:
         _native_backend: Any = None
         _keep_hidden: Any = None
+        _refusals: Any = None
 
     @classmethod
     def from_config(cls, backend_config: dict[str, Any] | None = None, *, mode: str = "middleware", **host_hooks: Any):
@@ -161,6 +209,7 @@ class _MemgateManager(MemoryManager):
         parent = getattr(super(), "model_post_init", None)
         if parent is not None:
             parent(context)
+        self._refusals = _RefusalNotice(self.quiet_refusals)
         self._native_backend = self._open_native("from_config")
 
     def _open_native(self, method: str) -> Any:
@@ -174,7 +223,7 @@ class _MemgateManager(MemoryManager):
                 self.mode,
                 root,
                 _ENVIRONMENT,
-                _report_background_error,
+                _background_reporter(self._refusals),
             )
         except _native.NativeError as err:
             raise host_error(err, method, self) from None
@@ -198,10 +247,9 @@ class _MemgateManager(MemoryManager):
             raise host_error(err, "get_context", self) from None
 
     def _quiet_refusal(self, reason: str) -> bool:
-        """True when a refused caller's recall is answered with nothing
-        instead of an error (owner-bound backends whose refusal is expected
-        on every turn of an unauthenticated host)."""
-        return False
+        """True when a refused caller is answered with nothing instead of an
+        error (``quiet_refusals`` backends; one warning the first time)."""
+        return self._refusals.quiet(reason)
 
     async def aget_context(self, user_id, *, agent_name=None, thread_id=None, query=None) -> str:
         return await asyncio.to_thread(
@@ -284,6 +332,8 @@ class _MemgateManager(MemoryManager):
         if err.args[0] == "closed":
             logger.warning("memgate %s write ignored after shutdown", self.memgate_backend)
             return
+        if err.args[0] == "rejected_identity" and self._quiet_refusal(err.args[1]):
+            return
         raise host_error(err, method, self) from None
 
     @staticmethod
@@ -325,6 +375,12 @@ class _MemgateManager(MemoryManager):
         """Closes now if idle, else when the last running operation ends."""
         self._native_backend.shutdown(0.0)
 
+    def doctor(self) -> list[tuple[str, bool, str]]:
+        """What ``memgate doctor`` says about this backend beyond health, as
+        ``(check, healthy, detail)`` lines (PowerContext: whether Source
+        capture is on). Never carries a secret."""
+        return self._call("doctor", self._native_backend.diagnose)
+
     def wait_for_background(self, timeout: float) -> bool:
         """Waits for background captures (``add_nowait`` on an event loop);
         True when none is running."""
@@ -349,31 +405,26 @@ class _Searchable:
                 "id": hit["id"],
                 "content": hit["content"],
                 "category": hit["category"],
-                "confidence": self._confidence(hit.get("score")),
+                "confidence": search_confidence(query, hit["content"]),
                 "source": hit.get("source") or hit["id"],
                 "score": hit.get("score"),
             }
             for hit in hits
         ]
 
-    #: True when the backend's ``score`` is already a 0–1 value the host can
-    #: show as ``confidence`` (OpenViking's, as the built-in backend passes it).
-    score_is_confidence: ClassVar[bool] = True
-
-    def _confidence(self, score: Any) -> float | None:
-        """The host's ``confidence`` is 0–1. The local store's BM25 relevance
-        is unbounded (e.g. ``3e-06`` or ``1.79``), so it is mapped through
-        ``s / (1 + s)``: monotonic, 0 for no relevance, below 1, and the same
-        for a hit whatever else matched. ``score`` keeps the raw value."""
-        if score is None or self.score_is_confidence:
-            return score
-        score = max(0.0, float(score))
-        return score / (1.0 + score)
-
     async def asearch(self, query, top_k=5, *, user_id=None, agent_name=None, category=None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(
             self.search, query, top_k, user_id=user_id, agent_name=agent_name, category=category
         )
+
+
+def search_confidence(query: Any, content: Any) -> float:
+    """A search hit's ``confidence``, the one mapping every manager uses: the
+    share of the query's topic terms the hit's text holds (1.0: all of them,
+    0.0: none), with recall's own reading of words. The backend's ``score``
+    is no such value (BM25 relevance depends on the rest of the scope,
+    OpenViking's is ``(1 + cosine) / 2``), so it stays in ``score``."""
+    return _native.search_confidence(str(query), str(content or ""))
 
 
 def _fact_entry(fact: dict[str, Any]) -> dict[str, Any]:
@@ -383,16 +434,35 @@ def _fact_entry(fact: dict[str, Any]) -> dict[str, Any]:
     return {"id": fact["id"], "content": fact["text"], "category": fact["kind"], "createdAt": fact["created_at"]}
 
 
-def _memory_document(facts: list[dict[str, Any]]) -> dict[str, Any]:
+def _captured_summary(holdings: dict[str, Any]) -> str:
+    """What the document says of captured conversations: memgate keeps them
+    as turns (recalled as excerpts), not as facts or summaries, so the
+    memory page states how much is held instead of showing nothing."""
+    turns, threads = holdings["turns"], holdings["threads"]
+    if not turns:
+        return ""
+    return (
+        f"memgate holds {turns} captured message{'s' if turns != 1 else ''} from {threads} "
+        f"conversation{'s' if threads != 1 else ''} (latest captured {holdings['last_captured_at']}). "
+        "They are not listed as facts: new conversations recall excerpts of them when relevant. "
+        "Clearing memory erases them."
+    )
+
+
+def _memory_document(facts: list[dict[str, Any]], holdings: dict[str, Any]) -> dict[str, Any]:
     """The DeerMem document the Gateway's ``MemoryResponse`` reads: the
-    caller's active facts; the summary sections stay empty (memgate writes
-    no summaries)."""
+    caller's active facts; ``history.recentMonths`` says what is held of
+    captured conversations (memgate writes no other summaries).
+    ``lastUpdated`` is the latest change of anything held, a deleted fact's
+    deletion included, so it never moves backwards."""
     empty = {"summary": "", "updatedAt": ""}
+    history = {k: dict(empty) for k in ("recentMonths", "earlierContext", "longTermBackground")}
+    history["recentMonths"] = {"summary": _captured_summary(holdings), "updatedAt": holdings["last_captured_at"] or ""}
     return {
         "version": "1.0",
-        "lastUpdated": max((f["updated_at"] for f in facts), default=""),
+        "lastUpdated": holdings["last_changed_at"] or "",
         "user": {k: dict(empty) for k in ("workContext", "personalContext", "topOfMind")},
-        "history": {k: dict(empty) for k in ("recentMonths", "earlierContext", "longTermBackground")},
+        "history": history,
         "facts": [_fact_entry(f) for f in facts],
     }
 
@@ -492,7 +562,7 @@ class _FactStore:
             raise FieldError("content", "must be a non-empty string")
         _check_confidence(confidence)
         key = _content_key(content)
-        if any(_content_key(f["content"]) == key for f in self._document("create_fact", user_id, agent_name)["facts"]):
+        if any(_content_key(f["text"]) == key for f in self._facts("create_fact", user_id, agent_name)):
             raise ValueError(DUPLICATE_FACT)
         outcome = self._save("create_fact", str(category or "context"), content, user_id, agent_name)
         if outcome["outcome"] == "already_present":  # stored concurrently since the check
@@ -543,8 +613,12 @@ class _FactStore:
             raise KeyError(f"memory {fact_id} was deleted")
         return fact
 
+    def _facts(self, method, user_id, agent_name) -> list[dict[str, Any]]:
+        return self._call(method, self._native_backend.list_facts, _user(user_id), agent_name)
+
     def _document(self, method, user_id, agent_name) -> dict[str, Any]:
-        return _memory_document(self._call(method, self._native_backend.list_facts, _user(user_id), agent_name))
+        facts = self._facts(method, user_id, agent_name)
+        return _memory_document(facts, self._call(method, self._native_backend.holdings, _user(user_id), agent_name))
 
 
 class LocalMemoryManager(_FactStore, _Searchable, _MemgateManager):
@@ -558,7 +632,6 @@ class LocalMemoryManager(_FactStore, _Searchable, _MemgateManager):
     learns from captured turns)."""
 
     memgate_backend: ClassVar[str] = "local"
-    score_is_confidence: ClassVar[bool] = False
     supports_search: ClassVar[bool] = True
     requires_passive_writes_in_tool_mode: ClassVar[bool] = True
 
@@ -594,41 +667,29 @@ class PowerContextMemoryManager(_MemgateManager):
     ``backend_config`` must be ``{}`` (the host's ``storage_path`` aside);
     the binding comes from ``POWERCONTEXT_DEERFLOW_*``. Recall sends the
     host's query; without one it recalls nothing (one warning), unless the
-    operator set ``POWERCONTEXT_DEERFLOW_PROFILE_QUERY``. Passive capture (``add``, ``aadd``, ``add_nowait``) is an
-    explicit no-op: nothing is uploaded, nothing is learned; saving is the
-    explicit ``remember`` tool."""
+    operator set ``POWERCONTEXT_DEERFLOW_PROFILE_QUERY``.
+
+    Passive capture (``add``, ``aadd``, ``add_nowait``) is an explicit no-op
+    (nothing is uploaded, nothing is learned; saving is the explicit
+    ``remember`` tool) unless the operator opts in with
+    ``backend_config.source_capture.enabled: true``: then each finished
+    message with a host id becomes one PowerContext Source, filtered,
+    redacted and durably queued by memgate's Source capture (a Source is not
+    Memory). ``doctor()`` and the start-up log say which is in effect."""
 
     memgate_backend: ClassVar[str] = "powercontext"
     supports_search: ClassVar[bool] = False
     requires_passive_writes_in_tool_mode: ClassVar[bool] = False
 
-    if _IS_PYDANTIC:
-        _refusal_reported: bool = PrivateAttr(default=False)
-    else:
-        _refusal_reported: bool = False
+    #: A refused caller recalls and captures nothing, and no request is sent.
+    quiet_refusals: ClassVar[bool] = True
 
-    def _quiet_refusal(self, reason: str) -> bool:
-        """A refused caller recalls nothing, and no request is sent. With
-        DeerFlow's auth disabled every turn is the ``default`` fallback user,
-        so the first refusal is one clear warning and the rest are quiet
-        (the host would otherwise log an ERROR with a traceback per turn)."""
-        if not self._refusal_reported:
-            self._refusal_reported = True
-            logger.warning(
-                "memgate: %s. No memory is recalled for such callers. "
-                "An auth-disabled Gateway (DEER_FLOW_AUTH_DISABLED=1) calls every user `default`, "
-                "which is never the owner: enable authentication and bind "
-                "POWERCONTEXT_DEERFLOW_OWNER_USER_ID to the signed-in user's id. "
-                "Further refusals are not logged.",
-                reason,
-            )
-        return True
-
-    def add(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
-        """Passive capture is off with PowerContext: nothing is sent."""
-
-    def add_nowait(self, thread_id, messages, *, agent_name=None, user_id=None) -> None:
-        """Passive capture is off with PowerContext: nothing is sent."""
-
-    async def aadd(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
-        """Passive capture is off with PowerContext: nothing is sent."""
+    def warm(self) -> bool | None:
+        """As every manager's, and start-up logs the ``capture`` line: whether
+        finished messages become PowerContext Sources (the operator's
+        ``source_capture.enabled``) or passive capture is the no-op."""
+        ready = super().warm()
+        for check, healthy, detail in self.doctor():
+            if check == "capture":
+                logger.log(logging.INFO if healthy else logging.WARNING, "memgate powercontext %s", detail)
+        return ready
