@@ -1,6 +1,6 @@
 """Opt-in Source capture from DeerFlow's own code against the real
 PowerContext 1.4.1 (its ``GET /v1/scopes/{id}/sources`` shows what arrived;
-0.0.2 has no such read route). With ``source_capture.enabled: true`` in
+0.0.2 has no such read route, so there a conflicting write shows it). With ``source_capture.enabled: true`` in
 DeerFlow's ``config.yaml``, a Gateway run (the memory middleware), ``/compact``
 (the summarization hook, ``add_nowait`` on the event loop) and the hook
 called from a plain thread reach memgate's Source capture: one Source per
@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import time
+import urllib.error
 import urllib.request
 import uuid
 
@@ -296,3 +298,48 @@ def test_a_refused_caller_sends_nothing_and_its_runs_go_on(host, pc14_scope, gat
     assert len(warnings) == 1, [r.getMessage() for r in caplog.records]
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
+
+
+def _pc002_probe(scope: str, source_id: str) -> int:
+    """Whether 0.0.2 (no read route for Sources) holds ``source_id`` in
+    ``scope``: a write of different content under that id answers 409
+    ``source_conflict`` when it does, 202 (and stores the probe) when not."""
+    env = real_server("MEMGATE_TEST_PC002_URL", "MEMGATE_TEST_PC002_TOKEN")
+    request = urllib.request.Request(
+        f"{env['MEMGATE_TEST_PC002_URL']}/v1/sources/content",
+        data=json.dumps({"scope_id": scope, "source_id": source_id, "content": "[user]\nprobe"}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {env['MEMGATE_TEST_PC002_TOKEN']}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        assert err.code != 409 or json.loads(err.read())["error"]["code"] == "source_conflict"
+        return err.code
+
+
+@pytest.mark.parametrize("host", ["pc002"], indirect=True)
+def test_on_0_0_2_the_hooks_messages_arrive_and_filtered_ones_do_not(host):
+    """PowerContext 0.0.2 has the Source route but no way to list Sources:
+    after DeerFlow's summarization hook (on the event loop), the documented
+    ids of the user and assistant messages are held (a different body under
+    them is a conflict) and the hidden message's and the tool result's are
+    not."""
+    capture_config(host, enabled=True)
+    scope = os.environ["POWERCONTEXT_DEERFLOW_SCOPE_ID"]
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    head = [
+        HumanMessage("The blue cluster is patched on Fridays.", id="h1"),
+        HumanMessage("HIDDEN-NOTE", id="h0", additional_kwargs={"hide_from_ui": True}),
+        AIMessage("", id="a0", tool_calls=[{"name": "web_search", "args": {"q": "x"}, "id": "c1"}]),
+        ToolMessage("TOOL-RESULT rows", id="t1", tool_call_id="c1", name="web_search"),
+        AIMessage("Noted.", id="a1"),
+    ]
+    flush_head(host, thread, head, on_loop=True)
+    deadline = time.monotonic() + 30.0
+    while delivered_by_this_manager() < 2:
+        assert time.monotonic() < deadline, manager().doctor()
+        time.sleep(0.2)
+    for message_id, held in (("h1", True), ("a1", True), ("h0", False), ("t1", False)):
+        assert _pc002_probe(scope, documented_source_id(host.owner, thread, message_id)) == (409 if held else 202), message_id
