@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -343,3 +344,64 @@ def test_on_0_0_2_the_hooks_messages_arrive_and_filtered_ones_do_not(host):
         time.sleep(0.2)
     for message_id, held in (("h1", True), ("a1", True), ("h0", False), ("t1", False)):
         assert _pc002_probe(scope, documented_source_id(host.owner, thread, message_id)) == (409 if held else 202), message_id
+
+
+@pytest.mark.parametrize("host", ["pc14"], indirect=True)
+def test_a_sync_lead_agent_run_captures_through_add(host, pc14_scope):
+    """``make_lead_agent(...).invoke``: DeerFlow's memory middleware calls the
+    sync ``add`` after the run; its messages arrive as Sources."""
+    from deerflow_runs import run_lead_agent
+
+    capture_config(host, enabled=True)
+    thread = f"thread-{uuid.uuid4().hex[:8]}"
+    state, _ = run_lead_agent(host, "The green cluster is patched on Mondays.", thread=thread)
+    assert manager().wait_for_background(30.0)
+    sources = delivered(pc14_scope, 2)
+    kept = [m for m in state["messages"] if m.type in ("human", "ai") and not m.additional_kwargs.get("hide_from_ui")]
+    assert set(sources) == {documented_source_id(host.owner, thread, m.id) for m in kept}, (list(sources), kept)
+    assert sorted(s["content"] for s in sources.values()) == sorted(
+        ["[user]\nThe green cluster is patched on Mondays.", f"[assistant]\n{REPLY}"]
+    )
+
+
+@pytest.mark.parametrize("host", ["pc14"], indirect=True)
+def test_a_changed_message_is_a_counted_conflict_never_resent(host, pc14_scope):
+    """A message whose text changed after it was sent (same DeerFlow id) is
+    not sent again: the server keeps the first text, the queue counts one
+    conflict."""
+    capture_config(host, enabled=True)
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    flush_head(host, thread, [HumanMessage("Deploys go out on Tuesdays.", id="h1")], on_loop=False)
+    first = delivered(pc14_scope, 1)
+    flush_head(host, thread, [HumanMessage("Deploys go out on Thursdays.", id="h1")], on_loop=False)
+    line = next(detail for check, _, detail in manager().doctor() if check == "capture")
+    assert "1 conflicts" in line, line
+    assert arrived(pc14_scope) == first
+    assert next(iter(first.values()))["content"] == "[user]\nDeploys go out on Tuesdays."
+
+
+@pytest.mark.parametrize("host", ["pc14"], indirect=True)
+def test_captures_queued_while_the_server_is_unreachable_arrive_after_a_restart(host, pc14_scope):
+    """The durable queue: with PowerContext unreachable the hook's capture is
+    acknowledged (queued, nothing raised); a Gateway restart that reaches
+    the server delivers it, once."""
+    capture_config(host, enabled=True)
+    reachable = os.environ["POWERCONTEXT_DEERFLOW_BASE_URL"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    host.monkeypatch.setenv("POWERCONTEXT_DEERFLOW_BASE_URL", f"http://127.0.0.1:{closed_port}")
+    host.write()
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    head = [HumanMessage("The red cluster is patched on Sundays.", id="h1"), AIMessage("Noted.", id="a1")]
+    flush_head(host, thread, head, on_loop=False)
+    line = next(detail for check, _, detail in manager().doctor() if check == "capture")
+    assert "2 queued" in line, line
+    manager().shutdown_flush(5.0)
+    assert arrived(pc14_scope) == {}
+
+    host.monkeypatch.setenv("POWERCONTEXT_DEERFLOW_BASE_URL", reachable)
+    host.write()
+    manager().warm()  # the Gateway's start-up; delivery resumes from the queue
+    sources = delivered(pc14_scope, 2)
+    assert set(sources) == {documented_source_id(host.owner, thread, i) for i in ("h1", "a1")}
