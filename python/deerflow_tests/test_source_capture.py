@@ -405,3 +405,25 @@ def test_captures_queued_while_the_server_is_unreachable_arrive_after_a_restart(
     manager().warm()  # the Gateway's start-up; delivery resumes from the queue
     sources = delivered(pc14_scope, 2)
     assert set(sources) == {documented_source_id(host.owner, thread, i) for i in ("h1", "a1")}
+
+
+@pytest.mark.parametrize("enabled", [False, True], ids=["off", "on"])
+@pytest.mark.parametrize("host", ["pc14"], indirect=True)
+def test_python_m_memgate_deerflow_doctor_says_which(host, enabled):
+    """``python -m memgate.deerflow doctor`` with the Gateway's interpreter
+    and DeerFlow's ``config.yaml``: the manager DeerFlow's factory builds,
+    its start-up check, and the ``capture`` line saying whether Source
+    capture is on; no token printed."""
+    import subprocess
+    import sys
+
+    capture_config(host, enabled=enabled)
+    ran = subprocess.run([sys.executable, "-m", "memgate.deerflow", "doctor"], env=dict(os.environ),
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "manager_class: memgate.deerflow:PowerContextMemoryManager (mode middleware, memory on)", lines
+    assert "warm: ready" in lines
+    capture = [line for line in lines if line.startswith("capture: ")]
+    assert len(capture) == 1 and capture[0].startswith(f"capture: source capture {'on' if enabled else 'off'}"), lines
+    assert os.environ["POWERCONTEXT_DEERFLOW_TOKEN"] not in ran.stdout + ran.stderr
