@@ -684,6 +684,27 @@ class PowerContextMemoryManager(_MemgateManager):
     #: A refused caller recalls and captures nothing, and no request is sent.
     quiet_refusals: ClassVar[bool] = True
 
+    def _source_capture_on(self) -> bool:
+        """The operator's opt-in (``backend_config.source_capture.enabled``;
+        the backend refused anything but a boolean when it was built)."""
+        setting = (self.backend_config or {}).get("source_capture")
+        return isinstance(setting, dict) and setting.get("enabled") is True
+
+    def add(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
+        """Source capture when opted in; otherwise nothing is read or sent."""
+        if self._source_capture_on():
+            super().add(thread_id, messages, agent_name=agent_name, user_id=user_id, trace_id=trace_id)
+
+    def add_nowait(self, thread_id, messages, *, agent_name=None, user_id=None) -> None:
+        """Source capture when opted in; otherwise nothing is read or sent."""
+        if self._source_capture_on():
+            super().add_nowait(thread_id, messages, agent_name=agent_name, user_id=user_id)
+
+    async def aadd(self, thread_id, messages, *, agent_name=None, user_id=None, trace_id=None) -> None:
+        """Source capture when opted in; otherwise nothing is read or sent."""
+        if self._source_capture_on():
+            await super().aadd(thread_id, messages, agent_name=agent_name, user_id=user_id, trace_id=trace_id)
+
     def warm(self) -> bool | None:
         """As every manager's, and start-up logs the ``capture`` line: whether
         finished messages become PowerContext Sources (the operator's
