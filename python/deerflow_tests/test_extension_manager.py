@@ -271,6 +271,7 @@ def test_dockers_builder_stage_then_the_image_command_starts_the_gateway(snapsho
         shutil.rmtree(app, ignore_errors=True)  # the synced .venv is large
 
 
+@pytest.mark.skipif(not (UV and shutil.which("make")), reason="make or MEMGATE_DEERFLOW_UV missing (.ci/run installs make)")
 def test_make_extension_install_asks_before_installing(checkout):
     """``make extension-install`` (python/README.md says so) warns and asks
     ``Install this trusted source? [y/N]``; anything but yes cancels with
