@@ -427,3 +427,42 @@ def test_python_m_memgate_deerflow_doctor_says_which(host, enabled):
     capture = [line for line in lines if line.startswith("capture: ")]
     assert len(capture) == 1 and capture[0].startswith(f"capture: source capture {'on' if enabled else 'off'}"), lines
     assert os.environ["POWERCONTEXT_DEERFLOW_TOKEN"] not in ran.stdout + ran.stderr
+
+
+@pytest.mark.parametrize("host", ["pc002"], indirect=True)
+def test_on_0_0_2_a_gateway_run_and_compact_send_each_message_once(host, gateway):
+    """The Gateway against PowerContext 0.0.2: two runs deliver four
+    Sources under the documented ids of DeerFlow's messages (each held: a
+    different body under it conflicts); ``/compact`` delivers nothing more."""
+    from fastapi.testclient import TestClient
+
+    capture_config(host, enabled=True)
+    scope = os.environ["POWERCONTEXT_DEERFLOW_SCOPE_ID"]
+    headers = owner_headers(host)
+
+    def settled(count: int) -> None:
+        deadline = time.monotonic() + 30.0
+        while delivered_by_this_manager() < count:
+            assert time.monotonic() < deadline, manager().doctor()
+            time.sleep(0.2)
+
+    with TestClient(gateway) as client:
+        thread = new_thread(client, headers)
+        states = [gateway_run(client, text, thread, headers)[0]
+                  for text in ("The blue cluster is patched on Fridays.", "And the staging cluster?")]
+        assert manager().wait_for_background(30.0)
+        settled(4)
+        compacted = client.post(
+            f"/api/threads/{thread}/compact",
+            json={"force": True, "keep": {"type": "messages", "value": 1}, "model_name": "recording"},
+            headers=headers,
+        )
+        assert compacted.status_code == 200 and compacted.json()["compacted"] is True, compacted.text
+        assert manager().wait_for_background(30.0)
+        time.sleep(1.0)
+        assert delivered_by_this_manager() == 4, manager().doctor()
+    ids = {m["id"] for m in states[-1]["messages"]
+           if m["type"] in ("human", "ai") and not m.get("additional_kwargs", {}).get("hide_from_ui")}
+    assert len(ids) == 4, states[-1]["messages"]
+    for message_id in ids:
+        assert _pc002_probe(scope, documented_source_id(host.owner, thread, message_id)) == 409, message_id
