@@ -62,7 +62,15 @@ fn a_durable_statement_comes_back_and_chit_chat_does_not() {
     assert!(recall.text.contains("[turn_"), "{}", recall.text);
     let today = &memgate_core::time::now_rfc3339()[..10];
     assert!(recall.text.contains(&format!("Today is {today}")));
-    assert!(recall.text.contains("Conversation of "), "{}", recall.text);
+    // What the user said of themselves leads the turns, dated.
+    assert!(
+        recall.text.contains(&format!(
+            "What the user said about themselves:\n- [{}] ({today}) user: My sister Ana",
+            ids[1]
+        )),
+        "{}",
+        recall.text
+    );
 }
 
 #[test]
@@ -99,7 +107,7 @@ fn the_block_spreads_over_conversations_and_puts_the_newest_first() {
         let messages = (0..20)
             .map(|i| {
                 Message::human(format!(
-                    "In week {i} I met my friend Tom{thread}x{i} in Berlin to plan project \
+                    "In week {i} the team met Tom{thread}x{i} in Berlin to plan project \
                      Atlas{thread}y{i}."
                 ))
                 .with_id(format!("t{thread}m{i}"))
@@ -264,6 +272,33 @@ fn turns_of_a_file_from_before_the_excerpt_cache_get_theirs_when_it_is_migrated(
     assert_eq!(cited(&recall), ["turn_2"]);
 }
 
+#[test]
+fn a_file_from_before_introductions_counted_gets_its_excerpts_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite3");
+    {
+        // A file at version 5, its excerpts cached by the earlier rules
+        // (an introduction had none).
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        memgate_store::schema::migrate(&mut conn, 5).unwrap();
+        conn.execute_batch(
+            "INSERT INTO scopes (id, user_id, peer) VALUES (1, 'alice', '');
+             INSERT INTO turns (scope_id, thread, seq, signature, role, text, captured_at)
+             VALUES (1, 't1', 1, 'a', 'human', 'Hi, I''m Dana.', '2024-05-01T10:00:00Z');",
+        )
+        .unwrap();
+    }
+    let store = memgate_store::MemoryStore::open(&path, LocalConfig::default()).unwrap();
+    let recall = store.recall(&recall_of(&alice(), None)).unwrap();
+    assert!(
+        recall.text.contains(
+            "What the user said about themselves:\n- [turn_1] (2024-05-01) user: Hi, I'm Dana."
+        ),
+        "{}",
+        recall.text
+    );
+}
+
 /// The block a store that never built one for this file computes.
 fn fresh_block(t: &TestStore, caller: &Caller) -> memgate_core::Recall {
     let other = memgate_store::MemoryStore::open(t.path(), t.store.config().clone()).unwrap();
@@ -383,4 +418,194 @@ fn a_cached_block_is_served_until_its_scope_changes_and_never_stale() {
         .unwrap();
     let again = rebuilt(&t, "a scope created again");
     assert!(cites_text(&again, "Faro") && !cites_text(&again, "Braga"));
+}
+
+/// Nine conversations as DeerFlow captures them: no speaker names, message
+/// ids, a host timestamp on some threads only (the user's seven facts: name,
+/// answer style, job, city, daughter, allergy, trip).
+fn deerflow_conversations() -> Vec<(String, Vec<Message>)> {
+    let pairs: [(&str, &str); 9] = [
+        ("Hi, I'm Dana.", "Hi Dana! How can I help you today?"),
+        (
+            "Keep answers short, bullet points preferred.",
+            "Got it: short answers, in bullet points.",
+        ),
+        ("Suggest a name for a CLI tool.", "- forge\n- quill\n- tern"),
+        ("What's the weather in Berlin?", "It is sunny (22C)."),
+        ("What's the weather in Berlin?", "It is sunny (22C)."),
+        (
+            "I work as a data engineer at Siemens in Munich.",
+            "Nice! What do you work on there?",
+        ),
+        (
+            "My daughter Mia starts school in September.",
+            "Exciting times for Mia!",
+        ),
+        (
+            "I'm allergic to peanuts.",
+            "Noted, I will leave peanuts out of recipes.",
+        ),
+        (
+            "I'm planning a trip to Lisbon next month.",
+            "Lisbon is lovely in spring.",
+        ),
+    ];
+    pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (asked, answer))| {
+            let stamp = |m: Message| {
+                if i % 2 == 0 {
+                    m.with_flag(TIMESTAMP_KEY, "2026-12-04T08:25:29.127040+00:00")
+                } else {
+                    m
+                }
+            };
+            let mut messages = vec![
+                stamp(Message::human(*asked).with_id(format!("h{i}"))),
+                stamp(Message::ai(*answer).with_id(format!("a{i}"))),
+            ];
+            if i == 4 {
+                // The same exchange twice in one thread (two identical turns).
+                messages.push(stamp(Message::human(*asked).with_id("h4b")));
+                messages.push(stamp(Message::ai(*answer).with_id("a4b")));
+            }
+            (format!("thread-{i}"), messages)
+        })
+        .collect()
+}
+
+const DEERFLOW_FACTS: [&str; 6] = [
+    "Hi, I'm Dana.",
+    "Keep answers short, bullet points preferred.",
+    "I work as a data engineer at Siemens in Munich.",
+    "My daughter Mia starts school in September.",
+    "I'm allergic to peanuts.",
+    "I'm planning a trip to Lisbon next month.",
+];
+
+/// The block's item lines (`- [...] who: text`) as (who, text).
+fn item_lines(recall: &memgate_core::Recall) -> Vec<(String, String)> {
+    recall
+        .text
+        .lines()
+        .filter(|l| l.starts_with("- [turn_"))
+        .map(|l| {
+            let rest = &l[l.find("] ").unwrap() + 2..];
+            let rest = rest
+                .strip_prefix('(')
+                .map_or(rest, |r| &r[r.find(") ").unwrap() + 2..]);
+            let (who, text) = rest.split_once(": ").unwrap();
+            (who.to_owned(), text.to_owned())
+        })
+        .collect()
+}
+
+/// Every property the DeerFlow run found broken, on one block.
+fn assert_deerflow_block(recall: &memgate_core::Recall) {
+    let text = &recall.text;
+    for fact in DEERFLOW_FACTS {
+        assert!(text.contains(fact), "{fact} is kept: {text}");
+    }
+    // The user's own words lead the turns.
+    let about = text
+        .find("What the user said about themselves:")
+        .expect(text);
+    for fact in DEERFLOW_FACTS {
+        assert!(text.find(fact).unwrap() > about, "{fact}: {text}");
+    }
+    if let Some(turns) = text.find("From earlier conversations:") {
+        assert!(about < turns, "{text}");
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        // An answer right below what it answers (a user line, or another
+        // answer to the same user line).
+        if line.contains("] assistant: ") {
+            let above = lines[..i]
+                .iter()
+                .rev()
+                .find(|l| !l.contains("] assistant: "))
+                .unwrap();
+            assert!(
+                above.contains("] user: ") || above.contains(") user: "),
+                "{line}: {text}"
+            );
+        }
+        // One date format: calendar dates only.
+        if let Some(date) = line.strip_prefix("Conversation of ") {
+            assert_eq!(date.len(), "2026-12-04:".len(), "{line}");
+        }
+        assert!(!line.contains("T08:25"), "{line}");
+    }
+    let shown = item_lines(recall);
+    let texts: std::collections::HashSet<&str> = shown.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts.len(), shown.len(), "no line twice: {text}");
+}
+
+#[test]
+fn deerflow_nine_conversations_keep_who_the_user_is_and_answers_with_their_questions() {
+    let t = TestStore::new();
+    for (thread, messages) in deerflow_conversations() {
+        t.store
+            .capture(&capture(&alice(), &thread, messages))
+            .unwrap();
+    }
+    let recall = t.store.recall(&recall_of(&alice(), None)).unwrap();
+    assert_deerflow_block(&recall);
+    assert_eq!(
+        recall.text.matches("It is sunny (22C).").count(),
+        1,
+        "{}",
+        recall.text
+    );
+    assert!(
+        recall.text.contains("What's the weather in Berlin?"),
+        "{}",
+        recall.text
+    );
+}
+
+#[test]
+fn after_114_conversations_what_the_user_said_about_themselves_still_leads() {
+    let t = TestStore::new();
+    for (thread, messages) in deerflow_conversations() {
+        t.store
+            .capture(&capture(&alice(), &thread, messages))
+            .unwrap();
+    }
+    let topics = [
+        "solar panels",
+        "rail freight",
+        "coffee prices",
+        "chip exports",
+        "wind farms",
+    ];
+    for i in 0..105 {
+        let topic = topics[i % topics.len()];
+        t.store
+            .capture(&capture(
+                &alice(),
+                &format!("task-{i}"),
+                vec![
+                    Message::human(format!(
+                        "Summarize the article about {topic} in Spain, part {i}."
+                    )),
+                    Message::ai(format!(
+                        "- {topic} in Spain grew {}% in 2025\n- Madrid and Seville led the rise",
+                        10 + i % 30
+                    )),
+                ],
+            ))
+            .unwrap();
+    }
+    let recall = t.store.recall(&recall_of(&alice(), None)).unwrap();
+    assert_deerflow_block(&recall);
+    // Leading means within the first lines, not after the conversations.
+    let last_fact = DEERFLOW_FACTS
+        .iter()
+        .map(|f| recall.text[..recall.text.find(f).unwrap()].lines().count())
+        .max()
+        .unwrap();
+    assert!(last_fact < 12, "line {last_fact}: {}", recall.text);
 }
