@@ -38,7 +38,7 @@
 
 use crate::citation::turn_citation;
 use crate::ranked::TURN_KIND;
-use crate::salience::excerpt_line;
+use crate::salience::{excerpt, excerpt_line, Excerpt, SpeakerNames};
 use memgate_core::budget::{char_len, CharBudget};
 use memgate_core::{Citation, Fact, Recall, RecalledItem};
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -116,6 +116,78 @@ pub struct AskedTurn {
     /// Its cached excerpt, when it has one.
     pub excerpt: Option<String>,
     pub about_speaker: bool,
+}
+
+/// A captured turn as read, before its excerpt (a store that computes
+/// excerpts when the block is built: `postgres`).
+#[derive(Clone, Debug)]
+pub struct StoredTurn {
+    pub id: i64,
+    pub thread: String,
+    pub seq: i64,
+    pub ai: bool,
+    pub speaker: Option<String>,
+    /// When it was said (the host's timestamp), else when it was captured.
+    pub when: String,
+    pub text: String,
+}
+
+/// The candidates among `turns` (newest first): each turn with an excerpt
+/// (the turns' speakers as names, as capture would have met them), each
+/// assistant turn with the user turn it answers when that is among `turns`.
+pub fn candidates_of(turns: &[StoredTurn]) -> Vec<TurnCandidate> {
+    let mut names = SpeakerNames::default();
+    for t in turns.iter().rev() {
+        names.add(t.speaker.as_deref());
+    }
+    let excerpts: Vec<Option<Excerpt>> = turns
+        .iter()
+        .map(|t| excerpt(&t.text, names.as_slice()))
+        .collect();
+    // User turns per thread, by position: what an assistant turn answers.
+    let mut asked: HashMap<&str, Vec<(i64, usize)>> = HashMap::new();
+    for (i, t) in turns.iter().enumerate().filter(|(_, t)| !t.ai) {
+        asked.entry(t.thread.as_str()).or_default().push((t.seq, i));
+    }
+    for list in asked.values_mut() {
+        list.sort_unstable();
+    }
+    turns
+        .iter()
+        .zip(&excerpts)
+        .filter_map(|(t, e)| {
+            let e = e.as_ref()?;
+            let answers = if t.ai {
+                let list = asked.get(t.thread.as_str())?;
+                let before = list.partition_point(|(seq, _)| *seq < t.seq);
+                let q = &turns[list.get(before.checked_sub(1)?)?.1];
+                let qe = excerpts[list[before - 1].1].as_ref();
+                Some(AskedTurn {
+                    id: q.id,
+                    seq: q.seq,
+                    speaker: q.speaker.clone(),
+                    text: q.text.clone(),
+                    excerpt: qe.map(|e| e.text.clone()),
+                    about_speaker: qe.is_some_and(|e| e.about_speaker),
+                })
+            } else {
+                None
+            };
+            Some(TurnCandidate {
+                id: t.id,
+                thread: t.thread.clone(),
+                seq: t.seq,
+                ai: t.ai,
+                speaker: t.speaker.clone(),
+                when: t.when.clone(),
+                excerpt: e.text.clone(),
+                score: e.score,
+                terms: e.terms.join(" "),
+                about_speaker: e.about_speaker,
+                answers,
+            })
+        })
+        .collect()
 }
 
 /// One line the block may show.
@@ -622,7 +694,6 @@ impl FirstTurnBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::salience::excerpt;
 
     /// Builds a scope's turns as a store would hand them over.
     #[derive(Default)]
@@ -640,46 +711,23 @@ mod tests {
             id
         }
 
-        /// The candidates, newest first: the turns with an excerpt, each
-        /// assistant turn with the user turn before it.
+        /// The candidates, as a store reading them newest first has them.
         fn candidates(&self) -> Vec<TurnCandidate> {
-            let mut out = Vec::new();
-            for (id, thread, seq, ai, when, text) in self.turns.iter().rev() {
-                let Some(e) = excerpt(text, &[]) else {
-                    continue;
-                };
-                let answers = self
-                    .turns
-                    .iter()
-                    .filter(|t| &t.1 == thread && t.2 < *seq && !t.3)
-                    .max_by_key(|t| t.2)
-                    .filter(|_| *ai)
-                    .map(|q| {
-                        let qe = excerpt(&q.5, &[]);
-                        AskedTurn {
-                            id: q.0,
-                            seq: q.2,
-                            speaker: None,
-                            text: q.5.clone(),
-                            about_speaker: qe.as_ref().is_some_and(|e| e.about_speaker),
-                            excerpt: qe.map(|e| e.text),
-                        }
-                    });
-                out.push(TurnCandidate {
+            let turns: Vec<StoredTurn> = self
+                .turns
+                .iter()
+                .rev()
+                .map(|(id, thread, seq, ai, when, text)| StoredTurn {
                     id: *id,
                     thread: thread.clone(),
                     seq: *seq,
                     ai: *ai,
                     speaker: None,
                     when: when.clone(),
-                    excerpt: e.text,
-                    score: e.score,
-                    terms: e.terms.join(" "),
-                    about_speaker: e.about_speaker,
-                    answers,
-                });
-            }
-            out
+                    text: text.clone(),
+                })
+                .collect();
+            candidates_of(&turns)
         }
 
         fn block(&self, max_chars: usize) -> Recall {
