@@ -206,14 +206,14 @@ struct Line {
 }
 
 impl Line {
-    /// `- [turn_12] user: …`, with the conversation's date in front when
-    /// the line is laid out outside its conversation.
-    fn render(&self, date: Option<&str>) -> String {
-        let text = self.text.replace('\n', " ");
-        match date {
-            Some(d) => format!("- [{}] ({d}) {}: {text}", turn_citation(self.id), self.who),
-            None => format!("- [{}] {}: {text}", turn_citation(self.id), self.who),
-        }
+    /// `- [turn_12] user: …`
+    fn render(&self) -> String {
+        format!(
+            "- [{}] {}: {}",
+            turn_citation(self.id),
+            self.who,
+            self.text.replace('\n', " ")
+        )
     }
 }
 
@@ -240,8 +240,10 @@ struct Unit {
     asked: Option<usize>,
     thread: usize,
     terms: Vec<u64>,
-    /// Value before the diversity factors.
+    /// Value before the diversity factors, with the question still to show.
     base: f64,
+    /// The same once the question is shown (its line no longer to pay for).
+    base_answered: f64,
     /// Exempt from recency (what the user said about themselves).
     ageless: bool,
 }
@@ -258,6 +260,11 @@ struct Thread {
 impl Thread {
     fn heading(&self) -> String {
         format!("Conversation of {}:", self.date)
+    }
+
+    /// The heading of the user's own lines of this date.
+    fn about_heading(&self) -> String {
+        format!("On {}:", self.date)
     }
 }
 
@@ -337,7 +344,8 @@ fn prepare(candidates: &[TurnCandidate]) -> (Vec<Line>, Vec<Unit>, Vec<Thread>) 
         );
         // Met first as another turn's question: it has a score of its own.
         lines[line].score = c.score;
-        let mut chars = char_len(&lines[line].render(None));
+        let mut chars = char_len(&lines[line].render());
+        let own_chars = chars;
         let asked = match (&c.answers, c.ai) {
             (_, false) => None,
             // An answer to nothing shown is never shown.
@@ -357,7 +365,7 @@ fn prepare(candidates: &[TurnCandidate]) -> (Vec<Line>, Vec<Unit>, Vec<Thread>) 
                         about_user: q.about_speaker,
                     },
                 );
-                chars += char_len(&lines[asked].render(None)) + 1;
+                chars += char_len(&lines[asked].render()) + 1;
                 Some(asked)
             }
         };
@@ -373,6 +381,7 @@ fn prepare(candidates: &[TurnCandidate]) -> (Vec<Line>, Vec<Unit>, Vec<Thread>) 
                 .map(term_key)
                 .collect(),
             base: c.score * role_factor / (chars as f64).powf(LENGTH_EXPONENT),
+            base_answered: c.score * role_factor / (own_chars as f64).powf(LENGTH_EXPONENT),
             ageless: !c.ai && c.about_speaker,
         });
     }
@@ -419,6 +428,7 @@ struct Layout<'a> {
     about_open: bool,
     turns_open: bool,
     open_threads: HashSet<usize>,
+    open_dates: HashSet<&'a str>,
 }
 
 impl<'a> Layout<'a> {
@@ -434,6 +444,11 @@ impl<'a> Layout<'a> {
                 opening.about = true;
                 cost += char_len(ABOUT_USER_HEADING) + 1;
             }
+            let thread = &self.threads[l.thread];
+            if !self.open_dates.contains(thread.date.as_str()) && opening.date != Some(l.thread) {
+                opening.date = Some(l.thread);
+                cost += char_len(&thread.about_heading()) + 1;
+            }
         } else {
             if !self.turns_open && !opening.turns {
                 opening.turns = true;
@@ -444,14 +459,15 @@ impl<'a> Layout<'a> {
                 cost += char_len(&self.threads[l.thread].heading()) + 1;
             }
         }
-        let dated = l.about_user && under.is_none();
-        cost + char_len(&l.render(dated.then_some(self.threads[l.thread].date.as_str())))
+        cost + char_len(&l.render())
     }
 
     fn show(&mut self, line: usize, under: Option<usize>) {
         let place = under.unwrap_or(line);
         if self.lines[place].about_user {
             self.about_open = true;
+            let thread = self.lines[line].thread;
+            self.open_dates.insert(self.threads[thread].date.as_str());
         } else {
             self.turns_open = true;
             self.open_threads.insert(self.lines[line].thread);
@@ -467,6 +483,8 @@ struct Opening {
     about: bool,
     turns: bool,
     thread: Option<usize>,
+    /// The thread whose date heading the pick opens in the about section.
+    date: Option<usize>,
 }
 
 /// Picks units greedily (see the module doc) within `budget`. Returns the
@@ -480,7 +498,7 @@ fn pick(
 ) -> Vec<(usize, Option<usize>)> {
     let mut per_thread = vec![0i32; threads.len()];
     let mut seen: Seen = HashSet::default();
-    let value = |u: &Unit, per_thread: &[i32], seen: &Seen| {
+    let value = |u: &Unit, per_thread: &[i32], seen: &Seen, shown: &HashSet<usize>| {
         let repeated = u.terms.iter().filter(|t| seen.contains(t)).count();
         let seen_share = if u.terms.is_empty() {
             0.0
@@ -492,20 +510,32 @@ fn pick(
         } else {
             threads[u.thread].age
         };
-        u.base
-            * THREAD_DECAY.powi(per_thread[u.thread])
+        let base = if u.asked.is_some_and(|q| shown.contains(&q)) {
+            u.base_answered
+        } else {
+            u.base
+        };
+        base * THREAD_DECAY.powi(per_thread[u.thread])
             * (1.0 - RECENCY_SPAN * age)
             * (1.0 - NOVELTY_SPAN * seen_share)
     };
+    let none = HashSet::new();
     let mut heap: BinaryHeap<Bound> = units
         .iter()
         .enumerate()
         .map(|(unit, u)| Bound {
-            value: value(u, &per_thread, &seen),
+            value: value(u, &per_thread, &seen, &none),
             id: lines[u.line].id,
             unit,
         })
         .collect();
+    // The units answering each line: a shown question changes their value.
+    let mut askers: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, u) in units.iter().enumerate() {
+        if let Some(q) = u.asked {
+            askers.entry(q).or_default().push(i);
+        }
+    }
     let mut layout = Layout {
         lines,
         threads,
@@ -514,6 +544,7 @@ fn pick(
         about_open: false,
         turns_open: false,
         open_threads: HashSet::new(),
+        open_dates: HashSet::new(),
     };
     let mut picked = Vec::new();
     while let Some(top) = heap.pop() {
@@ -532,20 +563,36 @@ fn pick(
         if cost > budget.remaining() {
             continue; // the budget only shrinks
         }
-        let now = value(u, &per_thread, &seen);
+        let now = value(u, &per_thread, &seen, &layout.shown);
         if heap.peek().is_some_and(|next| now < next.value) {
             heap.push(Bound { value: now, ..top });
             continue;
         }
         budget.try_take(cost);
+        let mut newly = vec![u.line];
         if let Some(q) = asked {
             layout.show(q, None);
             picked.push((q, None));
+            newly.push(q);
         }
         layout.show(u.line, under);
         picked.push((u.line, under));
         per_thread[u.thread] += 1;
         seen.extend(u.terms.iter().copied());
+        // An answer whose question is now shown may be worth more than its
+        // bound: it goes back with its new value.
+        for line in newly {
+            for &unit in askers.get(&line).into_iter().flatten() {
+                let a = &units[unit];
+                if !layout.shown.contains(&a.line) {
+                    heap.push(Bound {
+                        value: value(a, &per_thread, &seen, &layout.shown),
+                        id: lines[a.line].id,
+                        unit,
+                    });
+                }
+            }
+        }
     }
     picked
 }
@@ -639,9 +686,9 @@ impl FirstTurnBlock {
             .map(|(l, _)| *l)
             .collect();
         rest.sort_by_key(order);
-        let shown = |block: &mut Self, i: usize, date: Option<&str>| {
+        let shown = |block: &mut Self, i: usize| {
             let l = &lines[i];
-            block.push_line(&l.render(date));
+            block.push_line(&l.render());
             block.items.push(RecalledItem {
                 citation: Some(Citation::new(turn_citation(l.id))),
                 kind: TURN_KIND.to_owned(),
@@ -651,12 +698,25 @@ impl FirstTurnBlock {
         };
         if !about.is_empty() {
             self.push_line(ABOUT_USER_HEADING);
+            // One heading per date, dates in the order their newest line
+            // comes (each heading once, as the pick counted it).
+            let mut dates: Vec<(&str, Vec<usize>)> = Vec::new();
             for i in about {
-                shown(self, i, Some(threads[lines[i].thread].date.as_str()));
-                let mut answers = below.get(&i).cloned().unwrap_or_default();
-                answers.sort_by_key(|a| lines[*a].seq);
-                for a in answers {
-                    shown(self, a, None);
+                let date = threads[lines[i].thread].date.as_str();
+                match dates.iter_mut().find(|(d, _)| *d == date) {
+                    Some((_, group)) => group.push(i),
+                    None => dates.push((date, vec![i])),
+                }
+            }
+            for (_, group) in dates {
+                self.push_line(&threads[lines[group[0]].thread].about_heading());
+                for i in group {
+                    shown(self, i);
+                    let mut answers = below.get(&i).cloned().unwrap_or_default();
+                    answers.sort_by_key(|a| lines[*a].seq);
+                    for a in answers {
+                        shown(self, a);
+                    }
                 }
             }
         }
@@ -669,7 +729,7 @@ impl FirstTurnBlock {
                     open = Some(t);
                     self.push_line(&threads[t].heading());
                 }
-                shown(self, i, None);
+                shown(self, i);
             }
         }
     }
@@ -864,18 +924,18 @@ mod tests {
         }
         let r = s.block(3_000);
         let l = lines(&r);
-        assert_eq!(l[2], ABOUT_USER_HEADING, "{}", r.text);
-        assert!(
-            l[3].starts_with(&format!(
-                "- [turn_{intro}] (2026-01-01) user: Hi, I'm Dana."
-            )),
+        assert_eq!(
+            l[2..4],
+            [ABOUT_USER_HEADING, "On 2026-01-01:"],
             "{}",
             r.text
         );
-        assert!(
-            l[4].starts_with(&format!(
-                "- [turn_{pref}] (2026-01-01) user: Keep answers short"
-            )),
+        assert_eq!(
+            l[4..6],
+            [
+                format!("- [turn_{intro}] user: Hi, I'm Dana."),
+                format!("- [turn_{pref}] user: Keep answers short, bullet points preferred.")
+            ],
             "{}",
             r.text
         );
@@ -913,6 +973,7 @@ mod tests {
                 "Current facts:",
                 MEMORIES_HEADING,
                 ABOUT_USER_HEADING,
+                "On 2026-12-04:",
                 TURNS_HEADING,
                 "Conversation of 2026-12-04:"
             ],

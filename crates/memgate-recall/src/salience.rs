@@ -568,17 +568,21 @@ impl SpeakerNames {
     }
 }
 
-/// How a turn reads as one block line: its excerpt when it has one, else
-/// its text on one line, cut at a word within [`EXCERPT_CHARS`] (a question
-/// shown for the answer below it says little, and is kept whole if short).
+/// How a user turn reads as the line above an answer: its excerpt when it
+/// has one, else its last sentence (what a reply answers), on one line and
+/// cut at a word within [`EXCERPT_CHARS`], `…` marking what came before.
 pub fn excerpt_line(text: &str, excerpt: Option<&str>) -> String {
-    match excerpt {
-        Some(e) => e.to_owned(),
-        None => cut_at_word(
-            &text.split_whitespace().collect::<Vec<_>>().join(" "),
-            EXCERPT_CHARS,
-        ),
+    if let Some(e) = excerpt {
+        return e.to_owned();
     }
+    let pieces = sentences(text);
+    let last = pieces.last().copied().unwrap_or_default();
+    let line = if pieces.len() > 1 {
+        format!("{OMITTED} {last}")
+    } else {
+        last.to_owned()
+    };
+    cut_at_word(&line, EXCERPT_CHARS)
 }
 
 /// `text` within `max` characters, cut after a whole word and marked.
@@ -698,6 +702,16 @@ mod tests {
         assert!(!e.about_speaker);
         let e = excerpt("My sister Ana moved to Porto in August 2023.", &n).unwrap();
         assert!(e.about_speaker);
+    }
+
+    #[test]
+    fn the_line_above_an_answer_is_the_question_it_answers() {
+        assert_eq!(
+            excerpt_line("Thanks! Anyway. What's the weather in Berlin?", None),
+            "… What's the weather in Berlin?"
+        );
+        assert_eq!(excerpt_line("Hi there", None), "Hi there");
+        assert_eq!(excerpt_line("whatever", Some("… kept.")), "… kept.");
     }
 
     #[test]

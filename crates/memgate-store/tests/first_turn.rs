@@ -65,7 +65,7 @@ fn a_durable_statement_comes_back_and_chit_chat_does_not() {
     // What the user said of themselves leads the turns, dated.
     assert!(
         recall.text.contains(&format!(
-            "What the user said about themselves:\n- [{}] ({today}) user: My sister Ana",
+            "What the user said about themselves:\nOn {today}:\n- [{}] user: My sister Ana",
             ids[1]
         )),
         "{}",
@@ -292,7 +292,7 @@ fn a_file_from_before_introductions_counted_gets_its_excerpts_again() {
     let recall = store.recall(&recall_of(&alice(), None)).unwrap();
     assert!(
         recall.text.contains(
-            "What the user said about themselves:\n- [turn_1] (2024-05-01) user: Hi, I'm Dana."
+            "What the user said about themselves:\nOn 2024-05-01:\n- [turn_1] user: Hi, I'm Dana."
         ),
         "{}",
         recall.text
