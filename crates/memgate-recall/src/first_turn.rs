@@ -25,16 +25,19 @@
 //!
 //!    Ties go to the newer turn; a pick must fit what is left of the budget.
 //! 3. An assistant line only comes with the user line it answers (the
-//!    user's newest turn before it in the thread): the pair is picked as one,
-//!    its value counted per character of both lines, or not at all.
+//!    user's newest turn before it in the thread; its excerpt, else its last
+//!    sentence): the pair is picked as one, its value counted per character
+//!    of both lines (of its own line once the question is shown), or not at
+//!    all.
 //! 4. The same text is never shown twice (two identical turns, an answer
 //!    given again): a line whose text is already in the block is skipped.
-//! 5. Layout: what the user said about themselves first ("About the user"),
-//!    each line dated, with any answer picked to it right below; then the
-//!    other lines grouped by conversation (newest first, turns in their
-//!    order, each conversation headed by its date). Dates are calendar dates
-//!    (`2026-12-04`) whether the host sent a full timestamp or none (then
-//!    the capture time's date); a free-text date a host sent is kept as sent.
+//! 5. Layout: what the user said about themselves first ("What the user
+//!    said about themselves", one heading per date, any answer picked to a
+//!    line right below it); then the other lines grouped by conversation
+//!    (newest first, turns in their order, each conversation headed by its
+//!    date). Dates are calendar dates (`2026-12-04`) whether the host sent a
+//!    full timestamp or none (then the capture time's date); a free-text
+//!    date a host sent is kept as sent.
 
 use crate::citation::turn_citation;
 use crate::ranked::TURN_KIND;
