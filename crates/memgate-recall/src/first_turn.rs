@@ -600,6 +600,15 @@ fn pick(
     picked
 }
 
+/// One entry of a [`FirstTurnBlock::section`].
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'e> {
+    pub citation: &'e str,
+    pub kind: &'e str,
+    pub text: &'e str,
+    pub score: Option<f64>,
+}
+
 /// A first-turn block being laid out: sections in the order they are added,
 /// within one character budget.
 pub struct FirstTurnBlock {
@@ -630,26 +639,28 @@ impl FirstTurnBlock {
         })
     }
 
-    /// A section of whole explicit memories under `heading`, each while the
-    /// budget lasts (none: no heading).
-    pub fn memories(&mut self, heading: &str, facts: &[Fact]) {
+    /// A section of whole entries under `heading` (cited `[citation]`,
+    /// labelled `(kind)`), each while the budget lasts (none: no heading).
+    /// The saved memories are one; a profile of current facts would be
+    /// another, added first to lead.
+    pub fn section<'e>(&mut self, heading: &str, entries: impl IntoIterator<Item = Entry<'e>>) {
         let mut lines = Vec::new();
         let mut heading_cost = char_len(heading) + 1;
-        for fact in facts {
+        for entry in entries {
             let line = format!(
                 "- [{}] ({}) {}",
-                fact.id,
-                fact.kind,
-                fact.text.replace('\n', "\n  ")
+                entry.citation,
+                entry.kind,
+                entry.text.replace('\n', "\n  ")
             );
             if self.budget.try_take(char_len(&line) + 1 + heading_cost) {
                 heading_cost = 0;
                 lines.push(line);
                 self.items.push(RecalledItem {
-                    citation: Some(Citation::new(fact.id.clone())),
-                    kind: fact.kind.clone(),
-                    text: fact.text.clone(),
-                    score: None,
+                    citation: Some(Citation::new(entry.citation)),
+                    kind: entry.kind.to_owned(),
+                    text: entry.text.to_owned(),
+                    score: entry.score,
                 });
             }
         }
@@ -659,6 +670,19 @@ impl FirstTurnBlock {
                 self.push_line(&line);
             }
         }
+    }
+
+    /// The saved (explicit) memories as a [section](Self::section).
+    pub fn memories(&mut self, heading: &str, facts: &[Fact]) {
+        self.section(
+            heading,
+            facts.iter().map(|f| Entry {
+                citation: &f.id,
+                kind: &f.kind,
+                text: &f.text,
+                score: None,
+            }),
+        );
     }
 
     /// The turns section: the candidates picked into what is left of the
@@ -965,10 +989,20 @@ mod tests {
             updated_at: "2026-12-01T00:00:00Z".into(),
         };
         let mut b = FirstTurnBlock::new(12_000, "2026-12-05").unwrap();
-        b.memories("Current facts:", std::slice::from_ref(&fact));
+        b.section(
+            "Current facts:",
+            [Entry {
+                citation: "fact_1",
+                kind: "profile",
+                text: "Lives in Porto",
+                score: Some(0.9),
+            }],
+        );
         b.memories(MEMORIES_HEADING, &[fact]);
         b.turns(&s.candidates());
         let r = b.finish();
+        assert!(r.text.contains("Current facts:\n- [fact_1] (profile) Lives in Porto\n"));
+        assert_eq!(r.items[0].citation.as_ref().unwrap().0, "fact_1");
         let headings: Vec<&str> = r.text.lines().filter(|l| l.ends_with(':')).collect();
         assert_eq!(
             headings[1..],
