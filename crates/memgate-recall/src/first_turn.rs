@@ -206,6 +206,8 @@ struct Line {
     about_user: bool,
     /// Identical text shown twice is one line (lower-case, spaces folded).
     key: String,
+    /// Characters of [`Line::render`], counted once.
+    chars: usize,
 }
 
 impl Line {
@@ -254,6 +256,9 @@ struct Unit {
 /// One conversation the candidates come from.
 struct Thread {
     date: String,
+    /// Characters of its two headings, counted once.
+    heading_chars: usize,
+    about_heading_chars: usize,
     /// 0 for the newest conversation, 1 for the oldest.
     age: f64,
     /// Newest turn id (orders the conversations in the block).
@@ -317,8 +322,9 @@ fn prepare(candidates: &[TurnCandidate]) -> (Vec<Line>, Vec<Unit>, Vec<Thread>) 
     let mut lines: Vec<Line> = Vec::new();
     let mut line_of: HashMap<i64, usize> = HashMap::new();
     let mut units = Vec::new();
-    let mut add_line = |lines: &mut Vec<Line>, line: Line| -> usize {
+    let mut add_line = |lines: &mut Vec<Line>, mut line: Line| -> usize {
         *line_of.entry(line.id).or_insert_with(|| {
+            line.chars = char_len(&line.render());
             lines.push(line);
             lines.len() - 1
         })
@@ -343,11 +349,12 @@ fn prepare(candidates: &[TurnCandidate]) -> (Vec<Line>, Vec<Unit>, Vec<Thread>) 
                 score: c.score,
                 about_user: !c.ai && c.about_speaker,
                 key: line_key(&c.excerpt),
+                chars: 0,
             },
         );
         // Met first as another turn's question: it has a score of its own.
         lines[line].score = c.score;
-        let mut chars = char_len(&lines[line].render());
+        let mut chars = lines[line].chars;
         let own_chars = chars;
         let asked = match (&c.answers, c.ai) {
             (_, false) => None,
@@ -366,9 +373,10 @@ fn prepare(candidates: &[TurnCandidate]) -> (Vec<Line>, Vec<Unit>, Vec<Thread>) 
                         text,
                         score: 0.0,
                         about_user: q.about_speaker,
+                        chars: 0,
                     },
                 );
-                chars += char_len(&lines[asked].render()) + 1;
+                chars += lines[asked].chars + 1;
                 Some(asked)
             }
         };
@@ -392,10 +400,17 @@ fn prepare(candidates: &[TurnCandidate]) -> (Vec<Line>, Vec<Unit>, Vec<Thread>) 
     let threads = threads
         .iter()
         .enumerate()
-        .map(|(i, (newest, _, when))| Thread {
-            date: block_date(when).to_owned(),
-            age: i as f64 / last,
-            newest: *newest,
+        .map(|(i, (newest, _, when))| {
+            let mut thread = Thread {
+                date: block_date(when).to_owned(),
+                heading_chars: 0,
+                about_heading_chars: 0,
+                age: i as f64 / last,
+                newest: *newest,
+            };
+            thread.heading_chars = char_len(&thread.heading());
+            thread.about_heading_chars = char_len(&thread.about_heading());
+            thread
         })
         .collect();
     (lines, units, threads)
@@ -450,7 +465,7 @@ impl<'a> Layout<'a> {
             let thread = &self.threads[l.thread];
             if !self.open_dates.contains(thread.date.as_str()) && opening.date != Some(l.thread) {
                 opening.date = Some(l.thread);
-                cost += char_len(&thread.about_heading()) + 1;
+                cost += thread.about_heading_chars + 1;
             }
         } else {
             if !self.turns_open && !opening.turns {
@@ -459,10 +474,10 @@ impl<'a> Layout<'a> {
             }
             if !self.open_threads.contains(&l.thread) && opening.thread != Some(l.thread) {
                 opening.thread = Some(l.thread);
-                cost += char_len(&self.threads[l.thread].heading()) + 1;
+                cost += self.threads[l.thread].heading_chars + 1;
             }
         }
-        cost + char_len(&l.render())
+        cost + l.chars
     }
 
     fn show(&mut self, line: usize, under: Option<usize>) {
@@ -1001,7 +1016,9 @@ mod tests {
         b.memories(MEMORIES_HEADING, &[fact]);
         b.turns(&s.candidates());
         let r = b.finish();
-        assert!(r.text.contains("Current facts:\n- [fact_1] (profile) Lives in Porto\n"));
+        assert!(r
+            .text
+            .contains("Current facts:\n- [fact_1] (profile) Lives in Porto\n"));
         assert_eq!(r.items[0].citation.as_ref().unwrap().0, "fact_1");
         let headings: Vec<&str> = r.text.lines().filter(|l| l.ends_with(':')).collect();
         assert_eq!(

@@ -382,12 +382,9 @@ fn words(sentence: &str) -> impl Iterator<Item = &str> {
 
 /// Whether `words` introduce their speaker: "I'm Dana", "I am Dana", "my
 /// name is Dana", "call me Dana" (the name capitalised).
-fn introduces(words: &[&str]) -> bool {
+/// `lower` are `words` lower-cased.
+fn introduces(words: &[&str], lower: &[String]) -> bool {
     let capitalised = |w: &&str| w.chars().next().is_some_and(char::is_uppercase) && *w != "I";
-    let lower: Vec<String> = words
-        .iter()
-        .map(|w| w.to_lowercase().replace('’', "'"))
-        .collect();
     (0..lower.len()).any(|i| {
         let next = |k: usize| words.get(i + k).filter(|w| capitalised(w)).is_some();
         match lower[i].as_str() {
@@ -426,10 +423,13 @@ fn read_sentence(sentence: &str, names: &[String]) -> Reading {
     let mut proper = 0;
     let mut topics = [false; 5];
     let all: Vec<&str> = words(sentence).collect();
-    let introduction = introduces(&all);
+    let lowered: Vec<String> = all
+        .iter()
+        .map(|w| w.to_lowercase().replace('’', "'"))
+        .collect();
+    let introduction = introduces(&all, &lowered);
     topics[4] = introduction;
-    for (i, word) in all.iter().copied().enumerate() {
-        let lower = word.to_lowercase().replace('’', "'");
+    for (i, (word, lower)) in all.iter().copied().zip(&lowered).enumerate() {
         let lower = lower.as_str();
         let b = bits(lower);
         about_self |= b & SELF != 0;

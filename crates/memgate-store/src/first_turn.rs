@@ -94,10 +94,17 @@ pub(crate) fn cache_all_excerpts(conn: &Connection) -> Result<()> {
 }
 
 /// The columns of a candidate and of the user turn it answers, `t` the
-/// candidate (an alias of `turns`), `q` that user turn.
+/// candidate, `q` that user turn (its text only when it has no excerpt to
+/// show: a long text is not read for nothing).
 const CANDIDATE_COLUMNS: &str = "t.id, t.thread, t.seq, t.role, t.speaker,
     coalesce(t.occurred_at, substr(t.captured_at, 1, 10)), t.excerpt, t.excerpt_score,
-    t.excerpt_terms, t.excerpt_about, q.id, q.seq, q.speaker, q.text, q.excerpt, q.excerpt_about";
+    t.excerpt_terms, t.excerpt_about, q.id, q.seq, q.speaker,
+    CASE WHEN q.excerpt IS NULL THEN q.text ELSE '' END, q.excerpt, q.excerpt_about";
+
+/// What the candidate sub-selects keep of a turn (never its text: the
+/// excerpt is what is shown).
+const CANDIDATE_ROW: &str = "id, scope_id, thread, seq, role, speaker, occurred_at, captured_at,
+    excerpt, excerpt_score, excerpt_terms, excerpt_about";
 
 /// Joins `q`, the newest user turn before an assistant turn `t` in its thread.
 const ANSWERED_TURN: &str = "LEFT JOIN turns q ON t.role = 'ai' AND q.id = (
@@ -138,7 +145,7 @@ fn candidates(conn: &Connection, scope: i64) -> Result<Vec<TurnCandidate>> {
     let mut out: Vec<TurnCandidate> = conn
         .prepare_cached(&format!(
             "SELECT {CANDIDATE_COLUMNS}
-             FROM (SELECT * FROM turns WHERE scope_id = ?1 AND excerpt IS NOT NULL
+             FROM (SELECT {CANDIDATE_ROW} FROM turns WHERE scope_id = ?1 AND excerpt IS NOT NULL
                    ORDER BY id DESC LIMIT {MAX_CANDIDATES}) t
              {ANSWERED_TURN}
              ORDER BY t.id DESC"
@@ -150,7 +157,7 @@ fn candidates(conn: &Connection, scope: i64) -> Result<Vec<TurnCandidate>> {
         let older: Vec<TurnCandidate> = conn
             .prepare_cached(&format!(
                 "SELECT {CANDIDATE_COLUMNS}
-                 FROM (SELECT * FROM turns
+                 FROM (SELECT {CANDIDATE_ROW} FROM turns
                        WHERE scope_id = ?1 AND excerpt_about = 1 AND id < ?2
                        ORDER BY id DESC LIMIT {MAX_ABOUT_SPEAKER}) t
                  {ANSWERED_TURN}
