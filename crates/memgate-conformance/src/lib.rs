@@ -25,6 +25,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub mod behaviour;
+pub mod first_turn;
 pub mod forget;
 pub mod hybrid;
 pub mod redaction;
@@ -115,6 +116,10 @@ macro_rules! conformance_tests {
             concurrent_captures_of_one_thread_store_each_turn_once,
             concurrent_remember_of_one_text_stores_one_entry,
             shutdown_refuses_new_work,
+        );
+        $crate::conformance_tests!(@each [$(#[$attr])*] $subject; first_turn;
+            first_turn_block_after_nine_deerflow_conversations,
+            first_turn_block_after_114_conversations_still_leads_with_the_user,
         );
         $crate::conformance_tests!(@each [$(#[$attr])*] $subject; forget;
             forget_fact_erases_it_with_every_version,

@@ -35,7 +35,10 @@
 //! It is reported as the mean over conversations and pooled over all
 //! evidence turns, with the characters the block used, next to a baseline
 //! that fills the same budget with the newest turns. Question text is never
-//! seen by the block.
+//! seen by the block. The block is measured twice: on the transcripts as
+//! the dataset has them (each message named by its speaker), and captured
+//! again into a second store without the names, as DeerFlow sends its
+//! messages (only the roles tell the two speakers apart).
 
 use crate::process::overlap;
 use memgate_core::{
@@ -188,8 +191,8 @@ pub struct LocomoReport {
     /// Leave-one-conversation-out selection over named grids of the hybrid
     /// rows ([`leave_one_out`]); empty without an embedder.
     pub leave_one_out: Vec<LeaveOneOut>,
-    /// No-query block coverage: memgate's first-turn block, then the
-    /// newest-turns baseline.
+    /// No-query block coverage: memgate's first-turn block, the same without
+    /// speaker names, then the newest-turns baseline.
     pub no_query: Vec<BlockCoverage>,
     /// Costs of the hybrid run, when an embedder was given.
     pub embedding: Option<EmbeddingFigures>,
@@ -795,6 +798,12 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         embedding: None,
     };
     let mut first_turn = CoverageTally::default();
+    let mut first_turn_unnamed = CoverageTally::default();
+    // The same conversations without speaker names (no-query rows only).
+    let unnamed = MemoryStore::open(
+        dir.path().join("locomo-unnamed.sqlite3"),
+        LocalConfig::default(),
+    )?;
     let mut newest = CoverageTally::default();
     let mut memgate = SystemTally::default();
     let mut hybrid: Vec<SystemTally> = EVALUATED_FUSIONS
@@ -848,6 +857,18 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     b.add(m.id.as_deref().and_then(DiaId::parse), &m.text())?;
                 }
             }
+            unnamed.capture(&CaptureRequest {
+                caller: caller.clone(),
+                messages: messages
+                    .iter()
+                    .map(|m| Message {
+                        name: None,
+                        ..m.clone()
+                    })
+                    .collect(),
+                kind: CaptureKind::AfterTurn,
+                trace_id: None,
+            })?;
             let captured = store.capture(&CaptureRequest {
                 caller,
                 messages,
@@ -989,6 +1010,16 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
             })?;
             let chars = memgate_core::budget::char_len(&block.text);
             first_turn.add(&cited_turns(&store, &asker, &block)?, chars, &all_evidence);
+            let block = unnamed.recall(&RecallRequest {
+                caller: asker.clone(),
+                query: None,
+            })?;
+            let chars = memgate_core::budget::char_len(&block.text);
+            first_turn_unnamed.add(
+                &cited_turns(&unnamed, &asker, &block)?,
+                chars,
+                &all_evidence,
+            );
             let block = newest_turns_block(&store, &asker)?;
             let chars = memgate_core::budget::char_len(&block.text);
             newest.add(&cited_turns(&store, &asker, &block)?, chars, &all_evidence);
@@ -998,6 +1029,10 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
     report
         .no_query
         .push(first_turn.finish("memgate first-turn block", max_chars));
+    report
+        .no_query
+        .push(first_turn_unnamed.finish("memgate first-turn block, no speaker names", max_chars));
+    unnamed.close()?;
     report
         .no_query
         .push(newest.finish("newest turns (baseline)", max_chars));
@@ -1182,13 +1217,13 @@ impl fmt::Display for LocomoReport {
         )?;
         writeln!(
             f,
-            "{:<26} | {:>9} {:>9} | {:>7} {:>6}",
+            "{:<42} | {:>9} {:>9} | {:>7} {:>6}",
             "system", "mean", "pooled", "chars", "turns"
         )?;
         for c in &self.no_query {
             writeln!(
                 f,
-                "{:<26} | {:>9.3} {:>9.3} | {:>7.0} {:>6.1}",
+                "{:<42} | {:>9.3} {:>9.3} | {:>7.0} {:>6.1}",
                 c.system, c.coverage_mean, c.coverage_pooled, c.chars_mean, c.turns_mean
             )?;
         }

@@ -19,6 +19,7 @@
 //! Modules, one job each: [`config`], [`pool`] (connections and error
 //! mapping), [`schema`] (recognition and migrations), [`terms`], [`facts`],
 //! [`capture`], [`plan`] (which query terms are worth scoring), [`recall`],
+//! [`first_turn`] (the block without a query),
 //! [`vectors`] (pgvector: storage, indexer, nearest items),
 //! [`transfer`], [`forget`] (erasure), [`backend`].
 
@@ -26,6 +27,7 @@ pub mod backend;
 pub mod capture;
 pub mod config;
 pub mod facts;
+pub mod first_turn;
 pub mod forget;
 pub mod plan;
 pub mod pool;

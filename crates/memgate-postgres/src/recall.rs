@@ -503,16 +503,17 @@ impl PostgresBackend {
     }
 
     /// The bounded, cited block, exactly as `local` lays it out: ranked items,
-    /// then the newest explicit memories not among them (`standing_memories`).
+    /// then the newest explicit memories not among them (`standing_memories`);
+    /// with no query and no `injection_query`, the
+    /// [first-turn block](crate::first_turn).
     pub(crate) async fn recall_block(&self, request: &RecallRequest) -> Result<Recall> {
         let settings = &self.config.recall;
         let query = match request.query.as_deref().map(str::trim) {
             Some(q) if !q.is_empty() => q,
-            // No first-turn block here (yet): the profile query, as before.
-            _ => settings
-                .injection_query
-                .as_deref()
-                .unwrap_or(memgate_recall::settings::DEFAULT_INJECTION_QUERY),
+            _ => match settings.injection_query.as_deref() {
+                Some(q) => q,
+                None => return self.first_turn_block(&request.caller).await,
+            },
         };
         let scope = Scope::of(&request.caller);
         // Embedded before a connection is taken (an embedder may be slow).

@@ -10,6 +10,8 @@
 //! - [`fusion`]: the lexical and dense lists combined;
 //! - [`rerank`]: the re-ordering recall applies to the fused pool;
 //! - [`block`]: the injected block, within its character budget;
+//! - [`first_turn`]: the block without a query (what a new conversation
+//!   starts with), its pick and layout;
 //! - [`salience`]: what a turn says that should outlive its conversation
 //!   (the first-turn block's excerpts);
 //! - [`vectors`]: the vector key, the embedded text of a turn, counters;
@@ -19,6 +21,7 @@
 
 pub mod block;
 pub mod citation;
+pub mod first_turn;
 pub mod fusion;
 pub mod ranked;
 pub mod rerank;

@@ -11,7 +11,11 @@
 //! - +[`DATE_WEIGHT`] when it places something in time (a number, a month or
 //!   weekday, "yesterday", "next week", "ago");
 //! - +[`TOPIC_WEIGHT`] for each kind of durable topic it touches: people in
-//!   one's life, work and places, plans and decisions, likes and dislikes;
+//!   one's life, work and places, plans and decisions, likes, dislikes and
+//!   preferences, and who the speaker is (an introduction: "I'm Dana", "my
+//!   name is Dana", "call me Dana");
+//! - an introduction needs no further content word: the name is the
+//!   content ("Hi, I'm Dana." is all a user may ever say about it);
 //! - +[`VOLUME_WEIGHT`] per content word (at most [`MAX_VOLUME_WORDS`]);
 //! - a question keeps [`QUESTION_FACTOR`] of its score (it asks rather than
 //!   tells), a remark only about the other party ("you", no "I") keeps
@@ -19,7 +23,9 @@
 //!
 //! The [`Excerpt`] of a turn keeps its best sentences (in their order) up to
 //! [`EXCERPT_CHARS`], marking what it leaves out with `…`; its score is the
-//! sum of the kept sentences' scores. Everything here is a pure function of
+//! sum of the kept sentences' scores. It is [about its speaker](Excerpt::about_speaker)
+//! when a kept sentence states something of the speaker (first person, an
+//! introduction or a preference) rather than asking. Everything here is a pure function of
 //! the text and the speakers' names, so a selection can be explained and
 //! reproduced.
 
@@ -273,18 +279,33 @@ const TOPICS: &[&[&str]] = &[
     ],
     &[
         "allergic",
+        "always",
+        "avoid",
+        "dislike",
+        "dislikes",
         "enjoy",
         "favorite",
         "favourite",
         "hate",
         "love",
         "loved",
+        "never",
         "passion",
         "passionate",
         "prefer",
+        "preference",
+        "preferences",
+        "preferred",
+        "prefers",
+        "rather",
         "usually",
     ],
 ];
+
+/// The group of [`TOPICS`] that holds likes, dislikes and preferences: a
+/// sentence touching it says something of its speaker even without "I"
+/// ("bullet points preferred").
+const PREFERENCE_GROUP: usize = 3;
 
 const SELF: u16 = 1;
 const YOU: u16 = 2;
@@ -359,21 +380,62 @@ fn words(sentence: &str) -> impl Iterator<Item = &str> {
         .filter(|w| !w.is_empty())
 }
 
+/// Whether `words` introduce their speaker: "I'm Dana", "I am Dana", "my
+/// name is Dana", "call me Dana" (the name capitalised).
+/// `lower` are `words` lower-cased.
+fn introduces(words: &[&str], lower: &[String]) -> bool {
+    let capitalised = |w: &&str| w.chars().next().is_some_and(char::is_uppercase) && *w != "I";
+    (0..lower.len()).any(|i| {
+        let next = |k: usize| words.get(i + k).filter(|w| capitalised(w)).is_some();
+        match lower[i].as_str() {
+            "i'm" | "im" => next(1),
+            "i" => lower.get(i + 1).is_some_and(|w| w == "am") && next(2),
+            "name" => {
+                i > 0
+                    && lower[i - 1] == "my"
+                    && lower.get(i + 1).is_some_and(|w| w == "is")
+                    && next(2)
+            }
+            "name's" => i > 0 && lower[i - 1] == "my" && next(1),
+            "call" => lower.get(i + 1).is_some_and(|w| w == "me") && next(2),
+            _ => false,
+        }
+    })
+}
+
+/// What the rules read off one sentence.
+struct Reading {
+    score: f64,
+    /// A statement (not a question) of the speaker's own: first person, an
+    /// introduction or a preference.
+    about_speaker: bool,
+}
+
 /// The score of one sentence (see the module doc). `names` are the
 /// speakers' own names, lower-case: addressing someone is not news.
 pub fn sentence_score(sentence: &str, names: &[String]) -> f64 {
+    read_sentence(sentence, names).score
+}
+
+fn read_sentence(sentence: &str, names: &[String]) -> Reading {
     let mut content = 0;
     let (mut about_self, mut about_you, mut dated) = (false, false, false);
     let mut proper = 0;
-    let mut topics = [false; 4];
-    for (i, word) in words(sentence).enumerate() {
-        let lower = word.to_lowercase().replace('’', "'");
+    let mut topics = [false; 5];
+    let all: Vec<&str> = words(sentence).collect();
+    let lowered: Vec<String> = all
+        .iter()
+        .map(|w| w.to_lowercase().replace('’', "'"))
+        .collect();
+    let introduction = introduces(&all, &lowered);
+    topics[4] = introduction;
+    for (i, (word, lower)) in all.iter().copied().zip(&lowered).enumerate() {
         let lower = lower.as_str();
         let b = bits(lower);
         about_self |= b & SELF != 0;
         about_you |= b & YOU != 0;
         dated |= b & TIME != 0 || word.chars().any(|c| c.is_ascii_digit());
-        for (g, hit) in topics.iter_mut().enumerate() {
+        for (g, hit) in topics.iter_mut().take(TOPICS.len()).enumerate() {
             *hit |= b & (TOPIC << g) != 0;
         }
         if is_content(lower, b) {
@@ -384,8 +446,12 @@ pub fn sentence_score(sentence: &str, names: &[String]) -> f64 {
             }
         }
     }
-    if content < MIN_CONTENT_WORDS {
-        return 0.0;
+    let nothing = Reading {
+        score: 0.0,
+        about_speaker: false,
+    };
+    if content < MIN_CONTENT_WORDS && !introduction {
+        return nothing;
     }
     let mut score = VOLUME_WEIGHT * content.min(MAX_VOLUME_WORDS) as f64;
     if about_self {
@@ -396,13 +462,17 @@ pub fn sentence_score(sentence: &str, names: &[String]) -> f64 {
         score += DATE_WEIGHT;
     }
     score += TOPIC_WEIGHT * topics.iter().filter(|t| **t).count() as f64;
-    if sentence.trim_end().ends_with('?') {
+    let question = sentence.trim_end().ends_with('?');
+    if question {
         score *= QUESTION_FACTOR;
     }
     if about_you && !about_self {
         score *= YOU_FACTOR;
     }
-    score
+    Reading {
+        score,
+        about_speaker: !question && (about_self || introduction || topics[PREFERENCE_GROUP]),
+    }
 }
 
 /// What of a turn goes into a first-turn block.
@@ -414,16 +484,21 @@ pub struct Excerpt {
     pub score: f64,
     /// The content words of the kept text, lower-case (for novelty).
     pub terms: Vec<String>,
+    /// A kept sentence states something of the speaker's own (first person,
+    /// an introduction or a preference) rather than asking: what a user says
+    /// of themselves leads the first-turn block.
+    pub about_speaker: bool,
 }
 
 /// The excerpt of `text` (see the module doc), `None` when no sentence
 /// reaches [`SENTENCE_FLOOR`].
 pub fn excerpt(text: &str, names: &[String]) -> Option<Excerpt> {
     let pieces = sentences(text);
-    let mut scored: Vec<(usize, f64)> = pieces
+    let readings: Vec<Reading> = pieces.iter().map(|s| read_sentence(s, names)).collect();
+    let mut scored: Vec<(usize, f64)> = readings
         .iter()
         .enumerate()
-        .map(|(i, s)| (i, sentence_score(s, names)))
+        .map(|(i, r)| (i, r.score))
         .filter(|(_, s)| *s >= SENTENCE_FLOOR)
         .collect();
     if scored.is_empty() {
@@ -468,6 +543,7 @@ pub fn excerpt(text: &str, names: &[String]) -> Option<Excerpt> {
         text: out,
         score: kept.iter().map(|(_, s)| s).sum(),
         terms,
+        about_speaker: kept.iter().any(|(i, _)| readings[*i].about_speaker),
     })
 }
 
@@ -490,6 +566,23 @@ impl SpeakerNames {
     pub fn as_slice(&self) -> &[String] {
         &self.0
     }
+}
+
+/// How a user turn reads as the line above an answer: its excerpt when it
+/// has one, else its last sentence (what a reply answers), on one line and
+/// cut at a word within [`EXCERPT_CHARS`], `…` marking what came before.
+pub fn excerpt_line(text: &str, excerpt: Option<&str>) -> String {
+    if let Some(e) = excerpt {
+        return e.to_owned();
+    }
+    let pieces = sentences(text);
+    let last = pieces.last().copied().unwrap_or_default();
+    let line = if pieces.len() > 1 {
+        format!("{OMITTED} {last}")
+    } else {
+        last.to_owned()
+    };
+    cut_at_word(&line, EXCERPT_CHARS)
 }
 
 /// `text` within `max` characters, cut after a whole word and marked.
@@ -571,6 +664,54 @@ mod tests {
         );
         assert!(e.terms.contains(&"sweden".to_owned()));
         assert!(!e.terms.contains(&"thanks".to_owned()));
+    }
+
+    #[test]
+    fn a_self_introduction_survives_and_is_about_its_speaker() {
+        for intro in [
+            "Hi, I'm Dana.",
+            "Hello! I am Dana.",
+            "My name is Dana Novak.",
+            "Please call me Dana.",
+        ] {
+            let e = excerpt(intro, &[]).unwrap_or_else(|| panic!("{intro}: dropped"));
+            assert!(e.text.contains("Dana"), "{intro}: {}", e.text);
+            assert!(e.about_speaker, "{intro}");
+        }
+        // Not an introduction: a state, or a name at the start of a sentence.
+        assert_eq!(excerpt("I'm tired.", &[]), None);
+        assert_eq!(excerpt("Dana, hi!", &[]), None);
+    }
+
+    #[test]
+    fn a_stated_preference_survives_and_is_about_its_speaker() {
+        let e = excerpt("Keep answers short, bullet points preferred.", &[])
+            .expect("a preference is durable");
+        assert_eq!(e.text, "Keep answers short, bullet points preferred.");
+        assert!(e.about_speaker);
+        let e = excerpt("I always take the train, never the car.", &[]).unwrap();
+        assert!(e.about_speaker);
+    }
+
+    #[test]
+    fn questions_and_remarks_about_others_are_not_about_the_speaker() {
+        let n = names();
+        let e = excerpt("Did your sister Ana move to Porto in August 2023?", &n);
+        assert!(e.is_none_or(|e| !e.about_speaker));
+        let e = excerpt("Your sister Ana moved to Porto in August 2023.", &n).unwrap();
+        assert!(!e.about_speaker);
+        let e = excerpt("My sister Ana moved to Porto in August 2023.", &n).unwrap();
+        assert!(e.about_speaker);
+    }
+
+    #[test]
+    fn the_line_above_an_answer_is_the_question_it_answers() {
+        assert_eq!(
+            excerpt_line("Thanks! Anyway. What's the weather in Berlin?", None),
+            "… What's the weather in Berlin?"
+        );
+        assert_eq!(excerpt_line("Hi there", None), "Hi there");
+        assert_eq!(excerpt_line("whatever", Some("… kept.")), "… kept.");
     }
 
     #[test]

@@ -49,6 +49,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "recall index kept in few segments; turn places indexed by id",
         apply: compact_recall_reads,
     },
+    Migration {
+        name: "first-turn excerpts again, with introductions and preferences; \
+               turns about their speaker marked",
+        apply: mark_turns_about_their_speaker,
+    },
 ];
 
 /// The schema version this code writes and understands.
@@ -127,7 +132,7 @@ fn create_recall_index(conn: &Connection) -> Result<()> {
 /// capture (turns never change) so the first-turn block reads instead of
 /// scoring: the columns stay NULL for a turn with nothing worth keeping,
 /// and the partial index lists the others newest first per scope. Turns
-/// already in the file get theirs here.
+/// already in the file get theirs in [`mark_turns_about_their_speaker`].
 fn create_vectors(conn: &Connection) -> Result<()> {
     conn.execute_batch(
         "CREATE TABLE vectors (
@@ -150,8 +155,7 @@ fn create_vectors(conn: &Connection) -> Result<()> {
          ALTER TABLE turns ADD COLUMN excerpt_terms TEXT;
          CREATE INDEX turns_with_excerpt ON turns (scope_id, id) WHERE excerpt IS NOT NULL;",
     )
-    .map_err(db_error)?;
-    cache_all_excerpts(conn)
+    .map_err(db_error)
 }
 
 /// A scope's write generation changes in the same transaction as any write
@@ -219,6 +223,23 @@ fn compact_recall_reads(conn: &Connection) -> Result<()> {
          CREATE INDEX turns_places ON turns (id, scope_id, thread, seq);",
     )
     .map_err(db_error)
+}
+
+/// Whether a turn's excerpt states something of its speaker
+/// ([`memgate_recall::salience::Excerpt::about_speaker`]): what the user
+/// said about themselves is read beyond the newest excerpts, however many
+/// conversations came since (partial index `turns_about_speaker`). The
+/// excerpt rules now keep introductions and preferences, so every turn's
+/// excerpt is computed again.
+fn mark_turns_about_their_speaker(conn: &Connection) -> Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE turns ADD COLUMN excerpt_about INTEGER NOT NULL DEFAULT 0;
+         CREATE INDEX turns_about_speaker ON turns (scope_id, id) WHERE excerpt_about = 1;
+         UPDATE turns SET excerpt = NULL, excerpt_score = NULL, excerpt_terms = NULL
+             WHERE excerpt IS NOT NULL;",
+    )
+    .map_err(db_error)?;
+    cache_all_excerpts(conn)
 }
 
 /// Indexes every active memory and every turn (used when the index is created

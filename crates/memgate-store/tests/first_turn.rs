@@ -62,7 +62,15 @@ fn a_durable_statement_comes_back_and_chit_chat_does_not() {
     assert!(recall.text.contains("[turn_"), "{}", recall.text);
     let today = &memgate_core::time::now_rfc3339()[..10];
     assert!(recall.text.contains(&format!("Today is {today}")));
-    assert!(recall.text.contains("Conversation of "), "{}", recall.text);
+    // What the user said of themselves leads the turns, dated.
+    assert!(
+        recall.text.contains(&format!(
+            "What the user said about themselves:\nOn {today}:\n- [{}] user: My sister Ana",
+            ids[1]
+        )),
+        "{}",
+        recall.text
+    );
 }
 
 #[test]
@@ -99,7 +107,7 @@ fn the_block_spreads_over_conversations_and_puts_the_newest_first() {
         let messages = (0..20)
             .map(|i| {
                 Message::human(format!(
-                    "In week {i} I met my friend Tom{thread}x{i} in Berlin to plan project \
+                    "In week {i} the team met Tom{thread}x{i} in Berlin to plan project \
                      Atlas{thread}y{i}."
                 ))
                 .with_id(format!("t{thread}m{i}"))
@@ -262,6 +270,33 @@ fn turns_of_a_file_from_before_the_excerpt_cache_get_theirs_when_it_is_migrated(
     assert!(cites_text(&recall, "brother Tiago"), "{}", recall.text);
     assert!(!cites_text(&recall, "Thanks, Ana"), "{}", recall.text);
     assert_eq!(cited(&recall), ["turn_2"]);
+}
+
+#[test]
+fn a_file_from_before_introductions_counted_gets_its_excerpts_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite3");
+    {
+        // A file at version 5, its excerpts cached by the earlier rules
+        // (an introduction had none).
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        memgate_store::schema::migrate(&mut conn, 5).unwrap();
+        conn.execute_batch(
+            "INSERT INTO scopes (id, user_id, peer) VALUES (1, 'alice', '');
+             INSERT INTO turns (scope_id, thread, seq, signature, role, text, captured_at)
+             VALUES (1, 't1', 1, 'a', 'human', 'Hi, I''m Dana.', '2024-05-01T10:00:00Z');",
+        )
+        .unwrap();
+    }
+    let store = memgate_store::MemoryStore::open(&path, LocalConfig::default()).unwrap();
+    let recall = store.recall(&recall_of(&alice(), None)).unwrap();
+    assert!(
+        recall.text.contains(
+            "What the user said about themselves:\nOn 2024-05-01:\n- [turn_1] user: Hi, I'm Dana."
+        ),
+        "{}",
+        recall.text
+    );
 }
 
 /// The block a store that never built one for this file computes.
