@@ -324,7 +324,15 @@ async fn facts(backend: &dyn MemoryBackend, caller: &Caller, action: FactsComman
                 );
             }
             let fact = backend
-                .revise_fact(caller, &id, &FactPatch { kind, text })
+                .revise_fact(
+                    caller,
+                    &id,
+                    &FactPatch {
+                        kind,
+                        text,
+                        confidence: None,
+                    },
+                )
                 .await?;
             println!("revised {} to version {}", fact.id, fact.version);
         }
