@@ -198,6 +198,29 @@ impl LocalBackend {
             .await
     }
 
+    /// The `distill` line of `doctor`: the queue, parked jobs (a problem:
+    /// each waits for an operator), tokens used today.
+    async fn distill_line(&self) -> Diagnostic {
+        let day = memgate_core::time::now_rfc3339()[..10].to_owned();
+        match self.queue_figures(&day).await {
+            Ok(f) => {
+                let detail = format!(
+                    "{} queued, {} parked, {} done; {} tokens today",
+                    f.queued, f.parked, f.done, f.tokens_today
+                );
+                if f.parked > 0 {
+                    Diagnostic::problem(
+                        "distill",
+                        format!("{detail} (`memgate distill --parked` lists why)"),
+                    )
+                } else {
+                    Diagnostic::ok("distill", detail)
+                }
+            }
+            Err(e) => Diagnostic::problem("distill", format!("cannot read the queue: {e}")),
+        }
+    }
+
     /// Runs `work` against the store on the blocking pool.
     async fn run<T, F>(&self, work: F) -> Result<T>
     where
@@ -318,7 +341,11 @@ impl MemoryBackend for LocalBackend {
             Ok(progress) => progress.diagnostic(),
             Err(e) => Diagnostic::problem("vectors", format!("cannot read the progress: {e}")),
         };
-        vec![line]
+        let mut lines = vec![line];
+        if self.store.config().distill.is_some() {
+            lines.push(self.distill_line().await);
+        }
+        lines
     }
 
     /// Ready after SQLite's quick integrity check; corruption is an error.

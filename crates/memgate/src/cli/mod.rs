@@ -2,6 +2,7 @@
 
 mod chat;
 mod commands;
+mod distill;
 mod error;
 #[cfg(feature = "lab")]
 mod lab;
@@ -115,6 +116,20 @@ enum Command {
     /// store): the explicit step after its model changes, until which recall
     /// stays lexical. Prints progress to stderr.
     Reembed {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Distil captured turns into facts now (local store, `memory.distill`
+    /// on): queues the turns no job covers yet and runs the queue, printing
+    /// progress to stderr; `--parked` lists parked jobs and why, `--retry`
+    /// queues them again.
+    Distill {
+        /// List the parked jobs with their reasons instead.
+        #[arg(long, conflicts_with = "retry")]
+        parked: bool,
+        /// Queue parked jobs again (all, or the one given) and run them.
+        #[arg(long, value_name = "JOB", num_args = 0..=1, default_missing_value = "0")]
+        retry: Option<i64>,
         #[arg(long)]
         json: bool,
     },

@@ -1,0 +1,117 @@
+//! Distillation through the `memgate` binary: the real command, the real
+//! embedded store, testkit's scripted model as the endpoint.
+
+use memgate_testsupport::scripted_model::ScriptedModel;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Output;
+
+mod common;
+
+use common::memgate;
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn config(home: &Path, model: &ScriptedModel) {
+    std::fs::write(
+        home.join("config.yaml"),
+        format!(
+            "memory:\n  distill:\n    enabled: true\n    base_url: {}\n    model: scripted\n    \
+             timeout_ms: 2000\n    max_attempts: 1\n",
+            model.url
+        ),
+    )
+    .unwrap();
+}
+
+fn capture(home: &Path, thread: &str, said: &[&str]) {
+    let messages: Vec<Value> = said
+        .iter()
+        .map(|t| json!({"type": "human", "content": t}))
+        .collect();
+    let file = home.join(format!("{thread}.json"));
+    std::fs::write(&file, serde_json::to_string(&messages).unwrap()).unwrap();
+    let o = memgate(
+        home,
+        &["capture", "--thread", thread, file.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn distill_runs_the_queue_and_facts_list_shows_origin_and_sources() {
+    let add = json!({"operations": [{"op": "add", "fact": null, "kind": "preference",
+        "text": "Dana prefers short answers", "confidence": 0.8, "sources": ["turn_1"]}]});
+    let model = ScriptedModel::start(
+        json!([
+            {"when": {"user_contains": "bullet points"}, "reply": {"content": add.to_string()}},
+            {"when": {"user_contains": "cannot be used"}, "reply": {"content": "no"}},
+            {"when": {"user_contains": "weather"}, "reply": {"content": "It is sunny."}},
+        ]),
+        &[],
+    );
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    config(h, &model);
+    capture(h, "t1", &["Keep answers short, bullet points preferred."]);
+    capture(h, "t2", &["What is the weather?"]);
+    // Capturing queued the work and asked no model.
+    assert!(model.requests().is_empty());
+    let doctor = memgate(h, &["doctor"]);
+    assert!(
+        stdout(&doctor).contains("distill  ok   2 queued, 0 parked"),
+        "{}",
+        stdout(&doctor)
+    );
+
+    let run = memgate(h, &["distill"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout(&run).contains("1 job(s) applied: 1 fact(s) added, 0 superseded; 1 parked"),
+        "{}",
+        stdout(&run)
+    );
+    let list = memgate(h, &["facts", "list"]);
+    assert!(
+        stdout(&list)
+            .contains("[preference] v1\tdistilled from turn_1\tDana prefers short answers"),
+        "{}",
+        stdout(&list)
+    );
+    let parked = memgate(h, &["distill", "--parked", "--json"]);
+    let parked: Value = serde_json::from_slice(&parked.stdout).unwrap();
+    assert_eq!(parked[0]["thread"], "t2");
+    assert!(parked[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("holds no JSON object"));
+    let doctor = memgate(h, &["doctor"]);
+    assert!(
+        stdout(&doctor).contains("distill  FAIL 0 queued, 1 parked, 1 done"),
+        "{}",
+        stdout(&doctor)
+    );
+}
+
+#[test]
+fn distillation_on_a_backend_that_cannot_distil_is_a_config_error() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.yaml"),
+        "memory:\n  manager_class: noop\n  distill:\n    enabled: true\n    base_url: http://127.0.0.1:9/v1\n    model: m\n",
+    )
+    .unwrap();
+    let o = memgate(home.path(), &["recall"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("memory.distill.enabled") && err.contains("local"),
+        "{err}"
+    );
+}
