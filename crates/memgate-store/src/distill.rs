@@ -430,15 +430,23 @@ pub(crate) fn apply(
     operations: &[Operation],
     redactor: &Redactor,
 ) -> Result<Applied> {
-    let row: Option<(i64, String, i64)> = tx
-        .prepare_cached("SELECT scope_id, state, last_turn FROM distill_jobs WHERE id = ?1")
+    let row: Option<(i64, String, i64, i64)> = tx
+        .prepare_cached(
+            "SELECT scope_id, state, first_turn, last_turn FROM distill_jobs WHERE id = ?1",
+        )
         .and_then(|mut s| {
-            s.query_row([job.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()
+            s.query_row([job.id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()
         })
         .map_err(db_error)?;
     let mut applied = Applied::default();
-    let Some((scope, _, last_turn)) = row.filter(|(_, state, _)| state != "done") else {
+    // Done, gone, or moved past what was read (applied, then joined by
+    // newer turns): a replay.
+    let Some((scope, _, _, last_turn)) =
+        row.filter(|(_, state, first, _)| state != "done" && *first <= job.through)
+    else {
         applied.replayed = true;
         return Ok(applied);
     };
