@@ -578,3 +578,72 @@ async fn erasure_follows_provenance() {
     assert_eq!((report.facts, report.versions), (1, 1));
     assert!(backend.get_fact(&dana("music"), &id).await.is_err());
 }
+
+#[tokio::test]
+async fn the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store() {
+    let model = ScriptedModel::start(json!([rule("garden", answer(vec![]))]), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    for i in 0..40 {
+        let text = format!("Dana's garden plot {i} grows tomatoes");
+        let request = RememberRequest::new("fact", &text).unwrap();
+        backend.remember(&dana("t1"), &request).await.unwrap();
+    }
+    for i in 0..40 {
+        let text = format!("Dana owns a bicycle number {i}");
+        let request = RememberRequest::new("fact", &text).unwrap();
+        backend.remember(&dana("t1"), &request).await.unwrap();
+    }
+    capture(&backend, "t1", &["My garden tomatoes are ripe."]).await;
+    let mut settings = settings(&model);
+    settings.related_facts = 5;
+    distiller(&backend, &settings)
+        .run_until_idle()
+        .await
+        .unwrap();
+    let sent = model.requests();
+    let data: Value =
+        serde_json::from_str(sent[0]["messages"][1]["content"].as_str().unwrap()).unwrap();
+    let shown = data["current_facts"].as_array().unwrap();
+    assert_eq!(shown.len(), 5, "{shown:?}");
+    assert!(
+        shown
+            .iter()
+            .all(|f| f["text"].as_str().unwrap().contains("garden")),
+        "the related facts, not the newest: {shown:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day() {
+    let model = ScriptedModel::start(
+        json!([{"when": {"always": true}, "reply": {"content": answer(vec![]),
+                "usage": {"prompt_tokens": 1500, "completion_tokens": 0}}}]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    capture(&backend, "big", &[&"word ".repeat(3_000)]).await;
+    capture(&backend, "small1", &["I like tea."]).await;
+    capture(&backend, "small2", &["I like cake."]).await;
+    let mut settings = settings(&model);
+    settings.max_job_tokens = 1_000;
+    settings.max_daily_tokens = 1_000;
+    let report = distiller(&backend, &settings)
+        .run_until_idle()
+        .await
+        .unwrap();
+    // The oversized job is parked without a call; the first small one spends
+    // the day's budget (the endpoint reported 1500), the second waits queued.
+    assert_eq!((report.parked, report.applied), (1, 1), "{report:?}");
+    assert!(report.over_budget);
+    let parked = backend.parked_jobs().await.unwrap();
+    assert_eq!(parked[0].thread, "big");
+    assert!(
+        parked[0].reason.contains("max_job_tokens"),
+        "{}",
+        parked[0].reason
+    );
+    assert_eq!(model.requests().len(), 1);
+    assert_eq!(backend.queue_figures("x").await.unwrap().queued, 1);
+}
