@@ -220,6 +220,17 @@ async fn supersede_closes_the_old_version_and_keeps_it_in_history() {
         .await
         .unwrap();
     assert!(hits.iter().all(|h| h.id != "mem_1"), "{hits:?}");
+    // Nor in a new conversation's block (no query): the current fact is
+    // among the standing memories it opens with, the closed one is not.
+    let block = backend
+        .recall(&RecallRequest {
+            caller: dana("t9"),
+            query: None,
+        })
+        .await
+        .unwrap();
+    assert!(block.text.contains("[mem_2]"), "{}", block.text);
+    assert!(!block.text.contains("[mem_1]"), "{}", block.text);
 }
 
 #[tokio::test]

@@ -142,3 +142,36 @@ fn a_version_5_file_keeps_its_memories_as_explicit_facts_of_confidence_1() {
         0.25
     );
 }
+
+#[test]
+fn the_retention_sweep_takes_the_distilled_facts_resting_only_on_expired_turns() {
+    let t = TestStore::with_config(LocalConfig {
+        distill: Some(QueueLimits {
+            max_turns_per_job: 10,
+            max_queued_jobs: 10,
+        }),
+        max_turn_age: Some(std::time::Duration::from_secs(86_400)),
+        ..LocalConfig::default()
+    });
+    say(&t, "t1", &["I keep bees."]);
+    let job = t.store.next_distill_jobs(1, &[]).unwrap().remove(0);
+    let add = memgate_core::distill::Operation::Add(memgate_core::distill::ProposedFact {
+        kind: "fact".into(),
+        text: "Alice keeps bees".into(),
+        confidence: 0.8,
+        sources: vec!["turn_1".into()],
+    });
+    assert_eq!(t.store.apply_distilled(&job, &[add]).unwrap().added, 1);
+    let explicit = RememberRequest::new("fact", "Alice likes honey").unwrap();
+    t.store.remember(&alice(), &explicit).unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3 * 86_400);
+    assert_eq!(t.store.sweep_expired_turns(later).unwrap(), 1);
+    let left: Vec<String> = t
+        .store
+        .list_facts(&alice(), true)
+        .unwrap()
+        .into_iter()
+        .map(|f| f.text)
+        .collect();
+    assert_eq!(left, ["Alice likes honey"]);
+}
