@@ -143,7 +143,11 @@ async fn a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance(
         .search(&dana("t1"), &SearchQuery::new("where does Dana live"))
         .await
         .unwrap();
-    assert!(hits.iter().any(|h| h.id == fact.id), "{hits:?}");
+    let hit = hits
+        .iter()
+        .find(|h| h.id == fact.id)
+        .expect("the fact is found");
+    assert_eq!(hit.content, "Dana lives in Lisbon (from turn_1)");
     let recall = backend
         .recall(&RecallRequest {
             caller: dana("t2"),

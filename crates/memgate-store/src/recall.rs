@@ -51,9 +51,10 @@ pub(crate) fn ranked_with_standing(
     Ok(ranked)
 }
 
-/// A distilled fact's line names the turns it rests on (`… (from turn_3,
-/// turn_4)`), so a reader can check it against what was said.
-fn name_sources(conn: &Connection, ranked: &mut [Ranked]) -> Result<()> {
+/// A distilled fact's line (and search hit) names the turns it rests on
+/// (`… (from turn_3, turn_4)`), so a reader can check it against what was
+/// said.
+pub(crate) fn name_sources(conn: &Connection, ranked: &mut [Ranked]) -> Result<()> {
     for item in ranked
         .iter_mut()
         .filter(|r| r.origin == memgate_recall::ranked::Origin::Memory)

@@ -477,7 +477,12 @@ impl MemoryStore {
         let vector = self.query_vector(&query.query);
         let ranker = self.ranker();
         let ranked = self.db.read(|conn| match key.find(conn)? {
-            Some(scope) => ranker.ranked_in(conn, scope, &query.query, &vector, query.top_k, kind),
+            Some(scope) => {
+                let mut ranked =
+                    ranker.ranked_in(conn, scope, &query.query, &vector, query.top_k, kind)?;
+                recall::name_sources(conn, &mut ranked)?;
+                Ok(ranked)
+            }
             None => Ok(Vec::new()),
         })?;
         Ok(ranked.into_iter().map(SearchHit::from).collect())
