@@ -115,3 +115,38 @@ fn distillation_on_a_backend_that_cannot_distil_is_a_config_error() {
         "{err}"
     );
 }
+
+#[test]
+fn remember_and_revise_take_a_confidence_and_refuse_one_out_of_range() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let saved = memgate(
+        h,
+        &[
+            "remember",
+            "--confidence",
+            "0.4",
+            "Dana is on call this week",
+        ],
+    );
+    assert!(
+        saved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&saved.stderr)
+    );
+    let revised = memgate(h, &["facts", "revise", "mem_1", "--confidence", "0.2"]);
+    assert!(
+        stdout(&revised).contains("revised mem_1 to version 2"),
+        "{}",
+        stdout(&revised)
+    );
+    let shown: Value =
+        serde_json::from_slice(&memgate(h, &["facts", "show", "mem_1"]).stdout).unwrap();
+    assert_eq!(
+        (shown["confidence"].as_f64(), shown["version"].as_u64()),
+        (Some(0.2), Some(2))
+    );
+    let bad = memgate(h, &["remember", "--confidence", "2", "x"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("confidence"));
+}

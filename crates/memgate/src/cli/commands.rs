@@ -210,8 +210,13 @@ async fn open(
 
 async fn operate(backend: &dyn MemoryBackend, caller: Caller, command: Command) -> Result<()> {
     match command {
-        Command::Remember { kind, text, json } => {
-            let request = RememberRequest::new(&kind, &text)?;
+        Command::Remember {
+            kind,
+            text,
+            confidence,
+            json,
+        } => {
+            let request = RememberRequest::new(&kind, &text)?.with_confidence(confidence)?;
             let outcome = backend.remember(&caller, &request).await?;
             if json {
                 print_json(&outcome);
@@ -346,11 +351,18 @@ async fn facts(backend: &dyn MemoryBackend, caller: &Caller, action: FactsComman
             }
         }
         FactsCommand::Show { id } => print_json(&backend.get_fact(caller, &id).await?),
-        FactsCommand::Revise { id, kind, text } => {
-            if kind.is_none() && text.is_none() {
-                return Err(
-                    MemoryError::invalid("revision", "give --kind, --text, or both").into(),
-                );
+        FactsCommand::Revise {
+            id,
+            kind,
+            text,
+            confidence,
+        } => {
+            if kind.is_none() && text.is_none() && confidence.is_none() {
+                return Err(MemoryError::invalid(
+                    "revision",
+                    "give --kind, --text or --confidence",
+                )
+                .into());
             }
             let fact = backend
                 .revise_fact(
@@ -359,7 +371,7 @@ async fn facts(backend: &dyn MemoryBackend, caller: &Caller, action: FactsComman
                     &FactPatch {
                         kind,
                         text,
-                        confidence: None,
+                        confidence,
                     },
                 )
                 .await?;

@@ -59,6 +59,9 @@ enum Command {
         #[arg(long, default_value = "fact")]
         kind: String,
         text: String,
+        /// 0–1 (unset: 1, you said it).
+        #[arg(long)]
+        confidence: Option<f64>,
         #[arg(long)]
         json: bool,
     },
@@ -194,6 +197,9 @@ enum FactsCommand {
         kind: Option<String>,
         #[arg(long)]
         text: Option<String>,
+        /// 0–1; alone, it is a revision too.
+        #[arg(long)]
+        confidence: Option<f64>,
     },
     /// Retire a memory: it is no longer recalled, but its history is kept.
     #[command(alias = "retire")]
