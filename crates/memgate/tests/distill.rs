@@ -150,3 +150,74 @@ fn remember_and_revise_take_a_confidence_and_refuse_one_out_of_range() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("confidence"));
 }
+
+#[test]
+fn a_distill_killed_mid_job_loses_nothing_and_the_next_run_applies_it_once() {
+    let add = json!({"operations": [{"op": "add", "fact": null, "kind": "fact",
+        "text": "Dana keeps bees", "confidence": 0.9, "sources": ["turn_1"]}]});
+    let model = ScriptedModel::start(
+        json!([
+            // The first call hangs until the process is killed under it.
+            {"when": {"user_contains": "bees"}, "times": 1,
+             "reply": {"content": add.to_string(), "pause_seconds": 30}},
+            {"when": {"user_contains": "bees"}, "reply": {"content": add.to_string()}},
+        ]),
+        &[],
+    );
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    std::fs::write(
+        h.join("config.yaml"),
+        format!(
+            "memory:\n  distill:\n    enabled: true\n    base_url: {}\n    model: scripted\n",
+            model.url
+        ),
+    )
+    .unwrap();
+    capture(h, "t1", &["I keep bees on the roof."]);
+    let mut running = std::process::Command::new(common::BIN)
+        .arg("distill")
+        .current_dir(h)
+        .env("MEMGATE_HOME", h.join("state"))
+        .env_remove("MEMGATE_CONFIG")
+        .env_remove("MEMGATE_URL")
+        .env_remove("MEMGATE_USER")
+        .env_remove("MEMGATE_AGENT")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while model.requests().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the model was never asked"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    running.kill().unwrap(); // SIGKILL, mid-call
+    running.wait().unwrap();
+    let doctor = memgate(h, &["doctor"]);
+    assert!(
+        stdout(&doctor).contains("distill  ok   1 queued, 0 parked, 0 done"),
+        "{}",
+        stdout(&doctor)
+    );
+
+    let run = memgate(h, &["distill"]);
+    assert!(
+        stdout(&run).contains("1 job(s) applied: 1 fact(s) added"),
+        "{}",
+        stdout(&run)
+    );
+    let again = memgate(h, &["distill"]);
+    assert!(
+        stdout(&again).contains("0 job(s) applied"),
+        "{}",
+        stdout(&again)
+    );
+    let facts: Value =
+        serde_json::from_slice(&memgate(h, &["facts", "list", "--all", "--json"]).stdout).unwrap();
+    assert_eq!(facts.as_array().unwrap().len(), 1, "{facts}");
+    assert_eq!(model.requests().len(), 2);
+}
