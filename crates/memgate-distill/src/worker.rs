@@ -30,6 +30,9 @@ const MIN_ANSWER_TOKENS: u64 = 256;
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// How often an idle worker looks for new jobs.
 const POLL: Duration = Duration::from_millis(500);
+/// How often the serving worker re-reads the queue's figures (counts over
+/// the job table: not on every poll).
+const FIGURES_EVERY: Duration = Duration::from_secs(5);
 
 /// How one job ended this time.
 #[derive(Clone, Debug, PartialEq)]
@@ -439,11 +442,15 @@ impl Distiller {
         let mut running: JoinSet<(i64, Result<JobEnd>)> = JoinSet::new();
         let mut ids: Vec<i64> = Vec::new();
         let mut pause_until: Option<Instant> = None;
+        let mut figures_at: Option<Instant> = None;
         loop {
             if *stop.borrow() {
                 break;
             }
-            self.refresh_queue_figures().await;
+            if figures_at.is_none_or(|t| t.elapsed() >= FIGURES_EVERY) {
+                self.refresh_queue_figures().await;
+                figures_at = Some(Instant::now());
+            }
             let free = self.settings.concurrency.saturating_sub(ids.len());
             if free > 0 && pause_until.is_none_or(|t| t <= Instant::now()) {
                 pause_until = None;
