@@ -32,6 +32,12 @@ user message and {{tool_result}} by the latest tool result. Optional
 "pause_seconds" (default 0) a pause after the first streamed piece (before
 the whole answer when not streaming): a slow model, to interrupt mid-answer.
 
+A rule may also say "times": N (it answers at most N requests, then later
+requests fall through to the next rules: a model that fails, then answers),
+and a reply may be {"status": 429} (or any HTTP error status: answered with
+an error body and nothing else) and may carry "usage": {"prompt_tokens": P,
+"completion_tokens": C} (reported as given; default zeros).
+
 No rule matching is an HTTP 400 with an error naming the latest user text.
 With --require-key, requests without `Authorization: Bearer KEY` get a 401
 whose message echoes the key that was sent: a deliberately careless server,
@@ -63,8 +69,11 @@ def load_rules(path):
         if unknown:
             raise SystemExit(f"{path}: rules[{i}].when has unknown conditions {sorted(unknown)}")
         reply = rule.get("reply")
-        if not isinstance(reply, dict) or not ("content" in reply or "tool_calls" in reply):
-            raise SystemExit(f"{path}: rules[{i}].reply needs content or tool_calls")
+        if not isinstance(reply, dict) or not ("content" in reply or "tool_calls" in reply
+                                               or "status" in reply):
+            raise SystemExit(f"{path}: rules[{i}].reply needs content, tool_calls or status")
+        if "times" in rule and (not isinstance(rule["times"], int) or rule["times"] < 1):
+            raise SystemExit(f"{path}: rules[{i}].times must be a positive integer")
     return rules
 
 
@@ -108,6 +117,13 @@ def fill(template, messages):
         template.replace("{{user}}", latest(messages, "user") or "")
         .replace("{{tool_result}}", latest(messages, "tool") or "")
     )
+
+
+def usage(reply):
+    given = reply.get("usage", {})
+    prompt, completion = int(given.get("prompt_tokens", 0)), int(given.get("completion_tokens", 0))
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
 
 
 class Counter:
@@ -156,12 +172,17 @@ class Handler(JsonHandler):
         except Exception as e:  # noqa: BLE001 - any malformed body is the client's fault
             self.error(400, f"request body must be JSON with a messages list ({e})")
             return
-        rule = next((r for r in self.server.rules if matches(r.get("when", {}), messages)), None)
+        rule = self.server.take_rule(messages)
         if rule is None:
             self.error(400, f"scripted_model: no rule matched the latest user message "
                             f"{latest(messages, 'user')!r}")
             return
         reply = rule["reply"]
+        if "status" in reply:
+            time.sleep(float(reply.get("pause_seconds", 0)))
+            self.error(int(reply["status"]), f"scripted_model: scripted status {reply['status']}",
+                       "server_error")
+            return
         content = fill(reply.get("content", ""), messages) if "content" in reply else None
         calls = []
         for call in reply.get("tool_calls", []):
@@ -188,7 +209,7 @@ class Handler(JsonHandler):
                 "model": body.get("model", MODEL_ID),
                 "choices": [{"index": 0, "message": message,
                              "finish_reason": "tool_calls" if calls else "stop"}],
-                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                "usage": usage(reply),
             })
 
     def stream(self, content, calls, chunk_chars, pause=0.0):
@@ -237,6 +258,19 @@ class Server(ThreadingHTTPServer):
         self.log_lock = threading.Lock()
         self.required_key = required_key
         self.counter = Counter()
+        self.used = [0] * len(rules)
+        self.rules_lock = threading.Lock()
+
+    def take_rule(self, messages):
+        """The first matching rule with answers left, counted as used."""
+        with self.rules_lock:
+            for i, rule in enumerate(self.rules):
+                if "times" in rule and self.used[i] >= rule["times"]:
+                    continue
+                if matches(rule.get("when", {}), messages):
+                    self.used[i] += 1
+                    return rule
+        return None
 
     def handle_error(self, request, client_address):
         # A client that hangs up mid-answer (an interrupted chat) is normal.

@@ -535,7 +535,8 @@ impl Backend {
 
     /// Saves one explicit memory (a "fact"): the outcome as a dict
     /// `{outcome: stored | already_present | unknown | failed, citation?, reason?}`.
-    #[pyo3(signature = (kind, text, user=None, agent=None))]
+    /// `confidence` (0–1) is stored with it (unset: 1).
+    #[pyo3(signature = (kind, text, user=None, agent=None, confidence=None))]
     fn remember<'py>(
         &self,
         py: Python<'py>,
@@ -543,14 +544,19 @@ impl Backend {
         text: &str,
         user: Option<&str>,
         agent: Option<&str>,
+        confidence: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let request = RememberRequest::new(kind, text).map_err(errors::to_py)?;
+        let request = RememberRequest::new(kind, text)
+            .and_then(|r| r.with_confidence(confidence))
+            .map_err(errors::to_py)?;
         let who = caller(user, agent, None);
         self.answer(py, self.inner.remember(&who, &request))
     }
 
     /// The caller's explicit memories, oldest first, as dicts
-    /// `{id, kind, text, state, version, created_at, updated_at}`.
+    /// `{id, kind, text, state, version, created_at, updated_at, origin,
+    /// confidence, changed_by}` (+ `sources`, `thread`, `said_at`,
+    /// `valid_to`, `superseded_by` when known).
     #[pyo3(signature = (user=None, agent=None, include_retired=false))]
     fn list_facts<'py>(
         &self,
@@ -576,8 +582,10 @@ impl Backend {
         self.answer(py, self.inner.get_fact(&who, id))
     }
 
-    /// Revises an explicit memory's kind and/or text (history is kept).
-    #[pyo3(signature = (id, user=None, agent=None, kind=None, text=None))]
+    /// Revises an explicit memory's kind, text and/or confidence (history
+    /// is kept; a confidence alone is a revision too).
+    #[pyo3(signature = (id, user=None, agent=None, kind=None, text=None, confidence=None))]
+    #[allow(clippy::too_many_arguments)] // keyword arguments from Python, one each
     fn revise_fact<'py>(
         &self,
         py: Python<'py>,
@@ -586,9 +594,14 @@ impl Backend {
         agent: Option<&str>,
         kind: Option<String>,
         text: Option<String>,
+        confidence: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let who = caller(user, agent, None);
-        let patch = FactPatch { kind, text };
+        let patch = FactPatch {
+            kind,
+            text,
+            confidence,
+        };
         self.answer(py, self.inner.revise_fact(&who, id, &patch))
     }
 

@@ -63,6 +63,9 @@ pub struct AssembledBackend {
     policy: FailurePolicy,
     work: Arc<WorkTracker>,
     metrics: Arc<Metrics>,
+    /// The distillation worker over the backend (`memory.distill`), stopped
+    /// first by a drain; a job it cuts short stays queued.
+    distiller: std::sync::Mutex<Option<memgate_distill::Worker>>,
 }
 
 impl std::fmt::Debug for AssembledBackend {
@@ -86,6 +89,31 @@ impl AssembledBackend {
             policy,
             work: WorkTracker::new(),
             metrics: Arc::new(Metrics::default()),
+            distiller: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Runs `worker` for as long as this backend (see [`Self::drain`]).
+    pub fn with_distiller(self, worker: memgate_distill::Worker) -> Self {
+        *self.distiller.lock().unwrap_or_else(|p| p.into_inner()) = Some(worker);
+        self
+    }
+
+    /// Stops the distillation worker within `budget` (off the runtime: it
+    /// joins a thread).
+    async fn stop_distiller(&self, budget: Duration) {
+        let worker = self
+            .distiller
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(mut worker) = worker {
+            let stopped = tokio::task::spawn_blocking(move || worker.stop(budget)).await;
+            if !matches!(stopped, Ok(true)) {
+                tracing::warn!(
+                    "the distillation worker did not stop within the budget; its job stays queued"
+                );
+            }
         }
     }
 
@@ -214,6 +242,8 @@ impl AssembledBackend {
     /// backend release its resources within what is left of the budget.
     pub async fn drain(&self, budget: Duration) -> DrainReport {
         let deadline = Instant::now() + budget;
+        self.stop_distiller(budget.min(Duration::from_secs(2)))
+            .await;
         let abandoned = self.work.close_and_wait(budget).await;
         let left = deadline.saturating_duration_since(Instant::now());
         let backend_drained = tokio::time::timeout(left, self.inner.shutdown(left))
@@ -432,7 +462,11 @@ impl MemoryBackend for AssembledBackend {
     }
 
     fn figures(&self) -> Vec<Figure> {
-        self.inner.figures()
+        let mut figures = self.inner.figures();
+        if let Some(worker) = &*self.distiller.lock().unwrap_or_else(|p| p.into_inner()) {
+            figures.extend(worker.stats().figures());
+        }
+        figures
     }
 
     async fn shutdown(&self, timeout: Duration) -> bool {

@@ -97,6 +97,9 @@ pub struct MemoryConfig {
     /// `patterns`; see [`memgate_core::redaction`]). Unset: every built-in
     /// rule on. A backend's own `backend_config.redaction` overrides it.
     pub redaction: Option<Value>,
+    /// memgate's addition: facts distilled from captured turns by a model,
+    /// off the write path (see [`memgate_distill::settings`]). Unset: off.
+    pub distill: Option<Value>,
 }
 
 impl Default for MemoryConfig {
@@ -110,6 +113,7 @@ impl Default for MemoryConfig {
             backend_config: Map::new(),
             deadlines: Deadlines::default(),
             redaction: None,
+            distill: None,
         }
     }
 }
@@ -123,6 +127,13 @@ impl MemoryConfig {
             None | Some(Value::Null) => Ok(Redactor::shared_default()),
             Some(v) => Ok(Arc::new(redactor_from_config(v, "memory.redaction")?)),
         }
+    }
+}
+
+impl MemoryConfig {
+    /// `memory.distill`, validated (errors name `memory.distill.<key>`).
+    pub fn distill_settings(&self) -> Result<memgate_distill::DistillSettings> {
+        memgate_distill::DistillSettings::parse(self.distill.as_ref())
     }
 }
 
@@ -279,6 +290,10 @@ impl Config {
             .map_err(|e| e.to_string())?;
         // Built once here so a bad pattern stops start-up, not a capture.
         self.memory.redactor().map_err(|e| match e {
+            MemoryError::Config(message) => message,
+            other => other.to_string(),
+        })?;
+        self.memory.distill_settings().map_err(|e| match e {
             MemoryError::Config(message) => message,
             other => other.to_string(),
         })?;
@@ -471,6 +486,33 @@ mod tests {
             e.contains("memory.redaction.patterns") && e.contains("a-z"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn distillation_is_off_by_default_and_bad_settings_stop_startup_naming_the_key() {
+        let c = Config::from_yaml("memory: {}\n", "t").unwrap();
+        assert!(!c.memory.distill_settings().unwrap().enabled);
+        let e = err("memory:\n  distill:\n    enabled: true\n    model: m\n");
+        assert!(e.starts_with("config.yaml: memory.distill.base_url"), "{e}");
+        let e = err(
+            "memory:\n  distill:\n    enabled: true\n    base_url: http://h/v1\n    \
+                     model: m\n    api_key_env: sk-live-abc 123\n",
+        );
+        assert!(
+            e.contains("memory.distill.api_key_env") && !e.contains("sk-live"),
+            "{e}"
+        );
+        let e = err("memory:\n  distill:\n    budget: 3\n");
+        assert!(
+            e.contains("memory.distill.budget is not a distill setting"),
+            "{e}"
+        );
+        let on = Config::from_yaml(
+            "memory:\n  distill:\n    enabled: true\n    base_url: http://h/v1\n    model: m\n",
+            "t",
+        )
+        .unwrap();
+        assert!(on.memory.distill_settings().unwrap().enabled);
     }
 
     #[test]

@@ -28,6 +28,10 @@ pub struct BackendSetup {
     pub env: EnvSource,
     /// The host's `should_keep_hidden_message`; the host's default when unset.
     pub keep_hidden: Option<KeepHiddenHook>,
+    /// Run the distillation worker in this process when `memory.distill` is
+    /// on (long-running surfaces: `serve`, `mcp`). One-shot commands only
+    /// queue; `memgate distill` runs the queue on demand.
+    pub runs_distiller: bool,
 }
 
 impl BackendSetup {
@@ -45,7 +49,14 @@ impl BackendSetup {
             home: home.into(),
             env,
             keep_hidden: None,
+            runs_distiller: false,
         }
+    }
+
+    /// This process runs the distillation worker (see `runs_distiller`).
+    pub fn running_distiller(mut self) -> Self {
+        self.runs_distiller = true;
+        self
     }
 
     /// Hands the backend the host's own keep-hook instead of the default.
@@ -65,7 +76,21 @@ impl BackendSetup {
 /// surface gets: a backend's fast paths are operations of the contract
 /// ([`MemoryBackend::begin_capture`]), wrapped like every other.
 pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<AssembledBackend>> {
-    assemble(build(memory, setup)?, memory)
+    let (backend, distiller) = build(memory, setup)?;
+    memory.deadlines.validate()?;
+    let mut assembled = assembled(backend, memory);
+    if let Some(worker) = distiller {
+        assembled = assembled.with_distiller(worker);
+    }
+    Ok(Arc::new(assembled))
+}
+
+fn assembled(backend: Arc<dyn MemoryBackend>, memory: &MemoryConfig) -> AssembledBackend {
+    let gates = Gates {
+        enabled: memory.enabled,
+        injection_enabled: memory.injection_enabled,
+    };
+    AssembledBackend::new(backend, gates, memory.deadlines)
 }
 
 /// Wraps a backend built elsewhere (the HTTP client of `--url`) with the
@@ -75,18 +100,23 @@ pub fn assemble(
     memory: &MemoryConfig,
 ) -> Result<Arc<AssembledBackend>> {
     memory.deadlines.validate()?;
-    let gates = Gates {
-        enabled: memory.enabled,
-        injection_enabled: memory.injection_enabled,
-    };
-    Ok(Arc::new(AssembledBackend::new(
-        backend,
-        gates,
-        memory.deadlines,
-    )))
+    Ok(Arc::new(assembled(backend, memory)))
 }
 
-fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<dyn MemoryBackend>> {
+/// The backend, and the distillation worker over it when `memory.distill`
+/// is on (the local store only, for now).
+fn build(
+    memory: &MemoryConfig,
+    setup: &BackendSetup,
+) -> Result<(Arc<dyn MemoryBackend>, Option<memgate_distill::Worker>)> {
+    let distill = memory.distill_settings()?;
+    if distill.enabled && memory.manager_class != ManagerClass::Local {
+        return Err(MemoryError::Config(format!(
+            "memory.distill.enabled: distillation works with the local backend only \
+             (manager_class is {})",
+            memory.manager_class
+        )));
+    }
     let storage = setup.storage_path(memory)?;
     let mut backend_config = memory.backend_config.clone();
     backend_config.insert(
@@ -102,9 +132,19 @@ fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<dyn MemoryBa
                 .keep_hidden
                 .clone()
                 .unwrap_or_else(|| Arc::new(host_default_keep_hidden)),
-        );
+        )
+        .with_distill(distill.queue_limits());
+    let mut distiller = None;
     let backend: Arc<dyn MemoryBackend> = match memory.manager_class {
-        ManagerClass::Local => Arc::new(LocalBackend::from_backend_config(&backend_config, &ctx)?),
+        ManagerClass::Local => {
+            let local = Arc::new(LocalBackend::from_backend_config(&backend_config, &ctx)?);
+            if distill.enabled && setup.runs_distiller {
+                let queue: Arc<dyn memgate_core::distill::DistillQueue> = local.clone();
+                let run = memgate_distill::distiller(queue, &distill, &setup.env)?;
+                distiller = Some(memgate_distill::Worker::start(Arc::new(run))?);
+            }
+            local
+        }
         ManagerClass::OpenViking => Arc::new(OpenVikingBackend::from_backend_config(
             &backend_config,
             &ctx,
@@ -127,7 +167,7 @@ fn build(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<dyn MemoryBa
             backend.name()
         )));
     }
-    Ok(backend)
+    Ok((backend, distiller))
 }
 
 /// The noop backend takes no settings besides the injected storage root.

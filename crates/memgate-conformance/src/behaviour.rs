@@ -99,6 +99,7 @@ pub async fn bad_remember_input_names_the_field_and_keeps_what_was_stored(s: &im
     let blank = RememberRequest {
         kind: "fact".into(),
         text: "   ".into(),
+        confidence: None,
     };
     match b.remember(&alice(), &blank).await.unwrap_err() {
         MemoryError::InvalidInput { field, .. } => assert_eq!(field, "text"),
@@ -107,6 +108,7 @@ pub async fn bad_remember_input_names_the_field_and_keeps_what_was_stored(s: &im
     let long = RememberRequest {
         kind: "fact".into(),
         text: "x".repeat(9000),
+        confidence: None,
     };
     assert!(matches!(
         b.remember(&alice(), &long).await.unwrap_err(),
@@ -131,6 +133,53 @@ pub async fn bad_remember_input_names_the_field_and_keeps_what_was_stored(s: &im
     assert_eq!(facts[0].text, "kept");
 }
 
+/// Issue 33: a fact saved with a confidence reads it back (not a fixed
+/// 0.5), a revision of confidence alone is a new version with the new
+/// value (not a silent no-op), and a confidence outside 0..1 is refused by
+/// name with nothing changed. Facts saved without one are explicit, 1.0.
+pub async fn confidence_is_stored_and_a_revision_of_confidence_alone_changes_it(s: &impl Subject) {
+    let b = s.fresh().await.backend;
+    let sure = RememberRequest::new("fact", "works on the billing team")
+        .unwrap()
+        .with_confidence(Some(0.9))
+        .unwrap();
+    let id = match b.remember(&alice(), &sure).await.unwrap() {
+        RememberOutcome::Stored { citation } => citation.as_str().to_owned(),
+        other => panic!("{other:?}"),
+    };
+    let fact = b.get_fact(&alice(), &id).await.unwrap();
+    assert_eq!(fact.confidence, 0.9);
+    assert_eq!(fact.origin, memgate_core::FactOrigin::Explicit);
+    let plain = stored(&*b, &alice(), "prefers tea").await;
+    assert_eq!(b.get_fact(&alice(), &plain).await.unwrap().confidence, 1.0);
+
+    let patch = FactPatch {
+        confidence: Some(0.4),
+        ..FactPatch::default()
+    };
+    let revised = b.revise_fact(&alice(), &id, &patch).await.unwrap();
+    assert_eq!((revised.version, revised.confidence), (2, 0.4));
+    assert_eq!(revised.text, "works on the billing team");
+    assert_eq!(b.get_fact(&alice(), &id).await.unwrap().confidence, 0.4);
+    // The same confidence again is no new version.
+    assert_eq!(
+        b.revise_fact(&alice(), &id, &patch).await.unwrap().version,
+        2
+    );
+
+    let bad = FactPatch {
+        confidence: Some(1.5),
+        ..FactPatch::default()
+    };
+    let err = b.revise_fact(&alice(), &id, &bad).await.unwrap_err();
+    assert!(err.to_string().contains("confidence"), "{err}");
+    assert_eq!(b.get_fact(&alice(), &id).await.unwrap().confidence, 0.4);
+    assert!(RememberRequest::new("fact", "x")
+        .unwrap()
+        .with_confidence(Some(f64::NAN))
+        .is_err());
+}
+
 pub async fn revise_keeps_history_and_refuses_duplicates_and_retired(s: &impl Subject) {
     let b = s.fresh().await.backend;
     let id = stored(&*b, &alice(), "my editor is emacs").await;
@@ -138,6 +187,7 @@ pub async fn revise_keeps_history_and_refuses_duplicates_and_retired(s: &impl Su
     let patch = FactPatch {
         kind: None,
         text: Some("my editor is helix".into()),
+        confidence: None,
     };
     let revised = b.revise_fact(&alice(), &id, &patch).await.unwrap();
     assert_eq!((revised.id.as_str(), revised.version), (id.as_str(), 2));
@@ -157,6 +207,7 @@ pub async fn revise_keeps_history_and_refuses_duplicates_and_retired(s: &impl Su
     let dup = FactPatch {
         kind: None,
         text: Some("my shell is zsh".into()),
+        confidence: None,
     };
     assert!(matches!(
         b.revise_fact(&alice(), &id, &dup).await.unwrap_err(),

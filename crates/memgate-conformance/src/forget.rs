@@ -43,6 +43,7 @@ pub async fn forget_fact_erases_it_with_every_version(s: &impl Subject) {
     let patch = FactPatch {
         kind: None,
         text: Some("my editor is helix".into()),
+        confidence: None,
     };
     b.revise_fact(&alice(), &id, &patch).await.unwrap();
     let report = b.forget(&alice(), &fact_target(&id)).await.unwrap();
@@ -177,6 +178,7 @@ pub async fn forget_user_erases_every_agent_of_that_user_only(s: &impl Subject) 
         let patch = FactPatch {
             kind: None,
             text: Some("my badge number is kestrel nine".into()),
+            confidence: None,
         };
         b.revise_fact(who, &id, &patch).await.unwrap();
         b.capture(&capture(who, "t", conversation("kestrel", 2)))

@@ -101,6 +101,7 @@ macro_rules! conformance_tests {
             remember_stores_once_and_cites,
             bad_remember_input_names_the_field_and_keeps_what_was_stored,
             revise_keeps_history_and_refuses_duplicates_and_retired,
+            confidence_is_stored_and_a_revision_of_confidence_alone_changes_it,
             retired_memories_leave_recall_and_search_but_stay_listed,
             capture_is_idempotent_per_thread_signature,
             capture_filters_plumbing_hidden_and_injected_messages,

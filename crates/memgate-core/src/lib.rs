@@ -20,6 +20,8 @@
 //! - [`redaction`]: secrets replaced by typed placeholders before anything
 //!   is stored or sent (rules in `memgate-redact`);
 //! - [`backend`]: the trait itself and its capability flags;
+//! - [`distill`]: the distillation queue a store offers its background
+//!   worker (jobs, the model's operations, parking);
 //! - [`intake`]: a capture begun before its transcript is read (the
 //!   local store's streamed capture, OpenViking's capture read against its
 //!   cursor), part of the trait so no surface needs a side door;
@@ -35,6 +37,7 @@ pub mod backend;
 pub mod budget;
 pub mod canonical_json;
 pub mod capture;
+pub mod distill;
 pub mod error;
 pub mod facts;
 pub mod forget;
@@ -56,7 +59,10 @@ pub mod work;
 pub use backend::{Capabilities, Diagnostic, Figure, FigureKind, MemoryBackend, WarmStatus};
 pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook, KnownHead};
 pub use error::{MemoryError, Result, WireError};
-pub use facts::{Fact, FactPatch, FactState, ImportReport, MemoryExport, SearchHit, SearchQuery};
+pub use facts::{
+    ChangedBy, Fact, FactOrigin, FactPatch, FactState, ImportReport, MemoryExport, SearchHit,
+    SearchQuery,
+};
 pub use forget::{ForgetReport, ForgetTarget};
 pub use identity::{Caller, UserId, DEFAULT_USER_ID};
 pub use intake::{CaptureStart, CursorCapture, CursorOutcome, Intake};

@@ -97,9 +97,14 @@ pub fn redact_remember(
             ),
         });
     }
-    RememberRequest::new(&request.kind, &redaction.text).map_err(|e| RememberOutcome::Failed {
-        reason: e.to_string(),
-    })
+    RememberRequest::new(&request.kind, &redaction.text)
+        .map(|r| RememberRequest {
+            confidence: request.confidence,
+            ..r
+        })
+        .map_err(|e| RememberOutcome::Failed {
+            reason: e.to_string(),
+        })
 }
 
 /// Redacts every string inside `value` in place (tool inputs and outputs a

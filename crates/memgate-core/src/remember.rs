@@ -32,11 +32,14 @@ pub fn normalize_text(raw: &str) -> String {
 }
 
 /// A validated, normalized request to remember one thing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RememberRequest {
     pub kind: String,
     pub text: String,
+    /// 0..1 (the stores keep it; unset is [`crate::facts::EXPLICIT_CONFIDENCE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
 }
 
 impl RememberRequest {
@@ -69,7 +72,19 @@ impl RememberRequest {
                 ),
             ));
         }
-        Ok(Self { kind, text })
+        Ok(Self {
+            kind,
+            text,
+            confidence: None,
+        })
+    }
+
+    /// The same request with a confidence, checked to be in 0..1.
+    pub fn with_confidence(mut self, confidence: Option<f64>) -> Result<Self> {
+        self.confidence = confidence
+            .map(|c| crate::facts::check_confidence("confidence", c))
+            .transpose()?;
+        Ok(self)
     }
 }
 
@@ -82,9 +97,13 @@ impl<'de> Deserialize<'de> for RememberRequest {
             #[serde(default = "default_kind")]
             kind: String,
             text: String,
+            #[serde(default)]
+            confidence: Option<f64>,
         }
         let raw = Raw::deserialize(d)?;
-        RememberRequest::new(&raw.kind, &raw.text).map_err(serde::de::Error::custom)
+        RememberRequest::new(&raw.kind, &raw.text)
+            .and_then(|r| r.with_confidence(raw.confidence))
+            .map_err(serde::de::Error::custom)
     }
 }
 

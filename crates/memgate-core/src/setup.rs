@@ -51,6 +51,9 @@ pub struct BackendContext {
     /// host configured otherwise (`memory.redaction`).
     pub redactor: Arc<Redactor>,
     pub env: EnvSource,
+    /// `memory.distill` is on: a store that distils queues jobs with these
+    /// limits; one that cannot refuses the setting.
+    pub distill: Option<crate::distill::QueueLimits>,
 }
 
 impl BackendContext {
@@ -61,7 +64,13 @@ impl BackendContext {
             keep_hidden: None,
             redactor: Redactor::shared_default(),
             env: process_env(),
+            distill: None,
         }
+    }
+
+    pub fn with_distill(mut self, limits: Option<crate::distill::QueueLimits>) -> Self {
+        self.distill = limits;
+        self
     }
 
     pub fn with_mode(mut self, mode: MemoryMode) -> Self {

@@ -126,7 +126,7 @@ impl EndpointEmbedder {
             let response = request
                 .send()
                 .await
-                .map_err(|e| EmbedError::Failed(transport(&e)))?;
+                .map_err(|e| EmbedError::Failed(transport_error(&e)))?;
             let status = response.status();
             if !status.is_success() {
                 return Err(EmbedError::Failed(format!("endpoint answered {status}")));
@@ -134,7 +134,7 @@ impl EndpointEmbedder {
             response
                 .bytes()
                 .await
-                .map_err(|e| EmbedError::Failed(transport(&e)))
+                .map_err(|e| EmbedError::Failed(transport_error(&e)))
         };
         let bytes = tokio::time::timeout_at(deadline.into(), call)
             .await
@@ -146,8 +146,10 @@ impl EndpointEmbedder {
     }
 }
 
-/// A transport error's kind, without the URL's query or any header.
-fn transport(e: &reqwest::Error) -> String {
+/// A transport error's kind, without the URL's query or any header: what
+/// every OpenAI-compatible client of memgate (this one, the distillation
+/// endpoint) says when a call fails below HTTP.
+pub fn transport_error(e: &reqwest::Error) -> String {
     let kind = if e.is_connect() {
         "cannot connect"
     } else if e.is_timeout() {

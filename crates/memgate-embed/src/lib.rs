@@ -28,7 +28,7 @@ mod wordpiece;
 
 pub use dense::Precision;
 pub use e5::E5Small;
-pub use endpoint::{EndpointConfig, EndpointEmbedder};
+pub use endpoint::{transport_error, EndpointConfig, EndpointEmbedder};
 pub use minilm::MiniLm;
 pub use settings::EmbedderSettings;
 pub use wordpiece::WordPiece;

@@ -298,6 +298,7 @@ fn bench_size(items: usize, path: &Path, rng: &mut SplitMix) -> Result<SizeCost>
         &FactPatch {
             kind: None,
             text: Some("alice's flat is on the fifth floor".to_owned()),
+            confidence: None,
         },
     )?;
     let levels = [

@@ -11,7 +11,7 @@
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
 use crate::terms::search_vector;
 use deadpool_postgres::GenericClient;
-use memgate_core::facts::{history, NewFact};
+use memgate_core::facts::{history, ChangedBy, FactOrigin, NewFact, EXPLICIT_CONFIDENCE};
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Caller, Citation, Fact, FactPatch, FactState, MemoryError, RememberOutcome, RememberRequest,
@@ -29,9 +29,16 @@ struct Version<'a> {
     kind: &'a str,
     text: &'a str,
     state: FactState,
+    confidence: f64,
+    changed_by: ChangedBy,
 }
 
-pub(crate) const FACT_COLUMNS: &str = "id, kind, text, state, version, created_at, updated_at";
+pub(crate) const FACT_COLUMNS: &str = "id, kind, text, state, version, created_at, updated_at, \
+     origin, confidence, thread, said_at, valid_to, superseded_by, \
+     (SELECT string_agg(turn_id::text, ',' ORDER BY turn_id) FROM memory_sources s \
+      WHERE s.memory_id = memories.id), \
+     (SELECT changed_by FROM memory_history h WHERE h.memory_id = memories.id \
+      ORDER BY h.version DESC LIMIT 1)";
 
 pub(crate) fn state_name(state: FactState) -> &'static str {
     match state {
@@ -53,6 +60,20 @@ pub(crate) fn fact_from_row(r: &Row) -> Fact {
         version: r.get::<_, i32>(4) as u32,
         created_at: r.get(5),
         updated_at: r.get(6),
+        origin: FactOrigin::from_name(r.get(7)),
+        confidence: r.get(8),
+        thread: r.get(9),
+        said_at: r.get(10),
+        valid_to: r.get(11),
+        superseded_by: r.get::<_, Option<i64>>(12).map(citation),
+        sources: r
+            .get::<_, Option<&str>>(13)
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|n| n.parse().ok())
+            .map(memgate_recall::citation::turn_citation)
+            .collect(),
+        changed_by: ChangedBy::from_name(r.get::<_, Option<&str>>(14).unwrap_or_default()),
     }
 }
 
@@ -95,8 +116,9 @@ impl PostgresBackend {
         fact: &NewFact<'_>,
     ) -> Result<Option<i64>> {
         let sql = format!(
-            "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at, search)
-             VALUES ($1, $2, $3, $4, 1, $5, $6, {})
+            "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at, search,
+                                   origin, confidence, thread, said_at)
+             VALUES ($1, $2, $3, $4, 1, $5, $6, {}, $9, $10, $11, $12)
              ON CONFLICT (scope_id, kind, md5(text)) WHERE state = 'active' DO NOTHING
              RETURNING id",
             search_vector("$7", "$8")
@@ -115,6 +137,10 @@ impl PostgresBackend {
                     &fact.updated_at,
                     &body,
                     &context,
+                    &fact.origin.as_str(),
+                    &fact.confidence,
+                    &fact.thread,
+                    &fact.said_at,
                 ],
             )
             .await?;
@@ -127,6 +153,8 @@ impl PostgresBackend {
             kind: fact.kind,
             text: fact.text,
             state: fact.state,
+            confidence: fact.confidence,
+            changed_by: fact.changed_by,
         };
         self.record_history(c, id, &first, &now_rfc3339()).await?;
         Ok(Some(id))
@@ -145,11 +173,14 @@ impl PostgresBackend {
             kind,
             text,
             state,
+            confidence,
+            changed_by,
         } = *version;
         self.exec(
             c,
-            "INSERT INTO memory_history (memory_id, version, kind, text, state, recorded_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO memory_history
+                 (memory_id, version, kind, text, state, recorded_at, confidence, changed_by)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             &[
                 &id,
                 &(version as i32),
@@ -157,6 +188,8 @@ impl PostgresBackend {
                 &text,
                 &state_name(state),
                 &at,
+                &confidence,
+                &changed_by.as_str(),
             ],
         )
         .await?;
@@ -188,7 +221,8 @@ impl PostgresBackend {
         caller: &Caller,
         request: &RememberRequest,
     ) -> Result<RememberOutcome> {
-        let request = RememberRequest::new(&request.kind, &request.text)?;
+        let request = RememberRequest::new(&request.kind, &request.text)?
+            .with_confidence(request.confidence)?;
         let request = match memgate_core::redaction::redact_remember(&self.redactor, &request) {
             Ok(redacted) => redacted,
             Err(refused) => return Ok(refused),
@@ -205,13 +239,13 @@ impl PostgresBackend {
                 .insert_fact(
                     &tx,
                     scope_id,
-                    &NewFact {
-                        kind: &request.kind,
-                        text: &request.text,
-                        state: FactState::Active,
-                        created_at: &now,
-                        updated_at: &now,
-                    },
+                    &NewFact::explicit(
+                        &request.kind,
+                        &request.text,
+                        request.confidence.unwrap_or(EXPLICIT_CONFIDENCE),
+                        &now,
+                        ChangedBy::User,
+                    ),
                 )
                 .await?;
             let outcome = match stored {
@@ -293,16 +327,32 @@ impl PostgresBackend {
         let rows = self
             .rows(
                 &client,
-                "SELECT memory_id, kind, text, state, version, recorded_at, recorded_at
+                "SELECT kind, text, state, version, recorded_at, confidence, changed_by
                  FROM memory_history WHERE memory_id = $1 ORDER BY version",
                 &[&row],
             )
             .await?;
         Ok(rows
             .iter()
-            .map(|r| Fact {
-                created_at: current.created_at.clone(),
-                ..fact_from_row(r)
+            .map(|r| {
+                let version = r.get::<_, i32>(3) as u32;
+                let latest = version == current.version;
+                Fact {
+                    kind: r.get(0),
+                    text: r.get(1),
+                    state: if r.get::<_, &str>(2) == "retired" {
+                        FactState::Retired
+                    } else {
+                        FactState::Active
+                    },
+                    version,
+                    updated_at: r.get(4),
+                    confidence: r.get(5),
+                    changed_by: ChangedBy::from_name(r.get(6)),
+                    valid_to: current.valid_to.clone().filter(|_| latest),
+                    superseded_by: current.superseded_by.clone().filter(|_| latest),
+                    ..current.clone()
+                }
             })
             .collect())
     }
@@ -311,7 +361,7 @@ impl PostgresBackend {
     async fn update_fact(&self, c: &impl GenericClient, id: i64, next: &Fact) -> Result<()> {
         let sql = format!(
             "UPDATE memories SET kind = $2, text = $3, state = $4, version = $5, updated_at = $6,
-                 search = {}
+                 search = {}, confidence = $9
              WHERE id = $1",
             search_vector("$7", "$8")
         );
@@ -327,6 +377,7 @@ impl PostgresBackend {
                 &next.updated_at,
                 &crate::terms::fold(&next.text),
                 &crate::terms::fold(&next.kind),
+                &next.confidence,
             ],
         )
         .await?;
@@ -335,6 +386,8 @@ impl PostgresBackend {
             kind: &next.kind,
             text: &next.text,
             state: next.state,
+            confidence: next.confidence,
+            changed_by: next.changed_by,
         };
         self.record_history(c, id, &version, &next.updated_at).await
     }
@@ -362,11 +415,13 @@ impl PostgresBackend {
             .row(&tx, "SELECT scope_id FROM memories WHERE id = $1", &[&row])
             .await?
             .get(0);
-        if let Some(other) = self
-            .find_active(&tx, scope_id, &revised.kind, &revised.text)
-            .await?
-        {
-            return Err(history::duplicate_of(&current, &citation(other)));
+        if !revised.keeps_text_of(&current) {
+            if let Some(other) = self
+                .find_active(&tx, scope_id, &revised.kind, &revised.text)
+                .await?
+            {
+                return Err(history::duplicate_of(&current, &citation(other)));
+            }
         }
         let next = history::revised(current, revised);
         self.update_fact(&tx, row, &next).await?;

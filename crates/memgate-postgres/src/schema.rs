@@ -105,7 +105,35 @@ const MIGRATIONS: &[Migration] = &[
         name: "turns indexed by (scope, lexeme) keys",
         sql: SCOPED_TERMS,
     },
+    Migration {
+        name: "facts with provenance, time and confidence",
+        sql: FACT_PROVENANCE,
+    },
 ];
+
+/// Migration 4: facts carry where they came from (`origin`, the turns they
+/// rest on in `memory_sources`, their thread, when they were said), their
+/// confidence, and when they stopped being true (`valid_to`,
+/// `superseded_by`); each history row says who wrote it. Existing memories
+/// are explicit, confidence 1, written by the user: `local`'s schema 6.
+const FACT_PROVENANCE: &str = "
+ALTER TABLE memories
+    ADD COLUMN origin text NOT NULL DEFAULT 'explicit' CHECK (origin IN ('explicit', 'distilled')),
+    ADD COLUMN confidence double precision NOT NULL DEFAULT 1.0,
+    ADD COLUMN thread text,
+    ADD COLUMN said_at text,
+    ADD COLUMN valid_to text,
+    ADD COLUMN superseded_by bigint;
+ALTER TABLE memory_history
+    ADD COLUMN confidence double precision NOT NULL DEFAULT 1.0,
+    ADD COLUMN changed_by text NOT NULL DEFAULT 'user';
+CREATE TABLE memory_sources (
+    memory_id bigint NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+    turn_id   bigint NOT NULL,
+    PRIMARY KEY (memory_id, turn_id)
+);
+CREATE INDEX memory_sources_by_turn ON memory_sources (turn_id);
+";
 
 /// Migration 3: the turns' GIN index keyed by `scope lexeme` strings
 /// instead of (scope_id, lexeme) pairs. In the pair index the scope is a key

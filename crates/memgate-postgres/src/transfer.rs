@@ -86,10 +86,14 @@ impl PostgresBackend {
             .enumerate()
             .map(|(i, f)| {
                 Ok((
-                    RememberRequest::new(&f.kind, &f.text).map_err(at(format!("facts[{i}]")))?,
+                    RememberRequest::new(&f.kind, &f.text)
+                        .map_err(at(format!("facts[{i}]")))?
+                        .with_confidence(Some(f.confidence))
+                        .map_err(at(format!("facts[{i}]")))?,
                     f.state,
                     timestamp_or_now(Some(&f.created_at)),
                     timestamp_or_now(Some(&f.updated_at)),
+                    f.origin,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -107,7 +111,7 @@ impl PostgresBackend {
         let tx = client.transaction().await.map_err(|e| self.err(e))?;
         let scope_id = self.ensure_scope(&tx, &scope).await?;
         let mut report = ImportReport::default();
-        for (request, state, created_at, updated_at) in &facts {
+        for (request, state, created_at, updated_at, origin) in &facts {
             let present = match state {
                 // Active copies are unique in storage: the insert decides.
                 FactState::Active => false,
@@ -132,6 +136,13 @@ impl PostgresBackend {
                             state: *state,
                             created_at,
                             updated_at,
+                            origin: *origin,
+                            confidence: request
+                                .confidence
+                                .unwrap_or(memgate_core::facts::EXPLICIT_CONFIDENCE),
+                            thread: None,
+                            said_at: None,
+                            changed_by: memgate_core::ChangedBy::Api,
                         },
                     )
                     .await?

@@ -133,6 +133,7 @@ async fn counts_equal_a_recount_after_every_kind_of_write() {
         &FactPatch {
             kind: None,
             text: Some("my shell is nushell".into()),
+            confidence: None,
         },
     )
     .await

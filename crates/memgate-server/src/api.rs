@@ -19,6 +19,9 @@ pub struct RememberBody {
     /// 1–8192 UTF-8 bytes after NFC normalization and trimming.
     #[schemars(length(min = 1))]
     pub text: String,
+    /// 0–1 (omitted: 1, the user said it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
 }
 
 fn default_kind() -> String {
@@ -96,6 +99,9 @@ pub struct ReviseBody {
     /// New text; omitted = unchanged.
     #[serde(default)]
     pub text: Option<String>,
+    /// New confidence, 0–1; omitted = unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
 }
 
 impl ReviseBody {
@@ -103,6 +109,7 @@ impl ReviseBody {
         FactPatch {
             kind: self.kind.clone(),
             text: self.text.clone(),
+            confidence: self.confidence,
         }
     }
 }

@@ -142,6 +142,7 @@ impl MemoryBackend for HttpBackend {
             caller: caller.clone(),
             kind: request.kind.clone(),
             text: request.text.clone(),
+            confidence: request.confidence,
         };
         self.call("/v1/remember", &body).await
     }
@@ -180,6 +181,7 @@ impl MemoryBackend for HttpBackend {
             id: id.to_owned(),
             kind: patch.kind.clone(),
             text: patch.text.clone(),
+            confidence: patch.confidence,
         };
         self.call("/v1/facts/revise", &body).await
     }

@@ -128,7 +128,7 @@ async fn remember(
     State(state): State<ServerState>,
     JsonBody(body): JsonBody<RememberBody>,
 ) -> Result<Json<RememberOutcome>, ApiError> {
-    let request = RememberRequest::new(&body.kind, &body.text)?;
+    let request = RememberRequest::new(&body.kind, &body.text)?.with_confidence(body.confidence)?;
     answer(state.backend.remember(&body.caller, &request)).await
 }
 
@@ -174,10 +174,10 @@ async fn revise_fact(
     State(state): State<ServerState>,
     JsonBody(body): JsonBody<ReviseBody>,
 ) -> Result<Json<Fact>, ApiError> {
-    if body.kind.is_none() && body.text.is_none() {
+    if body.kind.is_none() && body.text.is_none() && body.confidence.is_none() {
         return Err(ApiError::invalid(
             "revision",
-            "give a new `kind`, a new `text`, or both",
+            "give a new `kind`, `text` or `confidence`",
         ));
     }
     answer(

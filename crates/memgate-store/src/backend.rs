@@ -19,6 +19,9 @@ use crate::config::{LocalConfig, ResolvedConfig};
 use crate::store::MemoryStore;
 use crate::vectors::ModelState;
 use async_trait::async_trait;
+use memgate_core::distill::{
+    Applied, DistillJob, DistillQueue, Operation, ParkedJob, QueueFigures,
+};
 use memgate_core::intake::{CaptureStart, Intake, StreamedCapture};
 use memgate_core::work::WorkTracker;
 use memgate_core::{
@@ -195,6 +198,29 @@ impl LocalBackend {
             .await
     }
 
+    /// The `distill` line of `doctor`: the queue, parked jobs (a problem:
+    /// each waits for an operator), tokens used today.
+    async fn distill_line(&self) -> Diagnostic {
+        let day = memgate_core::time::now_rfc3339()[..10].to_owned();
+        match self.queue_figures(&day).await {
+            Ok(f) => {
+                let detail = format!(
+                    "{} queued, {} parked, {} done; {} tokens today",
+                    f.queued, f.parked, f.done, f.tokens_today
+                );
+                if f.parked > 0 {
+                    Diagnostic::problem(
+                        "distill",
+                        format!("{detail} (`memgate distill --parked` lists why)"),
+                    )
+                } else {
+                    Diagnostic::ok("distill", detail)
+                }
+            }
+            Err(e) => Diagnostic::problem("distill", format!("cannot read the queue: {e}")),
+        }
+    }
+
     /// Runs `work` against the store on the blocking pool.
     async fn run<T, F>(&self, work: F) -> Result<T>
     where
@@ -315,7 +341,11 @@ impl MemoryBackend for LocalBackend {
             Ok(progress) => progress.diagnostic(),
             Err(e) => Diagnostic::problem("vectors", format!("cannot read the progress: {e}")),
         };
-        vec![line]
+        let mut lines = vec![line];
+        if self.store.config().distill.is_some() {
+            lines.push(self.distill_line().await);
+        }
+        lines
     }
 
     /// Ready after SQLite's quick integrity check; corruption is an error.
@@ -347,5 +377,62 @@ impl MemoryBackend for LocalBackend {
                 false
             }
         }
+    }
+}
+
+/// The distillation queue, on the blocking pool like every other operation
+/// (so a shutdown's drain waits for an apply in flight, and a closed store
+/// refuses the worker).
+#[async_trait]
+impl DistillQueue for LocalBackend {
+    async fn next_jobs(&self, limit: usize, running: &[i64]) -> Result<Vec<DistillJob>> {
+        let running = running.to_vec();
+        self.run(move |s| s.next_distill_jobs(limit, &running))
+            .await
+    }
+
+    async fn related_facts(&self, job: &DistillJob, limit: usize) -> Result<Vec<Fact>> {
+        let job = job.clone();
+        self.run(move |s| s.related_facts(&job, limit)).await
+    }
+
+    async fn apply(&self, job: &DistillJob, operations: &[Operation]) -> Result<Applied> {
+        let (job, operations) = (job.clone(), operations.to_vec());
+        self.run(move |s| s.apply_distilled(&job, &operations))
+            .await
+    }
+
+    async fn park(&self, job: i64, reason: &str) -> Result<()> {
+        let reason = reason.to_owned();
+        self.run(move |s| s.park_job(job, &reason)).await
+    }
+
+    async fn attempt_failed(&self, job: i64, reason: &str) -> Result<()> {
+        let reason = reason.to_owned();
+        self.run(move |s| s.job_attempt_failed(job, &reason)).await
+    }
+
+    async fn record_usage(&self, day: &str, prompt: u64, completion: u64) -> Result<()> {
+        let day = day.to_owned();
+        self.run(move |s| s.record_distill_usage(&day, prompt, completion))
+            .await
+    }
+
+    async fn tokens_used(&self, day: &str) -> Result<u64> {
+        let day = day.to_owned();
+        self.run(move |s| s.distill_tokens_used(&day)).await
+    }
+
+    async fn parked_jobs(&self) -> Result<Vec<ParkedJob>> {
+        self.run(|s| s.parked_jobs()).await
+    }
+
+    async fn retry_parked(&self, job: Option<i64>) -> Result<usize> {
+        self.run(move |s| s.retry_parked(job)).await
+    }
+
+    async fn queue_figures(&self, day: &str) -> Result<QueueFigures> {
+        let day = day.to_owned();
+        self.run(move |s| s.distill_figures(&day)).await
     }
 }

@@ -27,6 +27,7 @@
 //! [`MemoryError::Config`] that names `backend_config.<key>` and the rule, so a
 //! typo never silently falls back to a default. Values are never echoed.
 
+use memgate_core::distill::QueueLimits;
 use memgate_core::redaction::{redactor_from_config, Redactor};
 use memgate_core::setup::integer_setting;
 use memgate_core::{BackendContext, MemoryError, Result};
@@ -71,6 +72,9 @@ pub struct LocalConfig {
     pub max_turn_age: Option<Duration>,
     /// The embedder of hybrid recall; `None` keeps recall lexical.
     pub embedder: Option<EmbedderSettings>,
+    /// Distillation jobs are queued with captures (`memory.distill` on).
+    #[serde(skip)]
+    pub distill: Option<QueueLimits>,
 }
 
 impl Default for LocalConfig {
@@ -80,6 +84,7 @@ impl Default for LocalConfig {
             busy_timeout: Duration::from_millis(5_000),
             max_turn_age: None,
             embedder: None,
+            distill: None,
         }
     }
 }
@@ -114,6 +119,7 @@ impl LocalConfig {
         }
         let mut settings = LocalConfig {
             recall: RecallSettings::read(config)?,
+            distill: ctx.distill,
             ..LocalConfig::default()
         };
         let storage_root = match config.get("storage_path") {

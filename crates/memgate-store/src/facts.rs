@@ -11,13 +11,13 @@
 use crate::error::db_error;
 use crate::index::IndexWrites;
 use crate::scope::ScopeRow;
-use memgate_core::facts::{history, NewFact};
+use memgate_core::facts::{history, ChangedBy, FactOrigin, NewFact, EXPLICIT_CONFIDENCE};
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Citation, Fact, FactPatch, FactState, MemoryError, Redactor, RememberOutcome, RememberRequest,
     Result,
 };
-use memgate_recall::citation::{memory_citation, parse_memory_citation};
+use memgate_recall::citation::{memory_citation, parse_memory_citation, turn_citation};
 use memgate_recall::scope::ScopeKey;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
@@ -35,10 +35,23 @@ pub(crate) fn state_name(state: FactState) -> &'static str {
     }
 }
 
-const FACT_COLUMNS: &str = "id, kind, text, state, version, created_at, updated_at";
+const FACT_COLUMNS: &str = "id, kind, text, state, version, created_at, updated_at, origin, \
+     confidence, thread, said_at, valid_to, superseded_by, \
+     (SELECT group_concat(turn_id) FROM memory_sources WHERE memory_id = memories.id), \
+     (SELECT changed_by FROM memory_history h WHERE h.memory_id = memories.id \
+      ORDER BY h.version DESC LIMIT 1)";
 
 fn fact_from_row(r: &Row<'_>) -> rusqlite::Result<Fact> {
     let state: String = r.get(3)?;
+    let origin: String = r.get(7)?;
+    let sources: Option<String> = r.get(13)?;
+    let changed_by: Option<String> = r.get(14)?;
+    let mut sources: Vec<i64> = sources
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    sources.sort_unstable();
     Ok(Fact {
         id: memory_citation(r.get(0)?),
         kind: r.get(1)?,
@@ -51,11 +64,19 @@ fn fact_from_row(r: &Row<'_>) -> rusqlite::Result<Fact> {
         version: r.get(4)?,
         created_at: r.get(5)?,
         updated_at: r.get(6)?,
+        origin: FactOrigin::from_name(&origin),
+        confidence: r.get(8)?,
+        thread: r.get(9)?,
+        said_at: r.get(10)?,
+        valid_to: r.get(11)?,
+        superseded_by: r.get::<_, Option<i64>>(12)?.map(memory_citation),
+        sources: sources.into_iter().map(turn_citation).collect(),
+        changed_by: ChangedBy::from_name(changed_by.as_deref().unwrap_or_default()),
     })
 }
 
 /// Loads memory `id` of `scope`, or `None` (another scope's id is `None` too).
-fn load(conn: &Connection, scope: i64, id: i64) -> Result<Option<Fact>> {
+pub(crate) fn load_in_scope(conn: &Connection, scope: i64, id: i64) -> Result<Option<Fact>> {
     conn.prepare_cached(&format!(
         "SELECT {FACT_COLUMNS} FROM memories WHERE id = ?1 AND scope_id = ?2"
     ))
@@ -79,8 +100,9 @@ pub(crate) fn find_active(
 
 fn record_history(conn: &Connection, id: i64, fact: &Fact, at: &str) -> Result<()> {
     conn.prepare_cached(
-        "INSERT INTO memory_history (memory_id, version, kind, text, state, recorded_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO memory_history
+             (memory_id, version, kind, text, state, recorded_at, confidence, changed_by)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -89,7 +111,9 @@ fn record_history(conn: &Connection, id: i64, fact: &Fact, at: &str) -> Result<(
             fact.kind,
             fact.text,
             state_name(fact.state),
-            at
+            at,
+            fact.confidence,
+            fact.changed_by.as_str(),
         ])
     })
     .map_err(db_error)?;
@@ -105,8 +129,9 @@ pub(crate) fn insert(
     fact: &NewFact<'_>,
 ) -> Result<i64> {
     conn.prepare_cached(
-        "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6)",
+        "INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at,
+                               origin, confidence, thread, said_at)
+         VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -115,7 +140,11 @@ pub(crate) fn insert(
             fact.text,
             state_name(fact.state),
             fact.created_at,
-            fact.updated_at
+            fact.updated_at,
+            fact.origin.as_str(),
+            fact.confidence,
+            fact.thread,
+            fact.said_at,
         ])
     })
     .map_err(db_error)?;
@@ -128,6 +157,14 @@ pub(crate) fn insert(
         version: 1,
         created_at: fact.created_at.to_owned(),
         updated_at: fact.updated_at.to_owned(),
+        origin: fact.origin,
+        confidence: fact.confidence,
+        sources: Vec::new(),
+        thread: fact.thread.map(str::to_owned),
+        said_at: fact.said_at.map(str::to_owned),
+        valid_to: None,
+        superseded_by: None,
+        changed_by: fact.changed_by,
     };
     record_history(conn, id, &first, &now_rfc3339())?;
     if fact.state == FactState::Active {
@@ -137,9 +174,10 @@ pub(crate) fn insert(
 }
 
 /// Writes `fact` as the new current version of memory `id`.
-fn update(conn: &Connection, id: i64, fact: &Fact) -> Result<()> {
+pub(crate) fn update(conn: &Connection, id: i64, fact: &Fact) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE memories SET kind = ?2, text = ?3, state = ?4, version = ?5, updated_at = ?6
+        "UPDATE memories SET kind = ?2, text = ?3, state = ?4, version = ?5, updated_at = ?6,
+                             confidence = ?7
          WHERE id = ?1",
     )
     .and_then(|mut s| {
@@ -149,7 +187,8 @@ fn update(conn: &Connection, id: i64, fact: &Fact) -> Result<()> {
             fact.text,
             state_name(fact.state),
             fact.version,
-            fact.updated_at
+            fact.updated_at,
+            fact.confidence,
         ])
     })
     .map_err(db_error)?;
@@ -196,13 +235,13 @@ pub(crate) fn remember(
         tx,
         index,
         scope,
-        &NewFact {
-            kind: &request.kind,
-            text: &request.text,
-            state: FactState::Active,
-            created_at: &now,
-            updated_at: &now,
-        },
+        &NewFact::explicit(
+            &request.kind,
+            &request.text,
+            request.confidence.unwrap_or(EXPLICIT_CONFIDENCE),
+            &now,
+            ChangedBy::User,
+        ),
     )?;
     Ok(RememberOutcome::Stored {
         citation: Citation::new(memory_citation(id)),
@@ -220,25 +259,42 @@ pub(crate) fn list(conn: &Connection, key: &ScopeKey, include_retired: bool) -> 
 /// Memory `id` of `key`'s scope.
 pub(crate) fn get(conn: &Connection, key: &ScopeKey, id: MemoryId<'_>) -> Result<Fact> {
     let scope = key.find(conn)?.ok_or_else(|| id.not_found())?;
-    load(conn, scope, id.row)?.ok_or_else(|| id.not_found())
+    load_in_scope(conn, scope, id.row)?.ok_or_else(|| id.not_found())
 }
 
 /// Every recorded version of memory `id` (whose current version is
-/// `current`), oldest first, each dated from the memory's creation.
+/// `current`), oldest first, each dated from the memory's creation and
+/// carrying its provenance; only the current version carries when it
+/// stopped being true.
 pub(crate) fn history_of(conn: &Connection, id: MemoryId<'_>, current: &Fact) -> Result<Vec<Fact>> {
     conn.prepare_cached(
-        "SELECT memory_id, kind, text, state, version, recorded_at, recorded_at
+        "SELECT kind, text, state, version, recorded_at, confidence, changed_by
          FROM memory_history WHERE memory_id = ?1 ORDER BY version",
     )
     .and_then(|mut s| {
-        s.query_map([id.row], fact_from_row)?
-            .map(|f| {
-                f.map(|mut f| {
-                    f.created_at.clone_from(&current.created_at);
-                    f
-                })
+        s.query_map([id.row], |r| {
+            let state: String = r.get(2)?;
+            let changed_by: String = r.get(6)?;
+            let version: u32 = r.get(3)?;
+            let latest = version == current.version;
+            Ok(Fact {
+                kind: r.get(0)?,
+                text: r.get(1)?,
+                state: if state == "retired" {
+                    FactState::Retired
+                } else {
+                    FactState::Active
+                },
+                version,
+                updated_at: r.get(4)?,
+                confidence: r.get(5)?,
+                changed_by: ChangedBy::from_name(&changed_by),
+                valid_to: current.valid_to.clone().filter(|_| latest),
+                superseded_by: current.superseded_by.clone().filter(|_| latest),
+                ..current.clone()
             })
-            .collect()
+        })?
+        .collect()
     })
     .map_err(db_error)
 }
@@ -256,12 +312,14 @@ pub(crate) fn revise(
     redactor: &Redactor,
 ) -> Result<Fact> {
     let scope = key.find(tx)?.ok_or_else(|| id.not_found())?;
-    let current = load(tx, scope, id.row)?.ok_or_else(|| id.not_found())?;
+    let current = load_in_scope(tx, scope, id.row)?.ok_or_else(|| id.not_found())?;
     let Some(revised) = history::revision(&current, patch, redactor)? else {
         return Ok(current);
     };
-    if let Some(other) = find_active(tx, scope, &revised.kind, &revised.text)? {
-        return Err(history::duplicate_of(&current, &memory_citation(other)));
+    if !revised.keeps_text_of(&current) {
+        if let Some(other) = find_active(tx, scope, &revised.kind, &revised.text)? {
+            return Err(history::duplicate_of(&current, &memory_citation(other)));
+        }
     }
     let next = history::revised(current, revised);
     update(tx, id.row, &next)?;
@@ -279,7 +337,7 @@ pub(crate) fn retire(
     id: MemoryId<'_>,
 ) -> Result<Fact> {
     let scope = key.find(tx)?.ok_or_else(|| id.not_found())?;
-    let current = load(tx, scope, id.row)?.ok_or_else(|| id.not_found())?;
+    let current = load_in_scope(tx, scope, id.row)?.ok_or_else(|| id.not_found())?;
     let Some(next) = history::retired(&current) else {
         return Ok(current);
     };

@@ -3,8 +3,12 @@
 //! older than `max_turn_age_days`.
 //!
 //! Erased means unrecoverable from the files once the call returns:
-//! - rows leave `memories`, `memory_history`, `turns`, `vectors` (and
-//!   `scopes` for a whole scope, so the user id itself is gone);
+//! - rows leave `memories`, `memory_history`, `memory_sources`, `turns`,
+//!   `vectors`, `distill_jobs` (and `scopes` for a whole scope, so the user
+//!   id itself is gone);
+//! - erasure follows provenance: a thread (or an expired turn) takes the
+//!   distilled facts resting only on its turns with it, and a fact takes
+//!   the earlier facts it superseded (its past versions);
 //! - the recall index drops their entries and is then merged into a single
 //!   segment (a contentless index only marks deletions until segments merge,
 //!   so the terms would otherwise stay in the file);
@@ -52,6 +56,13 @@ fn erase_memory(conn: &Connection, index: &mut IndexWrites, id: i64) -> Result<u
         .prepare_cached("DELETE FROM memory_history WHERE memory_id = ?1")
         .and_then(|mut s| s.execute([id]))
         .map_err(db_error)?;
+    conn.prepare_cached("DELETE FROM memory_sources WHERE memory_id = ?1")
+        .and_then(|mut s| s.execute([id]))
+        .map_err(db_error)?;
+    // A fact it superseded no longer names it.
+    conn.prepare_cached("UPDATE memories SET superseded_by = NULL WHERE superseded_by = ?1")
+        .and_then(|mut s| s.execute([id]))
+        .map_err(db_error)?;
     conn.prepare_cached("DELETE FROM memories WHERE id = ?1")
         .and_then(|mut s| s.execute([id]))
         .map_err(db_error)?;
@@ -60,6 +71,80 @@ fn erase_memory(conn: &Connection, index: &mut IndexWrites, id: i64) -> Result<u
         index.remove_memory(id);
     }
     Ok(versions)
+}
+
+/// Erases memory `id` and the earlier facts it superseded (directly or
+/// through others): they are its past versions. Returns (facts, versions).
+fn erase_fact_with_predecessors(
+    conn: &Connection,
+    index: &mut IndexWrites,
+    id: i64,
+) -> Result<(usize, usize)> {
+    let mut chain = vec![id];
+    let mut next = 0;
+    while next < chain.len() {
+        let older = ids(
+            conn,
+            "SELECT id FROM memories WHERE superseded_by = ?1",
+            [chain[next]],
+        )?;
+        for o in older {
+            if !chain.contains(&o) {
+                chain.push(o);
+            }
+        }
+        next += 1;
+    }
+    let mut versions = 0;
+    for &fact in &chain {
+        versions += erase_memory(conn, index, fact)?;
+    }
+    Ok((chain.len(), versions))
+}
+
+/// Erases the distilled facts resting only on `turns` (about to be
+/// erased), with their history; facts that also rest on other turns lose
+/// these sources and stay. Returns (facts, versions).
+fn erase_facts_resting_on(
+    conn: &Connection,
+    index: &mut IndexWrites,
+    turns: &[i64],
+) -> Result<(usize, usize)> {
+    let mut facts = Vec::new();
+    for &turn in turns {
+        for fact in ids(
+            conn,
+            "SELECT memory_id FROM memory_sources WHERE turn_id = ?1",
+            [turn],
+        )? {
+            if !facts.contains(&fact) {
+                facts.push(fact);
+            }
+        }
+    }
+    let mut erased = (0, 0);
+    for fact in facts {
+        let mut drop_source = conn
+            .prepare_cached("DELETE FROM memory_sources WHERE memory_id = ?1 AND turn_id = ?2")
+            .map_err(db_error)?;
+        for &turn in turns {
+            drop_source.execute(params![fact, turn]).map_err(db_error)?;
+        }
+        let others: i64 = conn
+            .prepare_cached("SELECT count(*) FROM memory_sources WHERE memory_id = ?1")
+            .and_then(|mut s| s.query_row([fact], |r| r.get(0)))
+            .map_err(db_error)?;
+        let distilled: bool = conn
+            .prepare_cached("SELECT origin = 'distilled' FROM memories WHERE id = ?1")
+            .and_then(|mut s| s.query_row([fact], |r| r.get(0)).optional())
+            .map_err(db_error)?
+            .unwrap_or(false);
+        if others == 0 && distilled {
+            erased.0 += 1;
+            erased.1 += erase_memory(conn, index, fact)?;
+        }
+    }
+    Ok(erased)
 }
 
 /// Erases turns by id, with their index entries.
@@ -77,6 +162,9 @@ fn erase_turns(conn: &Connection, index: &mut IndexWrites, turns: &[i64]) -> Res
 /// Erases a whole scope: its memories with history, its turns, its row.
 fn erase_scope(conn: &Connection, index: &mut IndexWrites, scope: i64) -> Result<ForgetReport> {
     let mut report = ForgetReport::default();
+    conn.prepare_cached("DELETE FROM distill_jobs WHERE scope_id = ?1")
+        .and_then(|mut s| s.execute([scope]))
+        .map_err(db_error)?;
     for id in ids(conn, "SELECT id FROM memories WHERE scope_id = ?1", [scope])? {
         report.versions += erase_memory(conn, index, id)?;
         report.facts += 1;
@@ -131,8 +219,7 @@ pub(crate) fn erase_target(
                     "memory mem_{n} in this scope"
                 )));
             }
-            report.versions = erase_memory(tx, index, n)?;
-            report.facts = 1;
+            (report.facts, report.versions) = erase_fact_with_predecessors(tx, index, n)?;
         }
         ForgetTarget::Thread => {
             let turns = ids(
@@ -140,8 +227,12 @@ pub(crate) fn erase_target(
                 "SELECT id FROM turns WHERE scope_id = ?1 AND thread = ?2",
                 params![scope, thread.unwrap_or_default()],
             )?;
+            (report.facts, report.versions) = erase_facts_resting_on(tx, index, &turns)?;
             erase_turns(tx, index, &turns)?;
             report.turns = turns.len();
+            tx.prepare_cached("DELETE FROM distill_jobs WHERE scope_id = ?1 AND thread = ?2")
+                .and_then(|mut s| s.execute(params![scope, thread.unwrap_or_default()]))
+                .map_err(db_error)?;
         }
         ForgetTarget::Scope | ForgetTarget::User => {
             report = erase_scope(tx, index, scope)?;
@@ -182,6 +273,7 @@ pub(crate) fn erase_expired_batch(
         "SELECT id FROM turns WHERE captured_at < ?1 ORDER BY id LIMIT ?2",
         params![before, SWEEP_BATCH as i64],
     )?;
+    erase_facts_resting_on(tx, index, &turns)?;
     erase_turns(tx, index, &turns)?;
     if !turns.is_empty() {
         index.purge_removed();

@@ -36,6 +36,7 @@ pub mod backend;
 pub mod capture;
 pub mod config;
 mod db;
+pub mod distill;
 mod error;
 pub mod facts;
 pub mod first_turn;

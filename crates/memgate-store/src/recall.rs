@@ -7,6 +7,7 @@
 //! the budget lasts. With neither: the [first-turn block](crate::first_turn),
 //! which opens with the same standing memories.
 
+use crate::error::db_error;
 use crate::facts::newest_active;
 use crate::hybrid::{QueryVector, Ranker};
 use crate::ranking::load_item;
@@ -46,7 +47,36 @@ pub(crate) fn ranked_with_standing(
         &mut ranked,
         newest_active(conn, scope, settings.standing_memories)?,
     );
+    name_sources(conn, &mut ranked)?;
     Ok(ranked)
+}
+
+/// A distilled fact's line (and search hit) names the turns it rests on
+/// (`… (from turn_3, turn_4)`), so a reader can check it against what was
+/// said.
+pub(crate) fn name_sources(conn: &Connection, ranked: &mut [Ranked]) -> Result<()> {
+    for item in ranked
+        .iter_mut()
+        .filter(|r| r.origin == memgate_recall::ranked::Origin::Memory)
+    {
+        let Some(id) = memgate_recall::citation::parse_memory_citation(&item.citation) else {
+            continue;
+        };
+        let turns: Vec<i64> = conn
+            .prepare_cached(
+                "SELECT turn_id FROM memory_sources WHERE memory_id = ?1 ORDER BY turn_id",
+            )
+            .and_then(|mut s| s.query_map([id], |r| r.get(0))?.collect())
+            .map_err(db_error)?;
+        if !turns.is_empty() {
+            let cited: Vec<String> = turns
+                .into_iter()
+                .map(memgate_recall::citation::turn_citation)
+                .collect();
+            item.text = format!("{} (from {})", item.text, cited.join(", "));
+        }
+    }
+    Ok(())
 }
 
 /// The kind a search is filtered by, once the search is known to be valid

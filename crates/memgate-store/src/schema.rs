@@ -54,6 +54,10 @@ const MIGRATIONS: &[Migration] = &[
                turns about their speaker marked",
         apply: mark_turns_about_their_speaker,
     },
+    Migration {
+        name: "facts with provenance, time and confidence; the distillation queue",
+        apply: create_fact_provenance,
+    },
 ];
 
 /// The schema version this code writes and understands.
@@ -240,6 +244,60 @@ fn mark_turns_about_their_speaker(conn: &Connection) -> Result<()> {
     )
     .map_err(db_error)?;
     cache_all_excerpts(conn)
+}
+
+/// Facts carry where they came from (`origin`, the turns they rest on in
+/// `memory_sources`, their thread and when they were said), their
+/// confidence, and when they stopped being true (`valid_to`,
+/// `superseded_by`); each history row says who wrote it. Existing memories
+/// are explicit, confidence 1, written by the user.
+///
+/// `distill_jobs` is the durable distillation queue: one row per thread's
+/// run of new turns (turn ids `first_turn..=last_turn` of that thread),
+/// committed with the capture that stored them; `done` and `parked` rows
+/// stay so a replay adds nothing and a parked job keeps its reason.
+/// `distill_usage` keeps the endpoint's reported tokens per UTC day (the
+/// daily budget).
+fn create_fact_provenance(conn: &Connection) -> Result<()> {
+    conn.execute_batch(
+        "ALTER TABLE memories ADD COLUMN origin TEXT NOT NULL DEFAULT 'explicit'
+             CHECK (origin IN ('explicit', 'distilled'));
+         ALTER TABLE memories ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0;
+         ALTER TABLE memories ADD COLUMN thread TEXT;
+         ALTER TABLE memories ADD COLUMN said_at TEXT;
+         ALTER TABLE memories ADD COLUMN valid_to TEXT;
+         ALTER TABLE memories ADD COLUMN superseded_by INTEGER;
+         ALTER TABLE memories ADD COLUMN job_id INTEGER;
+         ALTER TABLE memory_history ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0;
+         ALTER TABLE memory_history ADD COLUMN changed_by TEXT NOT NULL DEFAULT 'user';
+         CREATE TABLE memory_sources (
+             memory_id INTEGER NOT NULL REFERENCES memories(id),
+             turn_id   INTEGER NOT NULL,
+             PRIMARY KEY (memory_id, turn_id)
+         ) WITHOUT ROWID;
+         CREATE INDEX memory_sources_by_turn ON memory_sources (turn_id, memory_id);
+         CREATE TABLE distill_jobs (
+             id         INTEGER PRIMARY KEY,
+             scope_id   INTEGER NOT NULL REFERENCES scopes(id),
+             thread     TEXT NOT NULL,
+             first_turn INTEGER NOT NULL,
+             last_turn  INTEGER NOT NULL,
+             state      TEXT NOT NULL CHECK (state IN ('queued', 'done', 'parked')),
+             attempts   INTEGER NOT NULL DEFAULT 0,
+             reason     TEXT,
+             created_at TEXT NOT NULL,
+             updated_at TEXT NOT NULL
+         );
+         CREATE INDEX distill_jobs_by_state ON distill_jobs (state, id);
+         CREATE INDEX distill_jobs_by_thread ON distill_jobs (scope_id, thread, state);
+         CREATE TABLE distill_usage (
+             day               TEXT PRIMARY KEY,
+             calls             INTEGER NOT NULL,
+             prompt_tokens     INTEGER NOT NULL,
+             completion_tokens INTEGER NOT NULL
+         );",
+    )
+    .map_err(db_error)
 }
 
 /// Indexes every active memory and every turn (used when the index is created

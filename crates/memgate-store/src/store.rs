@@ -14,6 +14,7 @@
 use crate::capture::{self, Intake, Streamed};
 use crate::config::LocalConfig;
 use crate::db::Db;
+use crate::distill;
 use crate::facts::{self, MemoryId};
 use crate::first_turn::BlockCache;
 use crate::forget::{self, SWEEP_BATCH, SWEEP_MAX_BATCHES};
@@ -24,6 +25,7 @@ use crate::schema;
 use crate::scope::{self, ScopeRow};
 use crate::transfer;
 use crate::vectors::{self, ModelState, Vectorizer};
+use memgate_core::distill::{Applied, DistillJob, Operation, ParkedJob, QueueFigures};
 use memgate_core::redaction::redact_remember;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
@@ -40,7 +42,7 @@ use memgate_recall::turns::NewTurn;
 use memgate_recall::vectors::{RetrievalCounts, VectorProgress};
 use std::cell::Cell;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -58,6 +60,8 @@ pub struct MemoryStore {
     first_turn_blocks: BlockCache,
     /// The embedder of hybrid recall, if one is configured.
     vectorizer: Option<Vectorizer>,
+    /// Captures whose new turns found the distillation queue full.
+    distill_skipped: AtomicU64,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -83,6 +87,7 @@ impl MemoryStore {
             common_terms: TermCounts::default(),
             first_turn_blocks: BlockCache::default(),
             vectorizer: None,
+            distill_skipped: AtomicU64::new(0),
         })
     }
 
@@ -227,9 +232,25 @@ impl MemoryStore {
             }
         } else {
             let key = ScopeKey::of(caller);
-            self.db.write(|tx, index| {
-                capture::store_turns(tx, index, &key, thread, turns, &mut report)
+            let queued = self.db.write(|tx, index| {
+                let after = match self.config.distill {
+                    Some(_) => distill::last_turn_id(tx)?,
+                    None => 0,
+                };
+                capture::store_turns(tx, index, &key, thread, turns, &mut report)?;
+                match (self.config.distill, key.find(tx)?) {
+                    (Some(limits), Some(scope)) if report.stored > 0 => {
+                        distill::queue_new_turns(tx, scope, thread, after, limits)
+                    }
+                    _ => Ok(distill::Queued::Nothing),
+                }
             })?;
+            if queued == distill::Queued::Skipped {
+                self.distill_skipped.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "distillation queue full: new turns were not queued (`memgate distill` queues them later)"
+                );
+            }
         }
         report.filtered = seen.get() - report.stored - report.already_known;
         tracing::debug!(
@@ -248,7 +269,8 @@ impl MemoryStore {
     /// Stores one explicit memory, or reports the identical active one.
     pub fn remember(&self, caller: &Caller, request: &RememberRequest) -> Result<RememberOutcome> {
         // Re-validate: the request's fields are public and may be hand-built.
-        let request = RememberRequest::new(&request.kind, &request.text)?;
+        let request = RememberRequest::new(&request.kind, &request.text)?
+            .with_confidence(request.confidence)?;
         let request = match redact_remember(&self.redactor, &request) {
             Ok(redacted) => redacted,
             Err(refused) => return Ok(refused),
@@ -455,7 +477,12 @@ impl MemoryStore {
         let vector = self.query_vector(&query.query);
         let ranker = self.ranker();
         let ranked = self.db.read(|conn| match key.find(conn)? {
-            Some(scope) => ranker.ranked_in(conn, scope, &query.query, &vector, query.top_k, kind),
+            Some(scope) => {
+                let mut ranked =
+                    ranker.ranked_in(conn, scope, &query.query, &vector, query.top_k, kind)?;
+                recall::name_sources(conn, &mut ranked)?;
+                Ok(ranked)
+            }
             None => Ok(Vec::new()),
         })?;
         Ok(ranked.into_iter().map(SearchHit::from).collect())
@@ -674,6 +701,100 @@ impl MemoryStore {
                 (Some(scope), Some(v)) => v.exact_nearest(conn, scope, query, k),
                 _ => Ok(Vec::new()),
             })
+    }
+}
+
+/// The distillation queue ([`crate::distill`]).
+impl MemoryStore {
+    /// Queued jobs, oldest first, one per thread, none of `running`'s threads.
+    pub fn next_distill_jobs(&self, limit: usize, running: &[i64]) -> Result<Vec<DistillJob>> {
+        self.db
+            .read(|conn| distill::next_jobs(conn, limit, running))
+    }
+
+    /// At most `limit` current facts of the job's scope most related to its
+    /// turns, by this store's own ranking (the turns' text as the query).
+    pub fn related_facts(&self, job: &DistillJob, limit: usize) -> Result<Vec<Fact>> {
+        const QUERY_CHARS: usize = 1_000;
+        let mut query = String::new();
+        for turn in &job.turns {
+            for c in turn.text.chars() {
+                if query.len() >= QUERY_CHARS {
+                    break;
+                }
+                query.push(c);
+            }
+            query.push(' ');
+        }
+        if query.trim().is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let ranked = self.ranked(
+            &job.caller,
+            &query,
+            memgate_recall::ranked::candidate_pool(limit),
+        )?;
+        let ids: Vec<i64> = ranked
+            .iter()
+            .filter(|r| r.origin == memgate_recall::ranked::Origin::Memory)
+            .filter_map(|r| memgate_recall::citation::parse_memory_citation(&r.citation))
+            .take(limit)
+            .collect();
+        let key = ScopeKey::of(&job.caller);
+        self.db.read(|conn| match key.find(conn)? {
+            Some(scope) => distill::current_facts(conn, scope, &ids),
+            None => Ok(Vec::new()),
+        })
+    }
+
+    /// Applies a job's operations in one transaction, or nothing.
+    pub fn apply_distilled(&self, job: &DistillJob, operations: &[Operation]) -> Result<Applied> {
+        self.db
+            .write(|tx, index| distill::apply(tx, index, job, operations, &self.redactor))
+    }
+
+    pub fn park_job(&self, job: i64, reason: &str) -> Result<()> {
+        self.db.write(|tx, _| distill::park(tx, job, reason))
+    }
+
+    pub fn job_attempt_failed(&self, job: i64, reason: &str) -> Result<()> {
+        self.db
+            .write(|tx, _| distill::attempt_failed(tx, job, reason))
+    }
+
+    pub fn record_distill_usage(&self, day: &str, prompt: u64, completion: u64) -> Result<()> {
+        self.db
+            .write(|tx, _| distill::record_usage(tx, day, prompt, completion))
+    }
+
+    pub fn distill_tokens_used(&self, day: &str) -> Result<u64> {
+        self.db.read(|conn| distill::tokens_used(conn, day))
+    }
+
+    pub fn parked_jobs(&self) -> Result<Vec<ParkedJob>> {
+        self.db.read(distill::parked_jobs)
+    }
+
+    pub fn retry_parked(&self, job: Option<i64>) -> Result<usize> {
+        self.db.write(|tx, _| distill::retry_parked(tx, job))
+    }
+
+    pub fn distill_figures(&self, day: &str) -> Result<QueueFigures> {
+        self.db.read(|conn| distill::figures(conn, day))
+    }
+
+    /// Captures whose new turns found the queue full since the store opened.
+    pub fn distill_skipped(&self) -> u64 {
+        self.distill_skipped.load(Ordering::Relaxed)
+    }
+
+    /// Queues every thread's turns not yet covered by a job (`memgate
+    /// distill`); how many threads got work. Needs `memory.distill` on.
+    pub fn queue_backfill(&self) -> Result<usize> {
+        let limits = self.config.distill.ok_or_else(|| {
+            MemoryError::Config("memory.distill.enabled is false: nothing distils".to_owned())
+        })?;
+        self.db.write(|tx, _| distill::queue_backfill(tx, limits))
     }
 }
 

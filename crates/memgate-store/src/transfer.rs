@@ -18,7 +18,7 @@ use crate::error::db_error;
 use crate::facts::{self, list_in_scope, state_name};
 use crate::index::IndexWrites;
 use crate::scope::ScopeRow;
-use memgate_core::facts::{ExportedTurn, NewFact};
+use memgate_core::facts::{check_confidence, ChangedBy, ExportedTurn, FactOrigin, NewFact};
 use memgate_core::{
     FactState, ImportReport, MemoryError, MemoryExport, Redactor, RememberRequest, Result,
 };
@@ -31,6 +31,8 @@ use std::collections::HashMap;
 struct ImportedFact {
     request: RememberRequest,
     state: FactState,
+    origin: FactOrigin,
+    confidence: f64,
     created_at: String,
     updated_at: String,
 }
@@ -112,6 +114,8 @@ pub(crate) fn validate(data: &MemoryExport, redactor: &Redactor) -> Result<Impor
                 request: RememberRequest::new(&f.kind, &redacted.text)
                     .map_err(at(format!("facts[{i}]")))?,
                 state: f.state,
+                origin: f.origin,
+                confidence: check_confidence(&format!("facts[{i}].confidence"), f.confidence)?,
                 created_at: timestamp_or_now(Some(&f.created_at)),
                 updated_at: timestamp_or_now(Some(&f.updated_at)),
             })
@@ -155,6 +159,11 @@ pub(crate) fn import(
                     state: fact.state,
                     created_at: &fact.created_at,
                     updated_at: &fact.updated_at,
+                    origin: fact.origin,
+                    confidence: fact.confidence,
+                    thread: None,
+                    said_at: None,
+                    changed_by: ChangedBy::Api,
                 },
             )?;
             report.facts_imported += 1;

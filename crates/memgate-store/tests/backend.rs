@@ -130,6 +130,7 @@ async fn every_operation_works_through_the_async_face() {
             &FactPatch {
                 text: Some("Likes aisle seats".into()),
                 kind: None,
+                confidence: None,
             },
         )
         .await

@@ -70,6 +70,7 @@ fn bad_memories_are_refused_with_field_and_rule_and_nothing_is_lost() {
         let raw = RememberRequest {
             kind: kind.to_owned(),
             text: text.to_owned(),
+            confidence: None,
         };
         let err = t.store.remember(&alice(), &raw).unwrap_err();
         assert!(matches!(err, MemoryError::InvalidInput { .. }), "{err:?}");
@@ -98,6 +99,7 @@ fn revise_keeps_history_and_retire_hides_without_erasing() {
             &FactPatch {
                 text: Some("Lives in Porto".into()),
                 kind: None,
+                confidence: None,
             },
         )
         .unwrap();
@@ -152,6 +154,7 @@ fn revise_keeps_history_and_retire_hides_without_erasing() {
             &FactPatch {
                 text: Some("x".into()),
                 kind: None,
+                confidence: None,
             },
         )
         .unwrap_err();
@@ -179,6 +182,7 @@ fn revisions_are_validated_and_never_duplicate_an_active_memory() {
             &FactPatch {
                 text: Some("  ".into()),
                 kind: None,
+                confidence: None,
             },
         )
         .unwrap_err();
@@ -191,6 +195,7 @@ fn revisions_are_validated_and_never_duplicate_an_active_memory() {
             &FactPatch {
                 text: Some("beta".into()),
                 kind: None,
+                confidence: None,
             },
         )
         .unwrap_err();
@@ -205,6 +210,7 @@ fn revisions_are_validated_and_never_duplicate_an_active_memory() {
             &FactPatch {
                 text: Some(" alpha ".into()),
                 kind: None,
+                confidence: None,
             },
         )
         .unwrap();
@@ -217,6 +223,7 @@ fn revisions_are_validated_and_never_duplicate_an_active_memory() {
             &FactPatch {
                 kind: Some("decision".into()),
                 text: None,
+                confidence: None,
             },
         )
         .unwrap();
@@ -245,6 +252,7 @@ fn unknown_and_foreign_ids_are_not_found() {
                     &FactPatch {
                         text: Some("x".into()),
                         kind: None,
+                        confidence: None,
                     },
                 )
                 .map(|_| ()),

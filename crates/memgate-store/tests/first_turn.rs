@@ -361,6 +361,7 @@ fn a_cached_block_is_served_until_its_scope_changes_and_never_stale() {
     let patch = memgate_core::FactPatch {
         kind: None,
         text: Some("Allergic to cashews".into()),
+        confidence: None,
     };
     t.store.revise_fact(&me, &id, &patch).unwrap();
     let block = rebuilt(&t, "revise");

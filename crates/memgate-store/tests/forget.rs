@@ -59,6 +59,7 @@ fn forgetting_a_fact_erases_every_version_from_every_file() {
             &FactPatch {
                 kind: None,
                 text: Some("my locker code is wombat8842 at the gym".to_owned()),
+                confidence: None,
             },
         )
         .unwrap();

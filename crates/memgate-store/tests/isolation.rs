@@ -95,6 +95,7 @@ fn run(seed: u64) {
                             &FactPatch {
                                 text: Some(format!("{text} revised")),
                                 kind: None,
+                                confidence: None,
                             },
                         );
                     }

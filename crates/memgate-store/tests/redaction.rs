@@ -149,6 +149,7 @@ fn remember_refuses_a_secret_and_redacts_a_mention() {
             &FactPatch {
                 kind: None,
                 text: Some(OPENAI_KEY.to_owned()),
+                confidence: None,
             },
         )
         .unwrap_err();

@@ -60,7 +60,11 @@ impl Store {
         dsn_env: &str,
     ) -> Result<Self> {
         let storage = setup.storage_path(memory)?;
-        let ctx = BackendContext::new(&storage).with_env(setup.env.clone());
+        let mut ctx = BackendContext::new(&storage).with_env(setup.env.clone());
+        if kind == StoreKind::Local {
+            // The local store queues distillation work as configured.
+            ctx = ctx.with_distill(memory.distill_settings()?.queue_limits());
+        }
         let configured = match (kind, memory.manager_class) {
             (StoreKind::Local, ManagerClass::Local)
             | (StoreKind::Postgres, ManagerClass::Postgres) => memory.backend_config.clone(),

@@ -36,6 +36,19 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Chat(args) => chat(args, cli.config.as_deref(), cli.url.as_deref(), caller).await,
         Command::Doctor => doctor(cli.config.as_deref()).await,
         Command::Reembed { json } => super::reembed::run(cli.config.as_deref(), json).await,
+        Command::Distill {
+            parked,
+            retry,
+            json,
+        } => {
+            let action = match (parked, retry) {
+                (true, _) => super::distill::Action::Parked,
+                (false, Some(0)) => super::distill::Action::Retry(None),
+                (false, Some(job)) => super::distill::Action::Retry(Some(job)),
+                (false, None) => super::distill::Action::Backfill,
+            };
+            super::distill::run(cli.config.as_deref(), action, json).await
+        }
         Command::Config {
             action: ConfigCommand::Check { file },
         } => check_config(file.as_deref().or(cli.config.as_deref())),
@@ -133,7 +146,10 @@ pub fn mcp_principal(config: &Config, cli: &Caller) -> Caller {
 /// Logs stay on stderr; stdout carries only the protocol.
 async fn mcp_stdio(config_path: Option<&Path>, cli: &Caller) -> Result<ExitCode> {
     let (config, _) = Config::discover(config_path, None)?;
-    let backend = open_backend(&config.memory, &BackendSetup::from_process()?)?;
+    let backend = open_backend(
+        &config.memory,
+        &BackendSetup::from_process()?.running_distiller(),
+    )?;
     let server =
         memgate_server::mcp::MemoryMcp::new(Arc::clone(&backend), mcp_principal(&config, cli))
             .with_forget_tool(config.mcp.forget_tool);
@@ -194,8 +210,13 @@ async fn open(
 
 async fn operate(backend: &dyn MemoryBackend, caller: Caller, command: Command) -> Result<()> {
     match command {
-        Command::Remember { kind, text, json } => {
-            let request = RememberRequest::new(&kind, &text)?;
+        Command::Remember {
+            kind,
+            text,
+            confidence,
+            json,
+        } => {
+            let request = RememberRequest::new(&kind, &text)?.with_confidence(confidence)?;
             let outcome = backend.remember(&caller, &request).await?;
             if json {
                 print_json(&outcome);
@@ -308,23 +329,51 @@ async fn facts(backend: &dyn MemoryBackend, caller: &Caller, action: FactsComman
                 eprintln!("(no memories)");
             } else {
                 for f in facts {
-                    let state = match f.state {
-                        memgate_core::FactState::Active => "",
-                        memgate_core::FactState::Retired => " (retired)",
+                    let state = match (&f.superseded_by, f.state) {
+                        (Some(by), _) => format!(" (superseded by {by})"),
+                        (None, memgate_core::FactState::Active) => String::new(),
+                        (None, memgate_core::FactState::Retired) => " (retired)".to_owned(),
                     };
-                    println!("{}\t[{}] v{}{state}\t{}", f.id, f.kind, f.version, f.text);
+                    let sources = if f.sources.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" from {}", f.sources.join(","))
+                    };
+                    println!(
+                        "{}\t[{}] v{}{state}\t{}{sources}\t{}",
+                        f.id,
+                        f.kind,
+                        f.version,
+                        f.origin.as_str(),
+                        f.text
+                    );
                 }
             }
         }
         FactsCommand::Show { id } => print_json(&backend.get_fact(caller, &id).await?),
-        FactsCommand::Revise { id, kind, text } => {
-            if kind.is_none() && text.is_none() {
-                return Err(
-                    MemoryError::invalid("revision", "give --kind, --text, or both").into(),
-                );
+        FactsCommand::Revise {
+            id,
+            kind,
+            text,
+            confidence,
+        } => {
+            if kind.is_none() && text.is_none() && confidence.is_none() {
+                return Err(MemoryError::invalid(
+                    "revision",
+                    "give --kind, --text or --confidence",
+                )
+                .into());
             }
             let fact = backend
-                .revise_fact(caller, &id, &FactPatch { kind, text })
+                .revise_fact(
+                    caller,
+                    &id,
+                    &FactPatch {
+                        kind,
+                        text,
+                        confidence,
+                    },
+                )
                 .await?;
             println!("revised {} to version {}", fact.id, fact.version);
         }

@@ -2,6 +2,7 @@
 
 mod chat;
 mod commands;
+mod distill;
 mod error;
 #[cfg(feature = "lab")]
 mod lab;
@@ -58,6 +59,9 @@ enum Command {
         #[arg(long, default_value = "fact")]
         kind: String,
         text: String,
+        /// 0–1 (unset: 1, you said it).
+        #[arg(long)]
+        confidence: Option<f64>,
         #[arg(long)]
         json: bool,
     },
@@ -115,6 +119,20 @@ enum Command {
     /// store): the explicit step after its model changes, until which recall
     /// stays lexical. Prints progress to stderr.
     Reembed {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Distil captured turns into facts now (local store, `memory.distill`
+    /// on): queues the turns no job covers yet and runs the queue, printing
+    /// progress to stderr; `--parked` lists parked jobs and why, `--retry`
+    /// queues them again.
+    Distill {
+        /// List the parked jobs with their reasons instead.
+        #[arg(long, conflicts_with = "retry")]
+        parked: bool,
+        /// Queue parked jobs again (all, or the one given) and run them.
+        #[arg(long, value_name = "JOB", num_args = 0..=1, default_missing_value = "0")]
+        retry: Option<i64>,
         #[arg(long)]
         json: bool,
     },
@@ -179,6 +197,9 @@ enum FactsCommand {
         kind: Option<String>,
         #[arg(long)]
         text: Option<String>,
+        /// 0–1; alone, it is a revision too.
+        #[arg(long)]
+        confidence: Option<f64>,
     },
     /// Retire a memory: it is no longer recalled, but its history is kept.
     #[command(alias = "retire")]

@@ -32,7 +32,10 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
     let token = BearerToken::from_setting(std::env::var(&config.server.bearer_token_env).ok());
     check_bind(addr, token.as_ref()).map_err(|rule| MemoryError::invalid("--addr", rule))?;
 
-    let backend = open_backend(&config.memory, &BackendSetup::from_process()?)?;
+    let backend = open_backend(
+        &config.memory,
+        &BackendSetup::from_process()?.running_distiller(),
+    )?;
     warm(&backend).await?;
 
     let listener = tokio::net::TcpListener::bind(addr)

@@ -9,9 +9,6 @@ use crate::cli::error::Result;
 use memgate_core::{BackendContext, Caller, MemoryBackend};
 use memgate_host::{HostSettings, MemoryHost};
 use serde_json::{json, Value};
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,66 +22,7 @@ pub(super) const SAVE_REQUEST: &str =
 pub(super) const REFUND_REQUEST: &str =
     "Add a refund calculation to the order service, following its conventions.";
 
-/// `testkit/scripted_model.py` on a free port, stopped on drop.
-pub(super) struct ScriptedModel {
-    child: Child,
-    url: String,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl ScriptedModel {
-    pub(super) fn start(script: Value, extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let script_path = dir.path().join("script.json");
-        std::fs::write(&script_path, script.to_string()).unwrap();
-        let log = dir.path().join("requests.jsonl");
-        let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testkit/scripted_model.py");
-        let mut child = Command::new("python3")
-            .arg(server)
-            .arg("--script")
-            .arg(&script_path)
-            .arg("--log")
-            .arg(&log)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs testkit/scripted_model.py");
-        let mut first = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let url = first
-            .trim()
-            .rsplit(' ')
-            .next()
-            .filter(|u| u.starts_with("http://"))
-            .unwrap_or_else(|| panic!("scripted_model did not start: {first:?}"))
-            .to_owned();
-        Self {
-            child,
-            url,
-            log,
-            _dir: dir,
-        }
-    }
-
-    /// Every request body the server received, in order.
-    pub(super) fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("a JSON body per line"))
-            .collect()
-    }
-}
-
-impl Drop for ScriptedModel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+pub(super) use memgate_testsupport::scripted_model::ScriptedModel;
 
 /// `memgate chat`'s options with an endpoint and its defaults otherwise.
 pub(super) fn args(base_url: Option<&str>, model: Option<&str>) -> ChatArgs {

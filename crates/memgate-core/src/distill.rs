@@ -1,0 +1,155 @@
+//! The distillation queue's contract: what a store that distils (`local`)
+//! offers the background worker (`memgate-distill`), so the worker names no
+//! backend and the store knows no model.
+//!
+//! A capture with distillation on commits, in its own transaction, a job
+//! naming the thread's new turns. The worker takes jobs in order per
+//! thread, asks a model for [`Operation`]s, and hands them back to
+//! [`DistillQueue::apply`], which applies all of a job's operations in one
+//! transaction (and marks the job done in it) or none; a job that cannot be
+//! applied is parked with its reason, never dropped.
+
+use crate::facts::Fact;
+use crate::{Caller, Result};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// How a store queues jobs, from `memory.distill` (the factory hands it
+/// over in [`crate::BackendContext::distill`]; `None`: no jobs are queued).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// A thread's new turns join its queued job up to this many turns.
+    pub max_turns_per_job: usize,
+    /// Beyond this many queued jobs new turns are not queued (counted;
+    /// `memgate distill` picks them up later).
+    pub max_queued_jobs: usize,
+}
+
+/// One turn a job asks the model about (stored redacted).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobTurn {
+    /// The turn's citation (`turn_<n>`): what an operation cites.
+    pub id: String,
+    /// `human` or `ai`.
+    pub role: String,
+    pub speaker: Option<String>,
+    /// When it was said (the host's time, else the capture's).
+    pub said_at: String,
+    pub text: String,
+}
+
+/// A queued job: the new turns of one thread.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DistillJob {
+    pub id: i64,
+    /// The scope's owner and peer, and the thread the turns belong to.
+    pub caller: Caller,
+    pub turns: Vec<JobTurn>,
+    /// Failed attempts so far (a transient failure is retried).
+    pub attempts: u32,
+    /// The last turn id the job covered when it was read: turns captured
+    /// since join it and stay queued after it is applied.
+    pub through: i64,
+}
+
+impl DistillJob {
+    pub fn thread(&self) -> &str {
+        self.caller.thread.as_deref().unwrap_or_default()
+    }
+
+    pub fn cites(&self, turn: &str) -> bool {
+        self.turns.iter().any(|t| t.id == turn)
+    }
+}
+
+/// A fact the model proposes, with the turns it rests on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProposedFact {
+    pub kind: String,
+    pub text: String,
+    pub confidence: f64,
+    /// Turn citations of the job (at least one).
+    pub sources: Vec<String>,
+}
+
+/// What the model may do; it never deletes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Operation {
+    Add(ProposedFact),
+    /// Closes current fact `fact` (`valid_to`, `superseded_by`) and adds
+    /// its replacement; the old version stays in history.
+    Supersede {
+        fact: String,
+        by: ProposedFact,
+    },
+}
+
+/// What applying a job did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    pub added: usize,
+    pub superseded: usize,
+    /// Proposals equal to a current fact (nothing written).
+    pub already_present: usize,
+    /// True when the job had been applied before (a replay): nothing written.
+    pub replayed: bool,
+}
+
+/// A parked job, as `doctor` and the CLI list it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ParkedJob {
+    pub id: i64,
+    pub thread: String,
+    pub turns: usize,
+    pub attempts: u32,
+    pub reason: String,
+    pub parked_at: String,
+}
+
+/// The queue's figures (no user text).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueFigures {
+    pub queued: u64,
+    pub parked: u64,
+    pub done: u64,
+    /// Tokens the endpoint reported today (UTC day).
+    pub tokens_today: u64,
+}
+
+/// The store side of distillation (see the module doc).
+#[async_trait]
+pub trait DistillQueue: Send + Sync {
+    /// Up to `limit` queued jobs, oldest first, at most one per thread and
+    /// none of the threads of the jobs in `running` (so a thread's jobs run
+    /// in order).
+    async fn next_jobs(&self, limit: usize, running: &[i64]) -> Result<Vec<DistillJob>>;
+
+    /// At most `limit` current facts of the job's scope most related to its
+    /// turns, found by the store's own recall (never the whole store).
+    async fn related_facts(&self, job: &DistillJob, limit: usize) -> Result<Vec<Fact>>;
+
+    /// Applies `operations` in one transaction and marks the job done in
+    /// it, or changes nothing; a job already done applies nothing again.
+    /// Operations that cannot be applied are `MemoryError::Invalid`/
+    /// `Conflict`/`NotFound`, naming the operation.
+    async fn apply(&self, job: &DistillJob, operations: &[Operation]) -> Result<Applied>;
+
+    /// Parks the job with `reason` (listed, counted, retryable).
+    async fn park(&self, job: i64, reason: &str) -> Result<()>;
+
+    /// Counts a failed attempt, leaving the job queued.
+    async fn attempt_failed(&self, job: i64, reason: &str) -> Result<()>;
+
+    /// Adds an endpoint call's token usage to `day`'s (UTC `YYYY-MM-DD`).
+    async fn record_usage(&self, day: &str, prompt: u64, completion: u64) -> Result<()>;
+
+    /// Tokens used on `day`.
+    async fn tokens_used(&self, day: &str) -> Result<u64>;
+
+    async fn parked_jobs(&self) -> Result<Vec<ParkedJob>>;
+
+    /// Queues parked jobs again (all, or the one named); how many.
+    async fn retry_parked(&self, job: Option<i64>) -> Result<usize>;
+
+    async fn queue_figures(&self, day: &str) -> Result<QueueFigures>;
+}

@@ -1,0 +1,664 @@
+//! Distillation end to end: a real local store (SQLite) queues jobs with
+//! its captures, and the worker runs them against testkit's scripted model
+//! (a real HTTP server on loopback speaking the OpenAI chat protocol from a
+//! script, logging every request body).
+
+use memgate_core::distill::{DistillQueue, QueueLimits};
+use memgate_core::setup::EnvSource;
+use memgate_core::{
+    Caller, CaptureKind, CaptureRequest, FactOrigin, FactState, ForgetTarget, MemoryBackend,
+    Message, RecallRequest, RememberOutcome, RememberRequest, SearchQuery,
+};
+use memgate_distill::{DistillSettings, Distiller, Worker};
+use memgate_store::config::LocalConfig;
+use memgate_store::LocalBackend;
+use memgate_testsupport::scripted_model::ScriptedModel;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const LIMITS: QueueLimits = QueueLimits {
+    max_turns_per_job: 32,
+    max_queued_jobs: 100,
+};
+
+fn open(dir: &Path) -> Arc<LocalBackend> {
+    let config = LocalConfig {
+        distill: Some(LIMITS),
+        ..LocalConfig::default()
+    };
+    Arc::new(LocalBackend::open(dir.join("memgate.sqlite3"), config).unwrap())
+}
+
+fn settings(model: &ScriptedModel) -> DistillSettings {
+    DistillSettings::parse(Some(&json!({
+        "enabled": true,
+        "base_url": model.url,
+        "model": "scripted",
+        "timeout_ms": 400,
+        "max_attempts": 2,
+    })))
+    .unwrap()
+}
+
+fn no_env() -> EnvSource {
+    Arc::new(|_| None)
+}
+
+fn distiller(backend: &Arc<LocalBackend>, settings: &DistillSettings) -> Arc<Distiller> {
+    let queue: Arc<dyn DistillQueue> = backend.clone();
+    Arc::new(
+        memgate_distill::distiller(queue, settings, &no_env())
+            .unwrap()
+            .with_backoff(Duration::ZERO),
+    )
+}
+
+fn dana(thread: &str) -> Caller {
+    Caller::new("dana").with_thread(thread)
+}
+
+async fn capture(backend: &LocalBackend, thread: &str, said: &[&str]) {
+    let request = CaptureRequest {
+        caller: dana(thread),
+        messages: said.iter().map(|t| Message::human(*t)).collect(),
+        kind: CaptureKind::AfterTurn,
+        trace_id: None,
+    };
+    backend.capture(&request).await.unwrap();
+}
+
+/// An answer adding `text` resting on `sources`.
+fn add(text: &str, sources: &[&str]) -> Value {
+    json!({"op": "add", "fact": null, "kind": "fact", "text": text, "confidence": 0.9,
+           "sources": sources})
+}
+
+fn answer(operations: Vec<Value>) -> String {
+    json!({ "operations": operations }).to_string()
+}
+
+fn rule(needle: &str, content: String) -> Value {
+    json!({"when": {"user_contains": needle}, "reply": {"content": content,
+           "usage": {"prompt_tokens": 120, "completion_tokens": 30}}})
+}
+
+#[tokio::test]
+async fn a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance() {
+    let model = ScriptedModel::start(
+        json!([rule(
+            "Lisbon",
+            answer(vec![add("Dana lives in Lisbon", &["turn_1"])])
+        )]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    capture(&backend, "t1", &["Hi, I'm Dana and I live in Lisbon."]).await;
+    // The capture committed a job and called no model.
+    assert!(model.requests().is_empty());
+    let figures = backend.queue_figures("2000-01-01").await.unwrap();
+    assert_eq!((figures.queued, figures.done), (1, 0));
+    assert!(backend
+        .list_facts(&dana("t1"), true)
+        .await
+        .unwrap()
+        .is_empty());
+
+    let report = distiller(&backend, &settings(&model))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.applied, report.parked, report.facts_added),
+        (1, 0, 1)
+    );
+
+    let facts = backend.list_facts(&dana("t1"), true).await.unwrap();
+    assert_eq!(facts.len(), 1);
+    let fact = &facts[0];
+    assert_eq!(fact.text, "Dana lives in Lisbon");
+    assert_eq!(fact.origin, FactOrigin::Distilled);
+    assert_eq!(fact.sources, vec!["turn_1".to_owned()]);
+    assert_eq!(fact.thread.as_deref(), Some("t1"));
+    assert_eq!(fact.confidence, 0.9);
+    assert_eq!(fact.changed_by, memgate_core::ChangedBy::Model);
+    assert!(fact.said_at.is_some() && fact.valid_to.is_none());
+
+    // The request asked for structured output and carried the turn as data.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0]["response_format"]["type"], "json_schema");
+    assert!(requests[0]["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("turn_1"));
+    // The endpoint's usage is what is counted.
+    let day = &memgate_core::time::now_rfc3339()[..10];
+    assert_eq!(backend.tokens_used(day).await.unwrap(), 150);
+
+    // With a query, the distilled fact ranks beside the turns.
+    let hits = backend
+        .search(&dana("t1"), &SearchQuery::new("where does Dana live"))
+        .await
+        .unwrap();
+    let hit = hits
+        .iter()
+        .find(|h| h.id == fact.id)
+        .expect("the fact is found");
+    assert_eq!(hit.content, "Dana lives in Lisbon (from turn_1)");
+    let recall = backend
+        .recall(&RecallRequest {
+            caller: dana("t2"),
+            query: Some("Lisbon".into()),
+        })
+        .await
+        .unwrap();
+    assert!(
+        recall.text.contains("Dana lives in Lisbon"),
+        "{}",
+        recall.text
+    );
+    assert!(
+        recall.text.contains("Dana lives in Lisbon (from turn_1)"),
+        "the fact's line names its source: {}",
+        recall.text
+    );
+}
+
+#[tokio::test]
+async fn supersede_closes_the_old_version_and_keeps_it_in_history() {
+    let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
+        "text": "Dana lives in Porto", "confidence": 0.8, "sources": ["turn_2"]});
+    let model = ScriptedModel::start(
+        json!([
+            rule("Porto", answer(vec![supersede])),
+            rule(
+                "Lisbon",
+                answer(vec![add("Dana lives in Lisbon", &["turn_1"])])
+            ),
+        ]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    let run = distiller(&backend, &settings(&model));
+    capture(&backend, "t1", &["I live in Lisbon."]).await;
+    run.run_until_idle().await.unwrap();
+    capture(
+        &backend,
+        "t1",
+        &[
+            "I live in Lisbon.",
+            "We moved to Porto, Lisbon is behind us.",
+        ],
+    )
+    .await;
+    let report = run.run_until_idle().await.unwrap();
+    assert_eq!((report.applied, report.facts_superseded), (1, 1));
+
+    let caller = dana("t1");
+    let old = backend.get_fact(&caller, "mem_1").await.unwrap();
+    assert_eq!(old.state, FactState::Retired);
+    assert_eq!(old.superseded_by.as_deref(), Some("mem_2"));
+    assert!(old.valid_to.is_some());
+    assert!(!old.is_current());
+    let new = backend.get_fact(&caller, "mem_2").await.unwrap();
+    assert!(new.is_current());
+    assert_eq!(new.valid_to, None);
+    // The old fact's whole history is kept: the model closed it, never deleted it.
+    let history = backend.store().fact_history(&caller, "mem_1").unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0].text, "Dana lives in Lisbon");
+    assert_eq!(history[1].state, FactState::Retired);
+    assert_eq!(history[1].changed_by, memgate_core::ChangedBy::Model);
+    // Only the current fact is current: the superseded one is not searched.
+    let current = backend.list_facts(&caller, false).await.unwrap();
+    assert_eq!(
+        current.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+        ["mem_2"]
+    );
+    let hits = backend
+        .search(&caller, &SearchQuery::new("Dana lives"))
+        .await
+        .unwrap();
+    assert!(hits.iter().all(|h| h.id != "mem_1"), "{hits:?}");
+    // Nor in a new conversation's block (no query): the current fact is
+    // among the standing memories it opens with, the closed one is not.
+    let block = backend
+        .recall(&RecallRequest {
+            caller: dana("t9"),
+            query: None,
+        })
+        .await
+        .unwrap();
+    assert!(block.text.contains("[mem_2]"), "{}", block.text);
+    assert!(!block.text.contains("[mem_1]"), "{}", block.text);
+}
+
+#[tokio::test]
+async fn answers_that_cannot_be_used_are_parked_with_their_reason_and_nothing_is_half_applied() {
+    let two_ops = |turn: &str, last: Value| answer(vec![add("Dana plays chess", &[turn]), last]);
+    let model = ScriptedModel::start(
+        json!([
+            // The one repair round gets garbage again.
+            rule("cannot be used", "still no idea".to_owned()),
+            rule("GARBAGE", "I am not sure what you mean.".to_owned()),
+            rule(
+                "CHATTER",
+                format!(
+                    "Sure! ```json\n{}\n``` Done.",
+                    answer(vec![add("Dana bakes bread", &["turn_2"])])
+                )
+            ),
+            rule(
+                "TRUNCATED",
+                "{\"operations\": [{\"op\": \"add\", \"text\": \"Dana".to_owned()
+            ),
+            rule(
+                "UNKNOWN-TURN",
+                two_ops("turn_4", add("Dana swims", &["turn_999"]))
+            ),
+            rule(
+                "MISSING-FACT",
+                two_ops(
+                    "turn_5",
+                    json!({"op": "supersede", "fact": "mem_77",
+                "kind": "fact", "text": "x", "confidence": 0.5, "sources": ["turn_5"]})
+                )
+            ),
+        ]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    for (thread, text) in [
+        ("garbage", "GARBAGE I play chess."),
+        ("chatter", "CHATTER I bake bread."),
+        ("truncated", "TRUNCATED I play chess."),
+        ("unknown", "UNKNOWN-TURN I play chess."),
+        ("missing", "MISSING-FACT I play chess."),
+    ] {
+        capture(&backend, thread, &[text]).await;
+    }
+    let report = distiller(&backend, &settings(&model))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!((report.applied, report.parked), (1, 4), "{report:?}");
+
+    let parked = backend.parked_jobs().await.unwrap();
+    let reason = |thread: &str| {
+        parked
+            .iter()
+            .find(|p| p.thread == thread)
+            .map(|p| p.reason.clone())
+            .unwrap_or_else(|| panic!("{thread} was not parked: {parked:?}"))
+    };
+    assert!(
+        reason("garbage").contains("holds no JSON object), nor after one repair round"),
+        "{}",
+        reason("garbage")
+    );
+    assert!(
+        reason("truncated").contains("not closed (truncated?)), nor after one repair round"),
+        "{}",
+        reason("truncated")
+    );
+    assert!(
+        reason("unknown").contains("`turn_999` is not one of the new turns"),
+        "{}",
+        reason("unknown")
+    );
+    assert!(
+        reason("missing").contains("`mem_77` is not one of the current facts shown"),
+        "{}",
+        reason("missing")
+    );
+    // The first operation of a parked job was not applied either: the
+    // scope holds the chatter job's fact only.
+    let facts = backend.list_facts(&dana("any"), true).await.unwrap();
+    let held: Vec<(&str, Option<&str>)> = facts
+        .iter()
+        .map(|f| (f.text.as_str(), f.thread.as_deref()))
+        .collect();
+    assert_eq!(held, [("Dana bakes bread", Some("chatter"))]);
+    // Parked jobs are retryable: queued again, they are tried again.
+    assert_eq!(backend.retry_parked(None).await.unwrap(), 4);
+    assert_eq!(backend.queue_figures("x").await.unwrap().queued, 4);
+}
+
+#[tokio::test]
+async fn a_distilled_fact_never_overrides_an_explicit_one() {
+    let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
+        "text": "Dana lives in Porto", "confidence": 0.8, "sources": ["turn_1"]});
+    let model = ScriptedModel::start(
+        json!([rule(
+            "Porto",
+            answer(vec![add("Dana has a cat", &["turn_1"]), supersede])
+        )]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    let saved = backend
+        .remember(
+            &dana("t1"),
+            &RememberRequest::new("fact", "Dana lives in Lisbon").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(saved, RememberOutcome::Stored { .. }));
+    capture(&backend, "t1", &["Dana moved from Lisbon to Porto."]).await;
+    let report = distiller(&backend, &settings(&model))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(report.parked, 1);
+    let reason = &backend.parked_jobs().await.unwrap()[0].reason;
+    assert!(
+        reason.contains("never overrides an explicit one"),
+        "{reason}"
+    );
+    let explicit = backend.get_fact(&dana("t1"), "mem_1").await.unwrap();
+    assert!(explicit.is_current() && explicit.version == 1);
+    // The job's other operation was not applied either: one transaction.
+    assert_eq!(
+        backend.list_facts(&dana("t1"), true).await.unwrap().len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_then_parked_and_a_hang_is_cut_at_the_timeout() {
+    let model = ScriptedModel::start(
+        json!([
+            {"when": {"user_contains": "RATE"}, "times": 1, "reply": {"status": 429}},
+            rule("RATE", answer(vec![add("Dana runs", &["turn_1"])])),
+            {"when": {"user_contains": "DOWN"}, "reply": {"status": 503}},
+            {"when": {"user_contains": "HANG"}, "reply": {"content": "{}", "pause_seconds": 3}},
+        ]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    capture(&backend, "rate", &["RATE I run every morning."]).await;
+    capture(&backend, "down", &["DOWN I like jazz."]).await;
+    capture(&backend, "hang", &["HANG I like rain."]).await;
+    let started = Instant::now();
+    let report = distiller(&backend, &settings(&model))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.applied, report.parked, report.retried),
+        (1, 2, 3),
+        "{report:?}"
+    );
+    let parked = backend.parked_jobs().await.unwrap();
+    let reason = |thread: &str| {
+        parked
+            .iter()
+            .find(|p| p.thread == thread)
+            .unwrap()
+            .reason
+            .clone()
+    };
+    assert!(
+        reason("down").contains("gave up after 2 attempts: endpoint answered 503"),
+        "{}",
+        reason("down")
+    );
+    assert!(
+        reason("hang").contains("did not answer within 400 ms"),
+        "{}",
+        reason("hang")
+    );
+    assert_eq!(parked.iter().map(|p| p.attempts).max(), Some(2));
+    assert_eq!(
+        backend.list_facts(&dana("rate"), false).await.unwrap()[0].text,
+        "Dana runs"
+    );
+    // Two hung calls of 400 ms, not two of 3 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_job_replayed_after_a_crash_adds_nothing_twice() {
+    let model = ScriptedModel::start(
+        json!([rule(
+            "chess",
+            answer(vec![add("Dana plays chess", &["turn_1"])])
+        )]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    capture(&backend, "t1", &["I play chess."]).await;
+    let job = backend.next_jobs(1, &[]).await.unwrap().remove(0);
+    let run = distiller(&backend, &settings(&model));
+    assert_eq!(run.run_until_idle().await.unwrap().applied, 1);
+    // The same job, applied again (a worker that died after the commit and
+    // before it knew), writes nothing.
+    let ops = vec![memgate_core::distill::Operation::Add(
+        memgate_core::distill::ProposedFact {
+            kind: "fact".into(),
+            text: "Dana plays chess in the park".into(),
+            confidence: 0.5,
+            sources: vec!["turn_1".into()],
+        },
+    )];
+    let again = backend.apply(&job, &ops).await.unwrap();
+    assert!(again.replayed && again.added == 0);
+    assert_eq!(
+        backend.list_facts(&dana("t1"), true).await.unwrap().len(),
+        1
+    );
+    // Nothing is left to run, so a second run asks the model nothing.
+    let calls = model.requests().len();
+    assert_eq!(run.run_until_idle().await.unwrap().applied, 0);
+    assert_eq!(model.requests().len(), calls);
+}
+
+#[tokio::test]
+async fn a_store_reopened_with_jobs_queued_runs_them_in_the_background() {
+    let model = ScriptedModel::start(
+        json!([rule(
+            "tea",
+            answer(vec![add("Dana prefers tea", &["turn_1"])])
+        )]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let backend = open(dir.path());
+        capture(&backend, "t1", &["I prefer tea."]).await;
+        assert!(backend.shutdown(Duration::from_secs(5)).await);
+    }
+    let backend = open(dir.path());
+    assert_eq!(backend.queue_figures("x").await.unwrap().queued, 1);
+    let mut worker = Worker::start(distiller(&backend, &settings(&model))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while backend
+        .list_facts(&dana("t1"), false)
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the queued job did not run");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(worker.stop(Duration::from_secs(5)));
+    let figures = worker.stats().figures();
+    let applied = figures
+        .iter()
+        .find(|f| f.name == "memgate_distill_jobs_applied_total")
+        .unwrap();
+    assert_eq!(applied.value, 1);
+    assert_eq!(backend.queue_figures("x").await.unwrap().queued, 0);
+}
+
+#[tokio::test]
+async fn secrets_in_a_captured_turn_and_the_endpoint_key_never_reach_the_prompt_or_a_reason() {
+    const SECRET: &str = "sk-proj-q8Zt3LmN0vXr5YpK2wHc9JbD4sFg7TaE1uQi6oWx-Rk_VnM3hPz8LcB2yAd5GfS0";
+    const KEY: &str = "sk-distill-wrong-key-7781";
+    let model = ScriptedModel::start(
+        json!([rule("deploy", answer(vec![]))]),
+        &["--require-key", "the-right-key"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    capture(
+        &backend,
+        "t1",
+        &[&format!("Use {SECRET} to deploy the billing service.")],
+    )
+    .await;
+    let mut settings = settings(&model);
+    settings.api_key_env = Some("DISTILL_KEY".into());
+    let env: EnvSource = Arc::new(|k| (k == "DISTILL_KEY").then(|| KEY.to_owned()));
+    let queue: Arc<dyn DistillQueue> = backend.clone();
+    let run = Arc::new(memgate_distill::distiller(queue, &settings, &env).unwrap());
+    let report = run.run_until_idle().await.unwrap();
+    // The server refuses the key (and echoes it in its error body): parked,
+    // and the reason names the status only.
+    assert_eq!(report.parked, 1);
+    let reason = &backend.parked_jobs().await.unwrap()[0].reason;
+    assert!(reason.contains("401") && !reason.contains(KEY), "{reason}");
+    let sent = model.requests();
+    assert_eq!(sent.len(), 1);
+    let body = sent[0].to_string();
+    assert!(!body.contains(SECRET) && !body.contains(KEY), "{body}");
+    assert!(body.contains("[redacted:api_key]"), "{body}");
+}
+
+#[tokio::test]
+async fn erasure_follows_provenance() {
+    let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
+        "text": "Dana's dog is called Rex and is two", "confidence": 0.8, "sources": ["turn_3"]});
+    let model = ScriptedModel::start(
+        json!([
+            rule("two now", answer(vec![supersede])),
+            rule(
+                "dog",
+                answer(vec![add("Dana's dog is called Rex", &["turn_1"])])
+            ),
+            rule(
+                "violin",
+                answer(vec![add("Dana plays the violin", &["turn_2"])])
+            ),
+        ]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    let run = distiller(&backend, &settings(&model));
+    capture(&backend, "pets", &["My dog is called Rex."]).await;
+    capture(&backend, "music", &["I play the violin."]).await;
+    run.run_until_idle().await.unwrap();
+    capture(
+        &backend,
+        "pets",
+        &["My dog is called Rex.", "Rex is two now."],
+    )
+    .await;
+    run.run_until_idle().await.unwrap();
+    let facts = backend.list_facts(&dana("x"), true).await.unwrap();
+    assert_eq!(facts.len(), 3, "{facts:?}");
+
+    // Forgetting a thread erases the distilled facts resting only on it,
+    // each with its history; the other thread's fact stays.
+    let report = backend
+        .forget(&dana("pets"), &ForgetTarget::Thread)
+        .await
+        .unwrap();
+    assert_eq!(report.facts, 2, "{report:?}");
+    let left = backend.list_facts(&dana("x"), true).await.unwrap();
+    assert_eq!(
+        left.iter().map(|f| f.text.as_str()).collect::<Vec<_>>(),
+        ["Dana plays the violin"]
+    );
+
+    // Forgetting a fact erases every version of it.
+    let id = left[0].id.clone();
+    let report = backend
+        .forget(&dana("music"), &ForgetTarget::Fact { id: id.clone() })
+        .await
+        .unwrap();
+    assert_eq!((report.facts, report.versions), (1, 1));
+    assert!(backend.get_fact(&dana("music"), &id).await.is_err());
+}
+
+#[tokio::test]
+async fn the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store() {
+    let model = ScriptedModel::start(json!([rule("garden", answer(vec![]))]), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    for i in 0..40 {
+        let text = format!("Dana's garden plot {i} grows tomatoes");
+        let request = RememberRequest::new("fact", &text).unwrap();
+        backend.remember(&dana("t1"), &request).await.unwrap();
+    }
+    for i in 0..40 {
+        let text = format!("Dana owns a bicycle number {i}");
+        let request = RememberRequest::new("fact", &text).unwrap();
+        backend.remember(&dana("t1"), &request).await.unwrap();
+    }
+    capture(&backend, "t1", &["My garden tomatoes are ripe."]).await;
+    let mut settings = settings(&model);
+    settings.related_facts = 5;
+    distiller(&backend, &settings)
+        .run_until_idle()
+        .await
+        .unwrap();
+    let sent = model.requests();
+    let data: Value =
+        serde_json::from_str(sent[0]["messages"][1]["content"].as_str().unwrap()).unwrap();
+    let shown = data["current_facts"].as_array().unwrap();
+    assert_eq!(shown.len(), 5, "{shown:?}");
+    assert!(
+        shown
+            .iter()
+            .all(|f| f["text"].as_str().unwrap().contains("garden")),
+        "the related facts, not the newest: {shown:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day() {
+    let model = ScriptedModel::start(
+        json!([{"when": {"always": true}, "reply": {"content": answer(vec![]),
+                "usage": {"prompt_tokens": 1500, "completion_tokens": 0}}}]),
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = open(dir.path());
+    capture(&backend, "big", &[&"word ".repeat(3_000)]).await;
+    capture(&backend, "small1", &["I like tea."]).await;
+    capture(&backend, "small2", &["I like cake."]).await;
+    let mut settings = settings(&model);
+    settings.max_job_tokens = 1_000;
+    settings.max_daily_tokens = 1_000;
+    let report = distiller(&backend, &settings)
+        .run_until_idle()
+        .await
+        .unwrap();
+    // The oversized job is parked without a call; the first small one spends
+    // the day's budget (the endpoint reported 1500), the second waits queued.
+    assert_eq!((report.parked, report.applied), (1, 1), "{report:?}");
+    assert!(report.over_budget);
+    let parked = backend.parked_jobs().await.unwrap();
+    assert_eq!(parked[0].thread, "big");
+    assert!(
+        parked[0].reason.contains("max_job_tokens"),
+        "{}",
+        parked[0].reason
+    );
+    assert_eq!(model.requests().len(), 1);
+    assert_eq!(backend.queue_figures("x").await.unwrap().queued, 1);
+}
