@@ -35,7 +35,8 @@ pub async fn guard(State(token_set): State<bool>, request: Request, next: Next) 
         ("content-security-policy", CONTENT_SECURITY_POLICY),
         ("x-content-type-options", "nosniff"),
         ("x-frame-options", "DENY"),
-        ("referrer-policy", "no-referrer"),
+        // `no-referrer` would make Chrome send `Origin: null` on our own forms.
+        ("referrer-policy", "same-origin"),
         ("cache-control", "no-store"),
         ("cross-origin-opener-policy", "same-origin"),
         ("cross-origin-resource-policy", "same-origin"),

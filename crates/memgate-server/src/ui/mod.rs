@@ -53,6 +53,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(
         .route("/ui", get(pages::overview))
         .route("/ui/", get(pages::overview))
         .route("/ui/assets/ui.css", get(pages::stylesheet))
+        .route("/ui/assets/icon.svg", get(pages::icon))
         .route("/ui/login", post(pages::login))
         .route("/ui/logout", post(pages::logout))
         .route("/ui/principal", post(pages::choose_principal))

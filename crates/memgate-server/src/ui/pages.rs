@@ -22,6 +22,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 const STYLESHEET: &str = include_str!("assets/ui.css");
+const ICON: &str = include_str!("assets/icon.svg");
 
 /// How many search results a search page shows.
 const SEARCH_RESULTS: usize = 20;
@@ -150,6 +151,10 @@ pub(super) async fn stylesheet() -> Response {
         STYLESHEET,
     )
         .into_response()
+}
+
+pub(super) async fn icon() -> Response {
+    ([(header::CONTENT_TYPE, "image/svg+xml")], ICON).into_response()
 }
 
 #[derive(Deserialize)]

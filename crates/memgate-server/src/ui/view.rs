@@ -26,6 +26,7 @@ pub fn page(title: &str, frame: &Frame<'_>, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · memgate" }
                 link rel="stylesheet" href="/ui/assets/ui.css";
+                link rel="icon" href="/ui/assets/icon.svg";
             }
             body {
                 header {
@@ -70,6 +71,7 @@ pub fn login(csrf: &str, refused: bool) -> Markup {
                 meta charset="utf-8";
                 title { "Sign in · memgate" }
                 link rel="stylesheet" href="/ui/assets/ui.css";
+                link rel="icon" href="/ui/assets/icon.svg";
             }
             body {
                 main {
