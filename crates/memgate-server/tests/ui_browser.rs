@@ -10,6 +10,7 @@ use memgate_core::MemoryBackend;
 use memgate_server::{router, ServerState};
 use memgate_store::{LocalBackend, LocalConfig};
 use serde_json::{json, Value};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -46,7 +47,9 @@ impl Browser {
     async fn start() -> Browser {
         let chromedriver = on_path("chromedriver").unwrap_or_else(|| panic!("{NEEDS_BROWSER}"));
         let port = free_port();
+        // Its own process group, so the browser it starts goes with it.
         let driver = Command::new(chromedriver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -66,7 +69,7 @@ impl Browser {
         let mut options = json!({
             "args": [
                 "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--window-size=1280,900",
+                "--no-first-run", "--window-size=1280,900", "--disable-breakpad",
                 format!("--user-data-dir={}", profile.path().display()),
             ],
         });
@@ -170,10 +173,7 @@ impl Browser {
     }
 
     async fn finish(self) {
-        let _ = self.client.close().await;
-        let mut driver = self.driver;
-        let _ = driver.kill();
-        let _ = driver.wait();
+        let _ = self.client.clone().close().await;
     }
 
     async fn fill(&self, css: &str, text: &str) {
@@ -208,6 +208,17 @@ impl Browser {
         self.fill("input[name=user]", user).await;
         self.fill("input[name=agent]", agent).await;
         self.press("form[action='/ui/principal'] button").await;
+    }
+}
+
+/// Ends chromedriver and every browser process it started, also when a
+/// test fails half-way.
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .status();
+        let _ = self.driver.wait();
     }
 }
 
