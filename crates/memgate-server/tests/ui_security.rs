@@ -12,79 +12,12 @@ use memgate_core::{
 };
 use memgate_server::auth::BearerToken;
 use memgate_server::ui::CONTENT_SECURITY_POLICY;
-use memgate_server::{router, ServerState};
+use memgate_server::ServerState;
 use memgate_store::{LocalBackend, LocalConfig};
 use std::sync::Arc;
+use ui_common::{browse_alice, client, get, post, read, spawn};
 
-async fn spawn(state: ServerState) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
-    format!("http://{addr}")
-}
-
-struct Page {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: String,
-}
-
-impl Page {
-    /// The session cookie the server set, as a `Cookie` header value.
-    fn cookie(&self) -> String {
-        let set = self.headers["set-cookie"].to_str().unwrap();
-        set.split(';').next().unwrap().to_owned()
-    }
-
-    fn csrf(&self) -> String {
-        let at = self
-            .body
-            .find("name=\"csrf\" value=\"")
-            .expect("a CSRF field")
-            + 19;
-        self.body[at..at + 64].to_owned()
-    }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
-async fn read(response: reqwest::Response) -> Page {
-    Page {
-        status: response.status().as_u16(),
-        headers: response.headers().clone(),
-        body: response.text().await.unwrap(),
-    }
-}
-
-async fn get(base: &str, path: &str, cookie: Option<&str>) -> Page {
-    let mut request = client().get(format!("{base}{path}"));
-    if let Some(cookie) = cookie {
-        request = request.header("cookie", cookie);
-    }
-    read(request.send().await.unwrap()).await
-}
-
-async fn post(
-    base: &str,
-    path: &str,
-    cookie: Option<&str>,
-    fields: &[(&str, &str)],
-    headers: &[(&str, &str)],
-) -> Page {
-    let mut request = client().post(format!("{base}{path}")).form(fields);
-    if let Some(cookie) = cookie {
-        request = request.header("cookie", cookie);
-    }
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    read(request.send().await.unwrap()).await
-}
+mod ui_common;
 
 fn alice() -> Caller {
     Caller::new("alice").with_agent("helper")
@@ -113,23 +46,6 @@ async fn local_with_a_fact_and_a_thread(dir: &std::path::Path) -> (Arc<LocalBack
         .await
         .unwrap();
     (local, citation.as_str().to_owned())
-}
-
-/// A signed-in session that browses alice/helper: (cookie, csrf).
-async fn browse_alice(base: &str) -> (String, String) {
-    let first = get(base, "/ui", None).await;
-    assert_eq!(first.status, 200, "{}", first.body);
-    let (cookie, csrf) = (first.cookie(), first.csrf());
-    let chosen = post(
-        base,
-        "/ui/principal",
-        Some(&cookie),
-        &[("csrf", &csrf), ("user", "alice"), ("agent", "helper")],
-        &[],
-    )
-    .await;
-    assert_eq!(chosen.status, 303, "{}", chosen.body);
-    (cookie, csrf)
 }
 
 #[tokio::test]
