@@ -57,6 +57,12 @@ async fn postgres_shows_facts_and_threads_and_erases_a_thread() {
     .await;
 
     let (cookie, csrf) = browse_alice(&base).await;
+    let overview = get(&base, "/ui", Some(&cookie)).await;
+    assert!(
+        overview.body.contains("1 (user, agent) scopes"),
+        "{}",
+        overview.body
+    );
     let facts = get(&base, "/ui/facts", Some(&cookie)).await;
     assert_eq!(facts.status, 200);
     assert!(
@@ -115,6 +121,14 @@ async fn openviking_shows_recall_and_health_and_501_panels_for_the_rest() {
     let base = spawn(ServerState::new(AssembledBackend::with_defaults(backend))).await;
     let (cookie, csrf) = browse_alice(&base).await;
 
+    let overview = get(&base, "/ui", Some(&cookie)).await;
+    assert!(
+        overview
+            .body
+            .contains("Listing who this store holds memory for</b>: not supported"),
+        "{}",
+        overview.body
+    );
     let health = get(&base, "/ui/health", Some(&cookie)).await;
     assert_eq!(health.status, 200);
     assert!(

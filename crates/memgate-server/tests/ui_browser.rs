@@ -205,9 +205,9 @@ impl Browser {
     /// Chooses whose memory to browse, on the overview.
     async fn browse(&self, base: &str, user: &str, agent: &str) {
         self.client.goto(&format!("{base}/ui")).await.unwrap();
-        self.fill("input[name=user]", user).await;
-        self.fill("input[name=agent]", agent).await;
-        self.press("form[action='/ui/principal'] button").await;
+        self.fill("#choose input[name=user]", user).await;
+        self.fill("#choose input[name=agent]", agent).await;
+        self.press("#choose button").await;
     }
 }
 
@@ -318,7 +318,12 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
     .await;
 
     let browser = Browser::start().await;
-    browser.browse(base, "alice-7731", "helper-4410").await;
+    // Who: the store's users and their agents, chosen with a click.
+    browser.client.goto(&format!("{base}/ui")).await.unwrap();
+    let users = browser.texts("li.user b").await;
+    assert_eq!(users, vec![("alice-7731".to_owned(), 0)]);
+    browser.press("li.user button.agent").await;
+    assert_eq!(browser.texts("#principal-agent").await[0].0, "helper-4410");
     let facts = browser.texts("article.fact p.text").await;
     let texts: Vec<&str> = facts.iter().map(|(t, _)| t.as_str()).collect();
     assert!(
@@ -526,7 +531,25 @@ async fn hostile_memory_renders_as_text_and_runs_nothing() {
     let mut expected: Vec<String> = HOSTILE.iter().map(|t| t.to_string()).collect();
     expected.sort();
 
+    // Hostile names too: ids are host-chosen text.
+    let (evil_user, evil_agent) = (
+        "<script>alert('u1')</script>",
+        "\"><img src=x onerror=alert('a1')>",
+    );
+    api(
+        base,
+        "/v1/remember",
+        json!({"caller": {"user": evil_user, "agent": evil_agent}, "text": "x"}),
+    )
+    .await;
+
     let browser = Browser::start().await;
+    browser.client.goto(&format!("{base}/ui")).await.unwrap();
+    let users = browser.texts("li.user b").await;
+    assert!(users.contains(&(evil_user.to_owned(), 0)), "{users:?}");
+    let agents = browser.texts("li.user button.agent").await;
+    assert!(agents.contains(&(evil_agent.to_owned(), 0)), "{agents:?}");
+    browser.assert_no_script_ran("overview").await;
     browser.browse(base, "mallory", "a").await;
     let mut shown: Vec<(String, u64)> = browser.texts("article.fact p.text").await;
     shown.sort();

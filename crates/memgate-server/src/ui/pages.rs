@@ -16,13 +16,16 @@ use maud::{html, Markup};
 use memgate_core::identity::id_defect;
 use memgate_core::{
     Caller, FactPatch, FactState, ForgetReport, ForgetTarget, MemoryBackend, MemoryError,
-    MemoryExport, RecallRequest, SearchQuery, WarmStatus,
+    MemoryExport, RecallRequest, SearchQuery, StoredScope, WarmStatus,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
 const STYLESHEET: &str = include_str!("assets/ui.css");
 const ICON: &str = include_str!("assets/icon.svg");
+
+/// How many (user, agent) scopes the overview lists.
+const MAX_LISTED_SCOPES: usize = 1000;
 
 /// How many search results a search page shows.
 const SEARCH_RESULTS: usize = 20;
@@ -210,12 +213,22 @@ pub(super) async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Respon
     let visit = try_page!(ui.visit(&headers));
     let current = visit.session.principal.clone();
     let caps = ui.backend.capabilities();
+    let stored = ui.backend.stored_scopes(MAX_LISTED_SCOPES).await;
+    let csrf = &visit.session.csrf;
     let body = html! {
         section {
             h2 { "Whose memory" }
-            p { "The contract has no listing of the principals a store holds; name the user (and agent) to browse. They stay in this session, never in a URL." }
-            form method="post" action="/ui/principal" {
-                (view::csrf_field(&visit.session.csrf))
+            @match &stored {
+                Ok(scopes) => {
+                    p { (scopes.len()) " (user, agent) scopes in this store"
+                        @if scopes.len() == MAX_LISTED_SCOPES { " (the first " (MAX_LISTED_SCOPES) ")" } "." }
+                    (scope_list(csrf, scopes))
+                }
+                Err(e) => { (view::problem(ui.backend.name(), "Listing who this store holds memory for", e)) }
+            }
+            p { "Or name the user (and agent) to browse. The choice stays in this session, never in a URL." }
+            form #choose method="post" action="/ui/principal" {
+                (view::csrf_field(csrf))
                 label { "User " input type="text" name="user" required value=[current.as_ref().map(|p| p.user.as_str())]; }
                 label { "Agent " input type="text" name="agent" placeholder="(default agent)" value=[current.as_ref().and_then(|p| p.agent.as_deref())]; }
                 button type="submit" { "Browse" }
@@ -237,6 +250,35 @@ pub(super) async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Respon
         }
     };
     ui.render(&visit, StatusCode::OK, "Overview", body)
+}
+
+/// Users, each with a button per agent that chooses it (a POST: the names
+/// never go into a URL).
+fn scope_list(csrf: &str, scopes: &[StoredScope]) -> Markup {
+    let mut users: BTreeMap<&str, Vec<Option<&str>>> = BTreeMap::new();
+    for scope in scopes {
+        users
+            .entry(scope.user.as_str())
+            .or_default()
+            .push(scope.agent.as_deref());
+    }
+    html! {
+        ul.scopes {
+            @for (user, agents) in &users {
+                li.user {
+                    b { (user) }
+                    @for agent in agents {
+                        form.inline method="post" action="/ui/principal" {
+                            (view::csrf_field(csrf))
+                            input type="hidden" name="user" value=(user);
+                            input type="hidden" name="agent" value=(agent.unwrap_or(""));
+                            button.agent type="submit" { (agent.unwrap_or("(default agent)")) }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn capabilities(caps: &memgate_core::Capabilities) -> Markup {
