@@ -182,14 +182,35 @@ impl Browser {
         field.send_keys(text).await.unwrap();
     }
 
+    /// Clicks a form's button and waits for the page it leads to (a new
+    /// document: the old one's marker is gone and the new one has loaded).
     async fn press(&self, css: &str) {
+        let element = self.client.find(Locator::Css(css)).await.unwrap();
+        self.click_and_wait(element).await;
+    }
+
+    /// Clicks `element` (a link or a form's button) and waits for the new page.
+    async fn click_and_wait(&self, element: fantoccini::elements::Element) {
         self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap()
-            .click()
+            .execute("window.__memgateOldPage = true", vec![])
             .await
             .unwrap();
+        element.click().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let loaded = self
+                .client
+                .execute(
+                    "return window.__memgateOldPage === undefined && document.readyState === 'complete'",
+                    vec![],
+                )
+                .await;
+            if loaded.is_ok_and(|v| v == json!(true)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no new page within 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn body_text(&self) -> String {
@@ -367,12 +388,8 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
     let mut opened = false;
     for card in cards {
         if card.text().await.unwrap().contains("green tea") {
-            card.find(Locator::Css("a.open"))
-                .await
-                .unwrap()
-                .click()
-                .await
-                .unwrap();
+            let open = card.find(Locator::Css("a.open")).await.unwrap();
+            browser.click_and_wait(open).await;
             opened = true;
             break;
         }
@@ -411,25 +428,21 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
         .goto(&format!("{base}/ui/threads"))
         .await
         .unwrap();
-    browser
+    let link = browser
         .client
         .find(Locator::LinkText("trip-thread-5512"))
         .await
-        .unwrap()
-        .click()
-        .await
         .unwrap();
+    browser.click_and_wait(link).await;
     let turns = browser.texts("li.turn p.text").await;
     assert_eq!(turns.len(), 2, "{turns:?}");
     assert!(turns[0].0.contains("platypus5519"));
-    browser
+    let link = browser
         .client
         .find(Locator::LinkText("Forget this thread"))
         .await
-        .unwrap()
-        .click()
-        .await
         .unwrap();
+    browser.click_and_wait(link).await;
     let confirm = browser.body_text().await;
     assert!(
         confirm.contains("trip-thread-5512"),
@@ -596,14 +609,8 @@ async fn hostile_memory_renders_as_text_and_runs_nothing() {
         .goto(&format!("{base}/ui/threads"))
         .await
         .unwrap();
-    browser
-        .client
-        .find(Locator::LinkText("xss"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    let link = browser.client.find(Locator::LinkText("xss")).await.unwrap();
+    browser.click_and_wait(link).await;
     let mut turns = browser.texts("li.turn p.text").await;
     turns.sort();
     assert_eq!(

@@ -8,7 +8,7 @@ use super::session::{clear_cookie, same_token, set_cookie, Principal, Session};
 use super::view::{self, Frame};
 use super::Ui;
 use crate::error::status_of;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
@@ -26,6 +26,9 @@ const ICON: &str = include_str!("assets/icon.svg");
 
 /// How many (user, agent) scopes the overview lists.
 const MAX_LISTED_SCOPES: usize = 1000;
+
+/// Facts or threads per page.
+const PAGE_SIZE: usize = 100;
 
 /// How many search results a search page shows.
 const SEARCH_RESULTS: usize = 20;
@@ -333,14 +336,46 @@ pub(super) async fn choose_principal(
     Redirect::to("/ui/facts").into_response()
 }
 
-pub(super) async fn facts(State(ui): State<Ui>, headers: HeaderMap) -> Response {
+/// `?page=N` of a long list (a number only: nothing identifying).
+#[derive(Deserialize)]
+pub(super) struct Paging {
+    #[serde(default)]
+    page: usize,
+}
+
+/// The links between pages of a list of `total` entries.
+fn pager(path: &str, page: usize, total: usize) -> Markup {
+    let pages = total.div_ceil(PAGE_SIZE).max(1);
+    html! {
+        @if pages > 1 {
+            nav.pager {
+                @if page > 0 { a rel="prev" href={ (path) "?page=" (page - 1) } { "Previous" } " " }
+                "page " (page + 1) " of " (pages)
+                @if page + 1 < pages { " " a rel="next" href={ (path) "?page=" (page + 1) } { "Next" } }
+            }
+        }
+    }
+}
+
+pub(super) async fn facts(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Query(paging): Query<Paging>,
+) -> Response {
     let visit = try_page!(ui.visit(&headers));
     let caller = try_page!(principal(&ui, &visit, "Facts"));
     match ui.backend.list_facts(&caller, true).await {
         Ok(facts) => {
+            let shown = facts
+                .iter()
+                .rev()
+                .skip(paging.page * PAGE_SIZE)
+                .take(PAGE_SIZE);
             let body = html! {
-                p { (facts.len()) " facts (retired ones included, marked)." }
-                @for f in &facts { (view::fact(f, true)) }
+                p { (facts.len()) " facts, newest first (retired ones included, marked)." }
+                (pager("/ui/facts", paging.page, facts.len()))
+                @for f in shown { (view::fact(f, true)) }
+                (pager("/ui/facts", paging.page, facts.len()))
             };
             ui.render(&visit, StatusCode::OK, "Facts", body)
         }
@@ -573,7 +608,11 @@ fn search_form(csrf: &str) -> Markup {
     }
 }
 
-pub(super) async fn threads(State(ui): State<Ui>, headers: HeaderMap) -> Response {
+pub(super) async fn threads(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Query(paging): Query<Paging>,
+) -> Response {
     let visit = try_page!(ui.visit(&headers));
     let caller = try_page!(principal(&ui, &visit, "Threads"));
     let threads = match turns_by_thread(&ui, &caller).await {
@@ -589,8 +628,9 @@ pub(super) async fn threads(State(ui): State<Ui>, headers: HeaderMap) -> Respons
     let body = html! {
         (search_form(&visit.session.csrf))
         p { (threads.len()) " captured threads." }
+        (pager("/ui/threads", paging.page, threads.len()))
         ul.threads {
-            @for (n, (name, turns)) in threads.iter().enumerate() {
+            @for (n, (name, turns)) in threads.iter().enumerate().skip(paging.page * PAGE_SIZE).take(PAGE_SIZE) {
                 li { a href={ "/ui/threads/" (n) } { (name) } " · " (turns.len()) " turns" }
             }
         }
