@@ -3,9 +3,12 @@
 //! Named fakes for faults a real server cannot be made to produce on
 //! demand (each one binds loopback only and stops when dropped), and the
 //! one way tests find the real servers testkit starts ([`real`]), and a
-//! seeded generator ([`SplitMix`]) for tests and the lab's benchmarks.
+//! seeded generator ([`SplitMix`]) for tests and the lab's benchmarks;
+//! with the `browser` feature, a real headless Chromium ([`browser`]).
 
 pub mod black_hole;
+#[cfg(feature = "browser")]
+pub mod browser;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod real;
