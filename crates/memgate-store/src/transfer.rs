@@ -72,7 +72,6 @@ pub(crate) struct Import {
     turns: Vec<(String, NewTurn)>,
 }
 
-/// Everything `key`'s scope holds, in storage order.
 /// The (user, agent) scopes of the file, by user then agent; the default
 /// agent's empty peer reads as `None`.
 pub(crate) fn stored_scopes(conn: &Connection, limit: usize) -> Result<Vec<StoredScope>> {
@@ -92,6 +91,7 @@ pub(crate) fn stored_scopes(conn: &Connection, limit: usize) -> Result<Vec<Store
     rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db_error)
 }
 
+/// Everything `key`'s scope holds, in storage order.
 pub(crate) fn export(conn: &Connection, key: &ScopeKey) -> Result<MemoryExport> {
     let Some(scope) = key.find(conn)? else {
         return Ok(MemoryExport::new(Vec::new(), Vec::new()));
