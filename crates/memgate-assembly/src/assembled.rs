@@ -20,7 +20,7 @@ use memgate_core::{
     Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact, FactPatch,
     FailurePolicy, Figure, ForgetReport, ForgetTarget, ImportReport, KnownHead, MemoryBackend,
     MemoryError, MemoryExport, Message, Recall, RecallRequest, RememberOutcome, RememberRequest,
-    Result, SearchHit, SearchQuery, WarmStatus,
+    Result, SearchHit, SearchQuery, StoredScope, WarmStatus,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -438,6 +438,11 @@ impl MemoryBackend for AssembledBackend {
 
     async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
         self.run(Operation::Forget, self.inner.forget(caller, target))
+            .await
+    }
+
+    async fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
+        self.run(Operation::Scopes, self.inner.stored_scopes(limit))
             .await
     }
 

@@ -153,6 +153,9 @@ pub struct ServerConfig {
     pub bearer_token_env: String,
     /// Request body limit in bytes, 1 KiB – 64 MiB.
     pub max_body_bytes: usize,
+    /// Serve the memory browser at `/ui` (on by default); `false` makes
+    /// `GET /ui` answer 404.
+    pub ui: bool,
 }
 
 impl Default for ServerConfig {
@@ -161,6 +164,7 @@ impl Default for ServerConfig {
             addr: DEFAULT_ADDR.to_owned(),
             bearer_token_env: DEFAULT_TOKEN_ENV.to_owned(),
             max_body_bytes: 4 * 1024 * 1024,
+            ui: true,
         }
     }
 }
@@ -404,6 +408,18 @@ mod tests {
         assert!(e.contains("memory.manager_class"), "{e}");
         assert!(e.contains("local, openviking, powercontext, noop"), "{e}");
         assert!(e.contains("never falls back"), "{e}");
+    }
+
+    #[test]
+    fn the_memory_browser_is_on_unless_turned_off() {
+        assert!(Config::from_yaml("", "t").unwrap().server.ui);
+        assert!(
+            !Config::from_yaml("server:\n  ui: false\n", "t")
+                .unwrap()
+                .server
+                .ui
+        );
+        assert!(err("server:\n  ui: maybe\n").contains("server.ui"));
     }
 
     #[test]

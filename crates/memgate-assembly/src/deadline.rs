@@ -24,6 +24,8 @@ pub enum Operation {
     Export,
     Import,
     Forget,
+    /// The scopes a store holds (the memory browser's "who").
+    Scopes,
     Warm,
     /// `memgate doctor`'s look at the backend's own state.
     Diagnose,
@@ -44,6 +46,7 @@ impl Operation {
             Self::Export => "export",
             Self::Import => "import",
             Self::Forget => "forget",
+            Self::Scopes => "stored_scopes",
             Self::Warm => "warm",
             Self::Diagnose => "diagnose",
         }

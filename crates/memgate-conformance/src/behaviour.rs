@@ -64,6 +64,38 @@ pub(crate) fn conversation(prefix: &str, n: usize) -> Vec<Message> {
         .collect()
 }
 
+/// The (user, agent) scopes a store holds, for the memory browser: every
+/// user with each agent, the default agent as `None`, ordered, bounded.
+pub async fn stored_scopes_list_users_and_agents_in_order(s: &impl Subject) {
+    let b = s.fresh().await.backend;
+    assert_eq!(b.stored_scopes(10).await.unwrap(), vec![]);
+    stored(
+        &*b,
+        &Caller::new("bob").with_agent("coder"),
+        "bob codes in rust",
+    )
+    .await;
+    stored(&*b, &alice(), "alice likes tea").await;
+    b.capture(&capture(
+        &alice().with_agent("planner"),
+        "t1",
+        vec![Message::human("plan the week")],
+    ))
+    .await
+    .unwrap();
+    let scope = |user: &str, agent: Option<&str>| memgate_core::StoredScope {
+        user: user.to_owned(),
+        agent: agent.map(str::to_owned),
+    };
+    let all = vec![
+        scope("alice", None),
+        scope("alice", Some("planner")),
+        scope("bob", Some("coder")),
+    ];
+    assert_eq!(b.stored_scopes(10).await.unwrap(), all);
+    assert_eq!(b.stored_scopes(2).await.unwrap(), all[..2].to_vec());
+}
+
 pub async fn remember_stores_once_and_cites(s: &impl Subject) {
     let b = s.fresh().await.backend;
     let id = stored(&*b, &alice(), "I prefer tabs over spaces").await;

@@ -112,6 +112,7 @@ macro_rules! conformance_tests {
             common_query_terms_do_not_drown_a_rare_one,
             search_filters_by_kind_before_the_cut_and_validates,
             scopes_are_isolated_by_user_and_peer,
+            stored_scopes_list_users_and_agents_in_order,
             export_import_merges_and_never_duplicates,
             bad_import_names_the_entry_and_stores_nothing,
             concurrent_captures_of_one_thread_store_each_turn_once,

@@ -35,6 +35,16 @@ pub struct Capabilities {
     pub import_export: bool,
 }
 
+/// A (user, agent) scope a store holds memory under: who the memory
+/// browser can show without being told a name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct StoredScope {
+    pub user: String,
+    /// `None`: the default agent.
+    pub agent: Option<String>,
+}
+
 /// The result of a start-up health check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -220,6 +230,14 @@ pub trait MemoryBackend: Send + Sync + 'static {
     async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
         let _ = (caller, target);
         Err(self.unsupported("forget"))
+    }
+
+    /// The (user, agent) scopes the store holds, ordered by user then agent,
+    /// at most `limit`. Backends whose memory lives on a server answer
+    /// `Unsupported`: listing every user is the server's business.
+    async fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
+        let _ = limit;
+        Err(self.unsupported("stored_scopes"))
     }
 
     /// Start-up health check, under the backend's start-up policy.

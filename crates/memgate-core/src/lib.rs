@@ -56,7 +56,9 @@ pub mod time;
 pub mod tool;
 pub mod work;
 
-pub use backend::{Capabilities, Diagnostic, Figure, FigureKind, MemoryBackend, WarmStatus};
+pub use backend::{
+    Capabilities, Diagnostic, Figure, FigureKind, MemoryBackend, StoredScope, WarmStatus,
+};
 pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook, KnownHead};
 pub use error::{MemoryError, Result, WireError};
 pub use facts::{

@@ -19,7 +19,7 @@ use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact,
     FactPatch, ForgetReport, ForgetTarget, ImportReport, KeepHiddenHook, MemoryBackend,
     MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result,
-    SearchHit, SearchQuery, WarmStatus,
+    SearchHit, SearchQuery, StoredScope, WarmStatus,
 };
 use memgate_embed::Embedder;
 use memgate_recall::scope::ScopeKey;
@@ -426,6 +426,10 @@ impl MemoryBackend for PostgresBackend {
 
     async fn export(&self, caller: &Caller) -> Result<MemoryExport> {
         self.export_scope(caller).await
+    }
+
+    async fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
+        self.list_scopes(limit).await
     }
 
     async fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {

@@ -11,6 +11,7 @@ use crate::facts::{fact_from_row, state_name, FACT_COLUMNS};
 use memgate_core::facts::{ExportedTurn, NewFact};
 use memgate_core::{
     Caller, FactState, ImportReport, MemoryError, MemoryExport, RememberRequest, Result,
+    StoredScope,
 };
 use memgate_recall::turns::NewTurn;
 use memgate_recall::turns::{check_export_format, timestamp_or_now, validate_turn};
@@ -26,6 +27,30 @@ fn at(entry: String) -> impl Fn(MemoryError) -> MemoryError {
 }
 
 impl PostgresBackend {
+    /// The (user, agent) scopes of the schema, by user then agent; the
+    /// default agent's empty peer reads as `None`.
+    pub(crate) async fn list_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
+        let client = self.client().await?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .rows(
+                &client,
+                "SELECT user_id, peer FROM scopes ORDER BY user_id, peer LIMIT $1",
+                &[&limit],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let peer: String = row.get(1);
+                StoredScope {
+                    user: row.get(0),
+                    agent: (!peer.is_empty()).then_some(peer),
+                }
+            })
+            .collect())
+    }
+
     /// Everything the caller's scope holds, in storage order.
     pub(crate) async fn export_scope(&self, caller: &Caller) -> Result<MemoryExport> {
         let scope = Scope::of(caller);

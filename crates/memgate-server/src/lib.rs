@@ -15,6 +15,8 @@
 //! [`mcp`] is the MCP surface (rmcp): `/mcp` here, and stdio for
 //! `memgate mcp`. [`client::HttpBackend`] is the HTTP API seen from the
 //! other side: a `MemoryBackend` that talks to a running `memgate serve`.
+//! [`ui`] is the memory browser at `/ui`: server-rendered pages over the
+//! same assembled backend.
 
 pub mod api;
 pub mod auth;
@@ -23,5 +25,6 @@ pub mod error;
 pub mod mcp;
 pub mod openapi;
 pub mod routes;
+pub mod ui;
 
 pub use routes::{router, ServerState, DEFAULT_BODY_READ_TIMEOUT};

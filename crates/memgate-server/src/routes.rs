@@ -6,6 +6,7 @@ use crate::auth::{require_bearer, BearerToken};
 use crate::error::{ApiError, CaptureBody, JsonBody};
 use crate::mcp::{self, McpEndpoint};
 use crate::openapi;
+use crate::ui;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::middleware::from_fn_with_state;
@@ -36,6 +37,8 @@ pub struct ServerState {
     pub requests: Arc<WorkTracker>,
     /// `/mcp` (streamable HTTP), when MCP is enabled.
     pub mcp: Option<McpEndpoint>,
+    /// Serve the memory browser at `/ui` (`server.ui`).
+    pub ui: bool,
 }
 
 /// Default time a client has to send its whole request body.
@@ -50,12 +53,14 @@ impl ServerState {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             requests: WorkTracker::new(),
             mcp: None,
+            ui: true,
         }
     }
 }
 
 /// The HTTP API. `/health` and `/openapi.json` are open; everything else
-/// (including `/mcp`) needs the bearer token when one is configured.
+/// (including `/mcp`) needs the bearer token when one is configured; the
+/// memory browser at `/ui` (unless turned off) asks for it once, at sign-in.
 pub fn router(state: ServerState) -> Router {
     let mut guarded = Router::new()
         .route("/v1/recall", post(recall))
@@ -77,11 +82,15 @@ pub fn router(state: ServerState) -> Router {
         guarded = guarded.nest_service("/mcp", mcp::http_service(endpoint));
     }
     let guarded = guarded.layer(from_fn_with_state(state.token.clone(), require_bearer));
-    Router::new()
+    let mut open = Router::new()
         .route("/health", get(health))
         .route("/openapi.json", get(openapi_document))
-        .merge(guarded)
-        .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .merge(guarded);
+    if state.ui {
+        // The UI has its own guard: a signed-in session instead of a header.
+        open = open.merge(ui::router(Arc::clone(&state.backend), state.token.clone()));
+    }
+    open.layer(DefaultBodyLimit::max(state.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(state.body_read_timeout))
         .layer(from_fn_with_state(
             Arc::clone(&state.requests),

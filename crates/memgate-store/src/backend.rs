@@ -28,7 +28,7 @@ use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact,
     FactPatch, ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport,
     Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery,
-    WarmStatus,
+    StoredScope, WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -332,6 +332,10 @@ impl MemoryBackend for LocalBackend {
     async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
         let (caller, target) = (caller.clone(), target.clone());
         self.run(move |s| s.forget(&caller, &target)).await
+    }
+
+    async fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
+        self.run(move |s| s.stored_scopes(limit)).await
     }
 
     /// The vector indexer's progress (`vectors` line), so an operator sees

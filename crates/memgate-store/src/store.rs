@@ -31,7 +31,7 @@ use memgate_core::time::now_rfc3339;
 use memgate_core::{
     Caller, CaptureReport, CaptureRequest, Fact, FactPatch, ForgetReport, ForgetTarget,
     ImportReport, KeepHiddenHook, MemoryError, MemoryExport, Recall, RecallRequest, Redactor,
-    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery,
+    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, StoredScope,
 };
 use memgate_embed::Embedder;
 use memgate_recall::block::assemble;
@@ -403,6 +403,11 @@ impl MemoryStore {
 
 /// Export and import ([`crate::transfer`]).
 impl MemoryStore {
+    /// The (user, agent) scopes this file holds, by user then agent.
+    pub fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
+        self.db.read(|conn| transfer::stored_scopes(conn, limit))
+    }
+
     /// Everything the caller's scope holds, in storage order.
     pub fn export(&self, caller: &Caller) -> Result<MemoryExport> {
         let key = ScopeKey::of(caller);

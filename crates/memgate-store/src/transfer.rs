@@ -21,6 +21,7 @@ use crate::scope::ScopeRow;
 use memgate_core::facts::{check_confidence, ChangedBy, ExportedTurn, FactOrigin, NewFact};
 use memgate_core::{
     FactState, ImportReport, MemoryError, MemoryExport, Redactor, RememberRequest, Result,
+    StoredScope,
 };
 use memgate_recall::salience::SpeakerNames;
 use memgate_recall::scope::ScopeKey;
@@ -71,6 +72,25 @@ fn find_same(conn: &Connection, scope: i64, fact: &ImportedFact) -> Result<Optio
 pub(crate) struct Import {
     facts: Vec<ImportedFact>,
     turns: Vec<(String, NewTurn)>,
+}
+
+/// The (user, agent) scopes of the file, by user then agent; the default
+/// agent's empty peer reads as `None`.
+pub(crate) fn stored_scopes(conn: &Connection, limit: usize) -> Result<Vec<StoredScope>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut statement = conn
+        .prepare_cached("SELECT user_id, peer FROM scopes ORDER BY user_id, peer LIMIT ?1")
+        .map_err(db_error)?;
+    let rows = statement
+        .query_map(params![limit], |row| {
+            let peer: String = row.get(1)?;
+            Ok(StoredScope {
+                user: row.get(0)?,
+                agent: (!peer.is_empty()).then_some(peer),
+            })
+        })
+        .map_err(db_error)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db_error)
 }
 
 /// Everything `key`'s scope holds, in storage order.

@@ -5,9 +5,12 @@
 //! one way tests find the real servers testkit starts ([`real`]), and a
 //! seeded generator ([`SplitMix`]) for tests and the lab's benchmarks;
 //! testkit's scripted model, started per test (`scripted_model`, feature
-//! `scripted-model`).
+//! `scripted-model`);
+//! with the `browser` feature, a real headless Chromium ([`browser`]).
 
 pub mod black_hole;
+#[cfg(feature = "browser")]
+pub mod browser;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod real;

@@ -55,6 +55,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         token,
         max_body_bytes: config.server.max_body_bytes,
         mcp,
+        ui: config.server.ui,
         ..ServerState::new(Arc::clone(&backend))
     };
     let requests = Arc::clone(&state.requests);

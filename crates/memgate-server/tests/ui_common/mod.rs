@@ -1,0 +1,92 @@
+//! An HTTP client's view of the memory browser for the tests that need no
+//! browser: pages, the session cookie, the CSRF token, form posts.
+#![allow(dead_code)]
+
+use memgate_server::{router, ServerState};
+
+pub async fn spawn(state: ServerState) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+    format!("http://{addr}")
+}
+
+pub struct Page {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Page {
+    /// The session cookie the server set, as a `Cookie` header value.
+    pub fn cookie(&self) -> String {
+        let set = self.headers["set-cookie"].to_str().unwrap();
+        set.split(';').next().unwrap().to_owned()
+    }
+
+    pub fn csrf(&self) -> String {
+        let at = self
+            .body
+            .find("name=\"csrf\" value=\"")
+            .expect("a CSRF field")
+            + 19;
+        self.body[at..at + 64].to_owned()
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+pub async fn read(response: reqwest::Response) -> Page {
+    Page {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        body: response.text().await.unwrap(),
+    }
+}
+
+pub async fn get(base: &str, path: &str, cookie: Option<&str>) -> Page {
+    let mut request = client().get(format!("{base}{path}"));
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    read(request.send().await.unwrap()).await
+}
+
+pub async fn post(
+    base: &str,
+    path: &str,
+    cookie: Option<&str>,
+    fields: &[(&str, &str)],
+    headers: &[(&str, &str)],
+) -> Page {
+    let mut request = client().post(format!("{base}{path}")).form(fields);
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    read(request.send().await.unwrap()).await
+}
+
+/// A signed-in session that browses alice/helper: (cookie, csrf).
+pub async fn browse_alice(base: &str) -> (String, String) {
+    let first = get(base, "/ui", None).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let (cookie, csrf) = (first.cookie(), first.csrf());
+    let chosen = post(
+        base,
+        "/ui/principal",
+        Some(&cookie),
+        &[("csrf", &csrf), ("user", "alice"), ("agent", "helper")],
+        &[],
+    )
+    .await;
+    assert_eq!(chosen.status, 303, "{}", chosen.body);
+    (cookie, csrf)
+}
