@@ -1002,6 +1002,14 @@ mod tests {
             version: 1,
             created_at: "2026-12-01T00:00:00Z".into(),
             updated_at: "2026-12-01T00:00:00Z".into(),
+            origin: Default::default(),
+            confidence: 1.0,
+            sources: Vec::new(),
+            thread: None,
+            said_at: None,
+            valid_to: None,
+            superseded_by: None,
+            changed_by: Default::default(),
         };
         let mut b = FirstTurnBlock::new(12_000, "2026-12-05").unwrap();
         b.section(

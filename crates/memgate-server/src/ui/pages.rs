@@ -443,6 +443,7 @@ pub(super) async fn revise_fact(
     let patch = FactPatch {
         kind: Some(form.kind),
         text: Some(form.text),
+        confidence: None,
     };
     match ui.backend.revise_fact(&caller, &id, &patch).await {
         Ok(fact) => Redirect::to(&format!("/ui/facts/{}", view::segment(&fact.id))).into_response(),

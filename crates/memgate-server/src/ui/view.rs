@@ -169,6 +169,14 @@ mod tests {
             version: 1,
             created_at: "2026-01-01T00:00:00Z".into(),
             updated_at: "2026-01-01T00:00:00Z".into(),
+            origin: Default::default(),
+            confidence: 1.0,
+            sources: Vec::new(),
+            thread: None,
+            said_at: None,
+            valid_to: None,
+            superseded_by: None,
+            changed_by: Default::default(),
         };
         let html = fact(&hostile, true).into_string();
         assert!(!html.contains("<img"), "{html}");
