@@ -108,8 +108,17 @@ pub fn fact(fact: &Fact, link: bool) -> Markup {
                 dt { "kind" } dd.kind { (fact.kind) }
                 dt { "state" } dd.state { (state) }
                 dt { "version" } dd.version { (fact.version) }
+                dt { "origin" } dd.origin { (fact.origin.as_str()) }
+                dt { "confidence" } dd.confidence { (format!("{:.2}", fact.confidence)) }
                 dt { "saved" } dd { (fact.created_at) }
-                dt { "last changed" } dd.updated { (fact.updated_at) }
+                dt { "last changed" } dd.updated { (fact.updated_at) " by " (fact.changed_by.as_str()) }
+                @if let Some(said) = &fact.said_at { dt { "said" } dd.said { (said) } }
+                @if let Some(thread) = &fact.thread { dt { "thread" } dd.thread { (thread) } }
+                @if !fact.sources.is_empty() {
+                    dt { "rests on" } dd.sources { (fact.sources.join(", ")) }
+                }
+                @if let Some(until) = &fact.valid_to { dt { "true until" } dd.valid_to { (until) } }
+                @if let Some(by) = &fact.superseded_by { dt { "superseded by" } dd.superseded_by { (by) } }
             }
             @if link {
                 a.open href={ "/ui/facts/" (segment(&fact.id)) } { "Open" }
@@ -172,7 +181,7 @@ mod tests {
             origin: Default::default(),
             confidence: 1.0,
             sources: Vec::new(),
-            thread: None,
+            thread: Some("<script>alert(2)</script>".into()),
             said_at: None,
             valid_to: None,
             superseded_by: None,
@@ -181,6 +190,7 @@ mod tests {
         let html = fact(&hostile, true).into_string();
         assert!(!html.contains("<img"), "{html}");
         assert!(!html.contains("<script"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(2)"), "{html}");
         assert!(!html.contains("<b>kind"), "{html}");
         assert!(
             html.contains("&lt;img src=x onerror=alert(1)&gt;"),
