@@ -367,6 +367,7 @@ impl MemoryBackend for AssembledBackend {
     }
 
     async fn search(&self, caller: &Caller, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        query.check()?;
         self.run(Operation::Search, self.inner.search(caller, query))
             .await
     }

@@ -37,6 +37,7 @@ pub mod canonical_json;
 pub mod capture;
 pub mod error;
 pub mod facts;
+pub mod fields;
 pub mod forget;
 pub mod identity;
 pub mod intake;
