@@ -384,3 +384,36 @@ fn sigterm_with_stuck_clients_and_a_hung_backend_exits_within_the_budget() {
     drop(stuck);
     let _ = hung.join();
 }
+
+/// A client that never finishes its body holds the whole budget while the
+/// backend is idle: the last line names the cut-off request and does not
+/// blame the backend.
+#[test]
+fn a_stalled_client_is_named_on_the_last_line_and_the_idle_backend_is_not_blamed() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.yaml"),
+        "memory:\n  shutdown_flush_timeout_seconds: 1\n",
+    )
+    .unwrap();
+    let serve = Serve::start(home.path());
+    let addr = serve.url.trim_start_matches("http://").to_owned();
+    let mut stuck = std::net::TcpStream::connect(&addr).unwrap();
+    stuck
+        .write_all(
+            b"POST /v1/recall HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"caller\":",
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, _, printed) = serve.terminate();
+    assert!(status.success(), "{printed}");
+    let last = printed.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        "memgate: stopped within the 1 s shutdown budget, NOT fully drained: \
+         1 HTTP request still open at the deadline was cut off; \
+         the backend had nothing running and was released",
+        "{printed}"
+    );
+    drop(stuck);
+}

@@ -101,15 +101,18 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
     } else {
         let http = match cut_off {
             0 => String::new(),
-            n => format!(
-                "{n} HTTP request{} still open at the deadline were cut off; ",
-                if n == 1 { "" } else { "s" }
-            ),
+            1 => "1 HTTP request still open at the deadline was cut off; ".to_owned(),
+            n => format!("{n} HTTP requests still open at the deadline were cut off; "),
+        };
+        // The backend is blamed only for work of its own still running.
+        let backend_part = if report.drained() {
+            "the backend had nothing running and was released".to_owned()
+        } else {
+            report.describe()
         };
         eprintln!(
-            "memgate: stopped within the {:.0} s shutdown budget, NOT fully drained: {http}{}",
+            "memgate: stopped within the {:.0} s shutdown budget, NOT fully drained: {http}{backend_part}",
             budget.as_secs_f64(),
-            report.describe()
         );
     }
     Ok(ExitCode::SUCCESS)
