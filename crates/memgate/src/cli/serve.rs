@@ -55,6 +55,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         ..ServerState::new(Arc::clone(&backend))
     };
     let requests = Arc::clone(&state.requests);
+    let cut_requests = state.cut_off.clone();
     tracing::info!(%addr, backend = backend.name(), config = %source, "memgate serving");
     eprintln!(
         "memgate: serving the {} backend on http://{} (config: {source})",
@@ -89,7 +90,15 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         Ok(_) => 0,
         Err(_) => {
             let running = requests.running();
-            serving.abort();
+            // Requests still running answer 503 where their connection
+            // allows an answer; the server gets a moment to write them.
+            cut_requests.cancel();
+            if tokio::time::timeout(ANSWER_GRACE, &mut serving)
+                .await
+                .is_err()
+            {
+                serving.abort();
+            }
             running
         }
     };
@@ -106,7 +115,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         };
         // The backend is blamed only for work of its own still running.
         let backend_part = if report.drained() {
-            "the backend had nothing running and was released".to_owned()
+            "the backend had nothing left running and was released".to_owned()
         } else {
             report.describe()
         };
@@ -117,6 +126,10 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// How long requests cut off at the shutdown deadline have to send their
+/// 503 before the server is stopped.
+const ANSWER_GRACE: Duration = Duration::from_millis(200);
 
 /// The start-up check under the backend's start-up policy.
 async fn warm(backend: &AssembledBackend) -> Result<()> {
