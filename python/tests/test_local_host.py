@@ -6,6 +6,7 @@ flush; with real langchain-core messages and LangGraph's message reducer."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 
@@ -336,3 +337,17 @@ def test_aadd_answers_as_add_does(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="memgate.deerflow"):
         asyncio.run(m.aadd("t1", [HumanMessage("too late", id="d")], user_id="alice"))
     assert "write ignored after shutdown" in caplog.text
+
+
+def test_close_after_an_idle_manager_says_nothing_alarming(tmp_path, caplog):
+    """``close()`` drains with a zero budget; an idle manager (also right
+    after ``shutdown_flush`` returned True) is released without a warning
+    that blames the backend."""
+    caplog.set_level(logging.DEBUG)
+    for round in range(10):
+        m = LocalMemoryManager.from_config({"storage_path": str(tmp_path / str(round))})
+        if round % 2:
+            assert m.shutdown_flush(5) is True
+        m.close()
+    alarming = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert alarming == [], alarming

@@ -55,6 +55,11 @@ impl Gates {
     }
 }
 
+/// The least time a backend's own shutdown is given, whatever is left of
+/// the budget: enough to close an idle store, never a wait for running work
+/// (each backend bounds that by the time it is given).
+const RELEASE_GRACE: Duration = Duration::from_millis(250);
+
 /// A backend as every surface sees it.
 pub struct AssembledBackend {
     inner: Arc<dyn MemoryBackend>,
@@ -62,6 +67,9 @@ pub struct AssembledBackend {
     deadlines: Deadlines,
     policy: FailurePolicy,
     work: Arc<WorkTracker>,
+    /// Set once a drain released the backend: a later drain (`close()`
+    /// after `shutdown_flush`) has nothing left to wait for.
+    released: std::sync::atomic::AtomicBool,
     metrics: Arc<Metrics>,
     /// The distillation worker over the backend (`memory.distill`), stopped
     /// first by a drain; a job it cuts short stays queued.
@@ -88,6 +96,7 @@ impl AssembledBackend {
             deadlines,
             policy,
             work: WorkTracker::new(),
+            released: std::sync::atomic::AtomicBool::new(false),
             metrics: Arc::new(Metrics::default()),
             distiller: std::sync::Mutex::new(None),
         }
@@ -240,15 +249,31 @@ impl AssembledBackend {
 
     /// Closes the door, waits up to `budget` for running work, then lets the
     /// backend release its resources within what is left of the budget.
+    /// Every backend bounds its own wait by the time it is given; the guard
+    /// around it allows at least [`RELEASE_GRACE`], so an idle backend's
+    /// release (closing a file on a blocking thread) is not cut at its first
+    /// poll when the budget is zero or spent (`close()`). Idempotent: after
+    /// a drain that released the backend, another one answers drained.
     pub async fn drain(&self, budget: Duration) -> DrainReport {
+        use std::sync::atomic::Ordering;
         let deadline = Instant::now() + budget;
         self.stop_distiller(budget.min(Duration::from_secs(2)))
             .await;
         let abandoned = self.work.close_and_wait(budget).await;
+        if abandoned == 0 && self.released.load(Ordering::Acquire) {
+            return DrainReport {
+                abandoned,
+                backend_drained: true,
+            };
+        }
         let left = deadline.saturating_duration_since(Instant::now());
-        let backend_drained = tokio::time::timeout(left, self.inner.shutdown(left))
-            .await
-            .unwrap_or_default();
+        let backend_drained =
+            tokio::time::timeout(left.max(RELEASE_GRACE), self.inner.shutdown(left))
+                .await
+                .unwrap_or_default();
+        if abandoned == 0 && backend_drained {
+            self.released.store(true, Ordering::Release);
+        }
         let report = DrainReport {
             abandoned,
             backend_drained,
@@ -397,6 +422,7 @@ impl MemoryBackend for AssembledBackend {
     }
 
     async fn search(&self, caller: &Caller, query: &SearchQuery) -> Result<Vec<SearchHit>> {
+        query.check()?;
         self.run(Operation::Search, self.inner.search(caller, query))
             .await
     }
@@ -609,5 +635,31 @@ mod tests {
         assert_eq!(task.await.unwrap().unwrap().stored, 2);
         assert_eq!(on.work().running(), 0);
         assert_eq!(backend.captures.load(Ordering::SeqCst), 1);
+    }
+
+    /// `close()` drains with a zero budget: an idle local store (whose
+    /// release closes its file on a blocking thread) is released and said
+    /// to be, every time, also right after a drain that already released it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_zero_budget_drain_of_an_idle_store_releases_it_every_time() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let local = memgate_store::LocalBackend::from_backend_config(
+                &serde_json::Map::new(),
+                &memgate_core::BackendContext::new(dir.path()),
+            )
+            .unwrap();
+            let backend = AssembledBackend::with_defaults(Arc::new(local));
+            if round % 2 == 1 {
+                let flushed = backend.drain(Duration::from_secs(5)).await;
+                assert!(flushed.drained(), "round {round}: {flushed:?}");
+            }
+            let closed = backend.drain(Duration::ZERO).await;
+            assert_eq!(
+                closed.describe(),
+                "all work drained",
+                "round {round}: {closed:?}"
+            );
+        }
     }
 }

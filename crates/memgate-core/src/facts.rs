@@ -27,6 +27,16 @@ impl SearchQuery {
             kind: None,
         }
     }
+
+    /// The kind filter follows the rule of a stored kind
+    /// ([`crate::fields::check_kind`]): a filter no memory can match is
+    /// refused, not searched for.
+    pub fn check(&self) -> crate::Result<()> {
+        match &self.kind {
+            Some(kind) => crate::fields::check_kind("kind", kind),
+            None => Ok(()),
+        }
+    }
 }
 
 /// One search result, in the host contract's shape (`id`, `content`,

@@ -40,6 +40,7 @@ pub mod capture;
 pub mod distill;
 pub mod error;
 pub mod facts;
+pub mod fields;
 pub mod forget;
 pub mod identity;
 pub mod intake;

@@ -2,18 +2,17 @@
 //!
 //! Text is normalized the way PowerContext does it (Unicode NFC, then trim)
 //! and must be 1 to 8192 UTF-8 bytes afterwards; a kind is 1 to 128
-//! characters. The outcome is reported as the backend saw it and is never
+//! characters. Control characters follow [`crate::fields`]. The outcome is reported as the backend saw it and is never
 //! retried blindly: `Unknown` means the write may have committed.
 
-use crate::{MemoryError, Result};
+use crate::{fields, MemoryError, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use unicode_normalization::UnicodeNormalization;
 
 /// Upper bound of a memory text, in UTF-8 bytes after normalization.
 pub const MAX_MEMORY_TEXT_BYTES: usize = 8192;
-/// Upper bound of a memory kind, in characters.
-pub const MAX_KIND_CHARS: usize = 128;
+pub use crate::fields::MAX_KIND_CHARS;
 /// The conventional kinds that PowerContext's skills and plugins use.
 pub const CONVENTIONAL_KINDS: &[&str] = &[
     "fact",
@@ -46,17 +45,11 @@ impl RememberRequest {
     /// Normalizes and validates; errors name the field and the rule.
     pub fn new(kind: &str, text: &str) -> Result<Self> {
         let kind = normalize_text(kind);
-        let kind_chars = kind.chars().count();
-        if kind_chars == 0 {
-            return Err(MemoryError::invalid("kind", "must not be blank"));
-        }
-        if kind_chars > MAX_KIND_CHARS {
-            return Err(MemoryError::invalid(
-                "kind",
-                format!("must be at most {MAX_KIND_CHARS} characters (got {kind_chars})"),
-            ));
-        }
+        fields::check_kind("kind", &kind)?;
         let text = normalize_text(text);
+        if let Some(rule) = fields::text_defect(&text) {
+            return Err(MemoryError::invalid("text", rule));
+        }
         if text.is_empty() {
             return Err(MemoryError::invalid(
                 "text",

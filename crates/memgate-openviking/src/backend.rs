@@ -67,6 +67,10 @@ struct Inner {
     /// The healthy `/health` body of the last warm, taken by the next
     /// diagnose: `doctor` warms, then diagnoses, and asks the server once.
     warm_health: Mutex<Option<Value>>,
+    /// Why every operation is refused: the start-up check found the key
+    /// acting as another user than `owner_user_id`. Set once by `warm`; only
+    /// a restart with a fixed configuration clears it.
+    foreign_key: Mutex<Option<String>>,
     outbox: Option<Arc<Outbox>>,
     delivering: AtomicBool,
 }
@@ -220,6 +224,7 @@ impl OpenVikingBackend {
                 uri_style: Mutex::new(UriStyle::Home),
                 server_version: Mutex::new(None),
                 warm_health: Mutex::new(None),
+                foreign_key: Mutex::new(None),
                 outbox,
                 delivering: AtomicBool::new(false),
             }),
@@ -230,8 +235,10 @@ impl OpenVikingBackend {
         &self.inner.config
     }
 
-    /// The peer a caller's agent maps to, after the owner check.
+    /// The peer a caller's agent maps to, after the owner check (the
+    /// caller's, and the key's as the start-up check found it).
     pub fn peer_id(&self, caller: &Caller) -> Result<String> {
+        self.inner.check_key_owner()?;
         check_owner(&self.inner.config.owner_user_id, caller)?;
         canonical_peer_id(caller.agent.as_deref(), &self.inner.config.default_peer_id)
     }
@@ -399,6 +406,22 @@ impl OpenVikingBackend {
     }
 }
 
+impl Inner {
+    /// Refuses every operation once the start-up check found the key acting
+    /// as another user: nothing is read from or written to that account.
+    fn check_key_owner(&self) -> Result<()> {
+        match self
+            .foreign_key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            Some(reason) => Err(MemoryError::RejectedIdentity(reason.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The background half of delivery: every tick, one attempt for each
 /// session whose oldest entry is due, under that session's lock. Each pass
 /// is an operation, so shutdown waits for it within its budget; what is
@@ -412,6 +435,9 @@ async fn deliver_in_background(inner: Weak<Inner>) {
         };
         if inner.lifecycle.is_closed() {
             return;
+        }
+        if inner.check_key_owner().is_err() {
+            continue;
         }
         let due = match blocking(&outbox, |o| o.due_sessions(now_ms())).await {
             Ok(due) => due,
@@ -622,12 +648,30 @@ impl MemoryBackend for OpenVikingBackend {
                     .server_version
                     .lock()
                     .unwrap_or_else(|p| p.into_inner()) = version;
+                let foreign = foreign_key(&body, &self.inner.config.owner_user_id);
                 *self
                     .inner
                     .warm_health
                     .lock()
                     .unwrap_or_else(|p| p.into_inner()) = Some(body);
-                return Ok(WarmStatus::Ready);
+                let Some(reason) = foreign else {
+                    return Ok(WarmStatus::Ready);
+                };
+                *self
+                    .inner
+                    .foreign_key
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+                return match self.inner.config.startup_policy {
+                    StartupPolicy::FailFast => {
+                        tracing::error!("{reason}");
+                        Err(MemoryError::RejectedIdentity(reason))
+                    }
+                    StartupPolicy::Warn => {
+                        tracing::error!("{reason} (startup_policy warn: running, refusing)");
+                        Ok(WarmStatus::Degraded { reason })
+                    }
+                };
             }
             Ok(body) => format!(
                 "status {}",
@@ -720,6 +764,31 @@ impl MemoryBackend for OpenVikingBackend {
         }
         drained
     }
+}
+
+/// Why every operation must be refused, when `/health` says the key acts
+/// as another user than `owner_user_id` (the server would store this
+/// owner's memory in that user's account). `None` when it is the owner's
+/// key, or when the body names no user (`doctor` flags that).
+fn foreign_key(health: &Value, owner_user_id: &str) -> Option<String> {
+    let user = health.get("user_id").and_then(Value::as_str)?;
+    if user == owner_user_id {
+        return None;
+    }
+    let account = health
+        .get("account_id")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    Some(format!(
+        "OpenViking USER API key acts as user {} in account {}, but owner_user_id is {}: \
+         every operation is refused so nothing is read from or written to {}'s account; \
+         configure {}'s own USER key and restart",
+        pystr::repr(user),
+        pystr::repr(account),
+        pystr::repr(owner_user_id),
+        pystr::repr(user),
+        pystr::repr(owner_user_id),
+    ))
 }
 
 /// The `identity` line of `doctor` from a `/health` body.

@@ -642,3 +642,96 @@ async fn real_server_health_names_the_keys_user_for_doctor() {
     assert!(!unknown.diagnose().await[0].healthy);
     account.delete().await;
 }
+
+/// The sessions a key's user holds on the server.
+async fn sessions_of(url: &str, key: &str) -> Vec<Value> {
+    let (status, body) = get(&format!("{url}/api/v1/sessions"), key).await;
+    assert_eq!(status, 200, "{body}");
+    body["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// With owner `alice` and a valid USER key of `bob`, the start-up check
+/// (the `/health` call `doctor` uses) finds the key's user: `fail_fast`
+/// refuses to start, `warn` runs degraded, and under either every
+/// operation is refused with the reason; nothing lands in bob's account
+/// (listed with bob's own key, which does show a write memgate makes for
+/// bob himself).
+#[tokio::test]
+#[ignore = "real server: OpenViking (testkit/up)"]
+async fn real_server_another_users_key_is_refused_at_startup_under_each_policy() {
+    let server = real_server();
+    let account = create_account(&server, "own").await;
+    for policy in ["fail_fast", "warn"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = json!({
+            "base_url": server.url,
+            "owner_user_id": "alice",
+            "startup_policy": policy,
+            "timeout_seconds": 30,
+            "failure_policy": {"read": "fail_open", "write": "log_and_drop"},
+        });
+        let ctx = context(dir.path(), &[("OPENVIKING_API_KEY", &account.bob_key)]);
+        let foreign =
+            OpenVikingBackend::from_backend_config(config.as_object().unwrap(), &ctx).unwrap();
+        let reason = match foreign.warm().await {
+            Err(MemoryError::RejectedIdentity(reason)) if policy == "fail_fast" => reason,
+            Ok(WarmStatus::Degraded { reason }) if policy == "warn" => reason,
+            other => panic!("{policy}: {other:?}"),
+        };
+        assert!(
+            reason.contains("acts as user 'bob'") && reason.contains("owner_user_id is 'alice'"),
+            "{policy}: {reason}"
+        );
+        assert!(!reason.contains(&account.bob_key));
+        let alice = Caller::new("alice").with_thread("t1");
+        let refusals = [
+            foreign
+                .capture(&capture_request(
+                    &alice,
+                    vec![human("h1", "I live in Porto.")],
+                ))
+                .await
+                .map(|_| ()),
+            foreign
+                .recall(&RecallRequest {
+                    caller: alice.clone(),
+                    query: Some("where do I live".into()),
+                })
+                .await
+                .map(|_| ()),
+            foreign
+                .search(
+                    &alice,
+                    &SearchQuery {
+                        query: "Porto".into(),
+                        top_k: 5,
+                        kind: None,
+                    },
+                )
+                .await
+                .map(|_| ()),
+        ];
+        for refusal in refusals {
+            match refusal {
+                Err(MemoryError::RejectedIdentity(why)) => assert_eq!(why, reason),
+                other => panic!("{policy}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            sessions_of(&server.url, &account.bob_key).await,
+            Vec::<Value>::new()
+        );
+    }
+    // The listing sees a write into bob's account when bob is the owner.
+    let dir = tempfile::tempdir().unwrap();
+    let own = backend(&server.url, &account.bob_key, "bob", dir.path());
+    own.warm().await.unwrap();
+    own.capture(&capture_request(
+        &Caller::new("bob").with_thread("t1"),
+        vec![human("h1", "I live in Braga.")],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(sessions_of(&server.url, &account.bob_key).await.len(), 1);
+    account.delete().await;
+}

@@ -232,12 +232,15 @@ impl MemoryBackend for PowerContextBackend {
         }
     }
 
-    /// Without `source_capture.enabled`, an explicit no-op: nothing is
-    /// sent, nothing stored (see [`crate::notes::PASSIVE_CAPTURE_NOTE`]).
-    /// With it, the owner's new messages are queued durably as Sources and
-    /// delivered ([`crate::sources`]); `stored` then counts messages handed
-    /// to PowerContext as Sources, which is not Memory creation.
+    /// Refuses every caller but the owner, as recall and remember do (no
+    /// request). Then, without `source_capture.enabled`, an explicit no-op:
+    /// nothing is sent, nothing stored (see
+    /// [`crate::notes::PASSIVE_CAPTURE_NOTE`]). With it, the owner's new
+    /// messages are queued durably as Sources and delivered
+    /// ([`crate::sources`]); `stored` then counts messages handed to
+    /// PowerContext as Sources, which is not Memory creation.
     async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
+        owner::admit(&self.settings, &request.caller.user)?;
         let nothing = CaptureReport {
             stored: 0,
             already_known: 0,

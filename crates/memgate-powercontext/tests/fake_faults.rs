@@ -309,6 +309,20 @@ async fn refused_callers_get_nothing_and_cause_no_request() {
         let t = tool.call(caller, &json!({"text": "x"})).await;
         assert!(t.is_error);
         assert_eq!(t.content["error"]["code"], "rejected_identity");
+        // Capture refuses the same way, with Source capture off (the no-op).
+        let c = tool
+            .backend()
+            .capture(&CaptureRequest {
+                caller: caller.clone().with_thread("t-1"),
+                messages: vec![Message::human("x")],
+                kind: Default::default(),
+                trace_id: None,
+            })
+            .await;
+        assert!(
+            matches!(c, Err(MemoryError::RejectedIdentity(_))),
+            "{caller:?}: {c:?}"
+        );
     }
     assert_eq!(
         fake.total(),

@@ -452,6 +452,18 @@ async fn refused_callers_read_and_write_nothing(h: Harness) {
             .call(&caller, &json!({"text": "Intruder tool fact"}))
             .await;
         assert!(t.is_error && t.content["error"]["code"] == "rejected_identity");
+        let c = backend
+            .capture(&CaptureRequest {
+                caller: caller.clone().with_thread("t-1"),
+                messages: vec![Message::human("Intruder captured turn")],
+                kind: Default::default(),
+                trace_id: None,
+            })
+            .await;
+        assert!(
+            matches!(c, Err(MemoryError::RejectedIdentity(_))),
+            "{caller:?}: {c:?}"
+        );
     }
     assert_eq!(h.stored().await, before, "nothing was written");
     assert!(

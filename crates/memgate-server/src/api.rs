@@ -13,11 +13,20 @@ use serde::{Deserialize, Serialize};
 pub struct RememberBody {
     /// Required on every operation: whose memory this is.
     pub caller: Caller,
-    /// Memory kind, 1–128 characters (default `fact`).
+    /// Memory kind, 1–128 characters after NFC normalization and trimming,
+    /// no control characters (default `fact`).
     #[serde(default = "default_kind")]
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$")
+    )]
     pub kind: String,
-    /// 1–8192 UTF-8 bytes after NFC normalization and trimming.
-    #[schemars(length(min = 1))]
+    /// 1–8192 UTF-8 bytes after NFC normalization and trimming; no control
+    /// characters other than tab, line feed and carriage return.
+    #[schemars(
+        length(min = 1),
+        regex(pattern = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$")
+    )]
     pub text: String,
     /// 0–1 (omitted: 1, the user said it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -40,7 +49,12 @@ pub struct SearchBody {
     #[serde(default = "default_top_k")]
     pub top_k: usize,
     /// Only entries of this kind/category; applied before the `top_k` cut.
+    /// The rule of a stored kind: 1–128 characters, no control characters.
     #[serde(default)]
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[^\x00-\x1f\x7f-\x9f]*$")
+    )]
     pub kind: Option<String>,
 }
 

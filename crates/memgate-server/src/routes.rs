@@ -8,7 +8,7 @@ use crate::mcp::{self, McpEndpoint};
 use crate::openapi;
 use crate::ui;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::header;
+use axum::http::{header, StatusCode};
 use axum::middleware::from_fn_with_state;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -22,6 +22,7 @@ use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
 /// Everything the handlers share.
@@ -35,6 +36,9 @@ pub struct ServerState {
     pub body_read_timeout: Duration,
     /// Requests being served (their handlers have started), for the drain.
     pub requests: Arc<WorkTracker>,
+    /// Cancelled when the shutdown budget runs out: every request still
+    /// being served answers 503 instead of losing its connection.
+    pub cut_off: CancellationToken,
     /// `/mcp` (streamable HTTP), when MCP is enabled.
     pub mcp: Option<McpEndpoint>,
     /// Serve the memory browser at `/ui` (`server.ui`).
@@ -52,6 +56,7 @@ impl ServerState {
             max_body_bytes: 4 * 1024 * 1024,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             requests: WorkTracker::new(),
+            cut_off: CancellationToken::new(),
             mcp: None,
             ui: true,
         }
@@ -93,21 +98,31 @@ pub fn router(state: ServerState) -> Router {
     open.layer(DefaultBodyLimit::max(state.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(state.body_read_timeout))
         .layer(from_fn_with_state(
-            Arc::clone(&state.requests),
+            (Arc::clone(&state.requests), state.cut_off.clone()),
             track_request,
         ))
         .with_state(state)
 }
 
-/// Counts requests in flight, so a drain can say how many it cut off.
+/// Counts requests in flight, so a drain can say how many it cut off, and
+/// answers 503 for one still running when the shutdown budget runs out.
 async fn track_request(
-    State(requests): State<Arc<WorkTracker>>,
+    State((requests, cut_off)): State<(Arc<WorkTracker>, CancellationToken)>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    match requests.admit() {
-        Some(_ticket) => next.run(request).await,
-        None => ApiError::from(MemoryError::Closed("memgate serve".to_owned())).into_response(),
+    let Some(_ticket) = requests.admit() else {
+        return ApiError::from(MemoryError::Closed("memgate serve".to_owned())).into_response();
+    };
+    tokio::select! {
+        response = next.run(request) => response,
+        () = cut_off.cancelled() => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "closed",
+            "memgate is shutting down and this request was still running at the end of \
+             the shutdown budget: it was cut off, and a write may or may not have taken effect",
+        )
+        .into_response(),
     }
 }
 

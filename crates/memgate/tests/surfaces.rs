@@ -360,14 +360,17 @@ fn sigterm_with_stuck_clients_and_a_hung_backend_exits_within_the_budget() {
             b"POST /v1/recall HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"caller\":",
         )
         .unwrap();
-    // A recall the hung backend holds.
+    // A recall the hung backend holds; curl appends the status code.
     let url = serve.url.clone();
     let hung = std::thread::spawn(move || {
-        post(
-            &url,
-            "/v1/recall",
-            r#"{"caller":{"user":"default"},"query":"x"}"#,
-        )
+        let out = Command::new("curl")
+            .args(["-s", "-X", "POST", &format!("{url}/v1/recall")])
+            .args(["-H", "content-type: application/json", "--max-time", "20"])
+            .args(["-d", r#"{"caller":{"user":"default"},"query":"x"}"#])
+            .args(["-w", "\n%{http_code}"])
+            .output()
+            .unwrap();
+        text(&out.stdout)
     });
     std::thread::sleep(Duration::from_millis(500));
 
@@ -382,5 +385,55 @@ fn sigterm_with_stuck_clients_and_a_hung_backend_exits_within_the_budget() {
     assert!(!printed.contains("all work drained"), "{printed}");
     assert!(!printed.contains("test-user-key"), "{printed}");
     drop(stuck);
-    let _ = hung.join();
+    // The held request is answered 503 at the deadline, not dropped.
+    let answered = hung.join().unwrap();
+    let (body, status) = answered.rsplit_once('\n').unwrap();
+    assert_eq!(status, "503", "{answered}");
+    let body: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["error"]["code"], "closed", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("still running at the end of the shutdown budget"),
+        "{body}"
+    );
+    let last = printed.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("2 HTTP requests still open at the deadline were cut off"),
+        "{printed}"
+    );
+}
+
+/// A client that never finishes its body holds the whole budget while the
+/// backend is idle: the last line names the cut-off request and does not
+/// blame the backend.
+#[test]
+fn a_stalled_client_is_named_on_the_last_line_and_the_idle_backend_is_not_blamed() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.yaml"),
+        "memory:\n  shutdown_flush_timeout_seconds: 1\n",
+    )
+    .unwrap();
+    let serve = Serve::start(home.path());
+    let addr = serve.url.trim_start_matches("http://").to_owned();
+    let mut stuck = std::net::TcpStream::connect(&addr).unwrap();
+    stuck
+        .write_all(
+            b"POST /v1/recall HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"caller\":",
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, _, printed) = serve.terminate();
+    assert!(status.success(), "{printed}");
+    let last = printed.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        "memgate: stopped within the 1 s shutdown budget, NOT fully drained: \
+         1 HTTP request still open at the deadline was cut off; \
+         the backend had nothing left running and was released",
+        "{printed}"
+    );
+    drop(stuck);
 }

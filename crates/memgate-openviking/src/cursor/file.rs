@@ -5,11 +5,13 @@
 use super::intent::Rollback;
 use super::{CursorError, TranscriptCursor};
 use std::collections::hash_map::RandomState;
+use std::collections::HashSet;
 use std::fs;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
 
 /// Reads the cursor at `path`; a missing file is "no cursor yet".
 pub fn load_cursor(path: &Path) -> Result<TranscriptCursor, CursorError> {
@@ -21,6 +23,12 @@ pub fn load_cursor(path: &Path) -> Result<TranscriptCursor, CursorError> {
 }
 
 static TEMP_SEQUENCE: AtomicU64 = AtomicU64::new(0);
+/// Temp files this process is writing right now: the only ones of our pid
+/// that are not leftovers.
+static WRITING: LazyLock<Mutex<HashSet<PathBuf>>> = LazyLock::new(Default::default);
+/// Cursors whose leftovers this process has swept (once each: a leftover
+/// is made by a process that died, and ours saves under the session lock).
+static SWEPT: LazyLock<Mutex<HashSet<PathBuf>>> = LazyLock::new(Default::default);
 static FSYNCS: AtomicU64 = AtomicU64::new(0);
 
 /// fsync calls made by cursor saves in this process (for tests and the
@@ -164,19 +172,97 @@ fn save_body(path: &Path, body: &[u8], mode: SaveMode) -> io::Result<fs::File> {
     if mode == SaveMode::Durable {
         sync_dir(dir)?;
     }
+    let first = SWEPT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(path.to_owned());
+    if first {
+        sweep_leftovers(path, dir);
+    }
     Ok(file)
 }
 
 fn write_and_rename(temp: &Path, target: &Path, body: &[u8]) -> io::Result<fs::File> {
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(temp)?;
-    file.write_all(body)?;
-    file.sync_all()?;
-    FSYNCS.fetch_add(1, Ordering::Relaxed);
-    fs::rename(temp, target)?;
-    Ok(file)
+    let writing = || WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    writing().insert(temp.to_owned());
+    let result = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(temp)?;
+        file.write_all(body)?;
+        file.sync_all()?;
+        FSYNCS.fetch_add(1, Ordering::Relaxed);
+        fs::rename(temp, target)?;
+        Ok(file)
+    })();
+    writing().remove(temp);
+    result
+}
+
+/// Removes the temp files of `path`'s saves (`<stem>.<pid>.<seq>[.<random>].tmp`)
+/// that no live writer holds: a process killed mid-save leaves one, and
+/// nothing else would ever remove it. A file of our own pid is a leftover
+/// unless this process is writing it now; one of another pid only once
+/// that process is gone (where that cannot be known, it stays).
+fn sweep_leftovers(path: &Path, dir: &Path) {
+    let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let own = std::process::id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| leftover_pid(stem, n)) else {
+            continue;
+        };
+        let temp = entry.path();
+        let held = if pid == own {
+            WRITING
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&temp)
+        } else {
+            process_may_live(pid)
+        };
+        if held {
+            continue;
+        }
+        match fs::remove_file(&temp) {
+            Ok(()) => tracing::info!(
+                file = %temp.display(),
+                "removed a cursor temp file a stopped process left behind"
+            ),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => tracing::debug!(error = %e, "could not remove a cursor temp file"),
+        }
+    }
+}
+
+/// The writer's pid when `name` is a temp file of the cursor `stem`.
+fn leftover_pid(stem: &str, name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(stem)?.strip_prefix('.')?;
+    let rest = rest.strip_suffix(".tmp")?;
+    let mut parts = rest.split('.');
+    let pid = parts.next()?.parse().ok()?;
+    let seq = parts.next()?;
+    let random = parts.next();
+    let well_formed = !seq.is_empty()
+        && seq.bytes().all(|b| b.is_ascii_digit())
+        && random.is_none_or(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_hexdigit()))
+        && parts.next().is_none();
+    well_formed.then_some(pid)
+}
+
+/// False only when `pid` is known to have no process.
+fn process_may_live(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        Path::new("/proc").join(pid.to_string()).exists()
+    } else {
+        true
+    }
 }
 
 #[cfg(unix)]
@@ -348,7 +434,81 @@ mod tests {
         // Two temp names are never the same, even for one sequence number.
         assert_ne!(temp_path_for(&path), temp_path_for(&path));
         let stale = dir.path().join(format!("df_s.{pid}.{next}.tmp"));
-        assert!(stale.exists(), "a leftover is not ours to remove");
+        assert!(!stale.exists(), "a leftover no save of ours holds is swept");
+    }
+
+    /// A process killed while its temp file is written (a shell that writes
+    /// a partial body under its own pid, then waits) leaves the file; the
+    /// next save of that cursor removes it, and never the file of a process
+    /// still alive, of a save this process is making, or of another cursor.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_next_save_removes_the_temp_file_of_a_killed_writer_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("df_k.json");
+        let writer = |dir: &Path, stem: &str| {
+            let script = format!("printf '{{\"partial' > {stem}.$$.7.00ab.tmp; exec sleep 60");
+            let child = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .current_dir(dir)
+                .spawn()
+                .unwrap();
+            let temp = dir.join(format!("{stem}.{}.7.00ab.tmp", child.id()));
+            let started = std::time::Instant::now();
+            while !temp.exists() {
+                assert!(started.elapsed().as_secs() < 10, "the writer did not start");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            (child, temp)
+        };
+        let (mut killed, killed_temp) = writer(dir.path(), "df_k");
+        let (mut alive, alive_temp) = writer(dir.path(), "df_k");
+        let (mut other, other_temp) = writer(dir.path(), "df_other");
+        killed.kill().unwrap(); // SIGKILL
+        killed.wait().unwrap();
+        other.kill().unwrap();
+        other.wait().unwrap();
+        let ours = dir
+            .path()
+            .join(format!("df_k.{}.99.00cd.tmp", std::process::id()));
+        fs::write(&ours, b"{").unwrap();
+        WRITING.lock().unwrap().insert(ours.clone());
+
+        let c = TranscriptCursor::default().advanced(
+            Some(&sigs("h", 1)[..]),
+            &sigs("h", 1)[..],
+            512,
+            false,
+        );
+        save_cursor(&path, &c).unwrap();
+        WRITING.lock().unwrap().remove(&ours);
+        assert!(!killed_temp.exists(), "the killed writer's file is removed");
+        assert!(alive_temp.exists(), "a live writer's file stays");
+        assert!(ours.exists(), "a save in progress here stays");
+        assert!(
+            other_temp.exists(),
+            "another cursor's file is its own save's to sweep"
+        );
+        assert_eq!(load_cursor(&path).unwrap(), c);
+        alive.kill().unwrap();
+        alive.wait().unwrap();
+    }
+
+    #[test]
+    fn only_temp_names_of_the_cursor_are_leftovers() {
+        assert_eq!(leftover_pid("df_a", "df_a.41.7.tmp"), Some(41));
+        assert_eq!(leftover_pid("df_a", "df_a.41.7.00ff.tmp"), Some(41));
+        for name in [
+            "df_a.json",
+            "df_ab.41.7.tmp",
+            "df_a.41.tmp",
+            "df_a.x.7.tmp",
+            "df_a.41.7.zz.tmp",
+            "df_a.41.7.00ff.1.tmp",
+        ] {
+            assert_eq!(leftover_pid("df_a", name), None, "{name}");
+        }
     }
 
     #[test]

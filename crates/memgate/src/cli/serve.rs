@@ -59,6 +59,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         ..ServerState::new(Arc::clone(&backend))
     };
     let requests = Arc::clone(&state.requests);
+    let cut_requests = state.cut_off.clone();
     tracing::info!(%addr, backend = backend.name(), config = %source, "memgate serving");
     eprintln!(
         "memgate: serving the {} backend on http://{} (config: {source})",
@@ -93,7 +94,15 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         Ok(_) => 0,
         Err(_) => {
             let running = requests.running();
-            serving.abort();
+            // Requests still running answer 503 where their connection
+            // allows an answer; the server gets a moment to write them.
+            cut_requests.cancel();
+            if tokio::time::timeout(ANSWER_GRACE, &mut serving)
+                .await
+                .is_err()
+            {
+                serving.abort();
+            }
             running
         }
     };
@@ -105,19 +114,26 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
     } else {
         let http = match cut_off {
             0 => String::new(),
-            n => format!(
-                "{n} HTTP request{} still open at the deadline were cut off; ",
-                if n == 1 { "" } else { "s" }
-            ),
+            1 => "1 HTTP request still open at the deadline was cut off; ".to_owned(),
+            n => format!("{n} HTTP requests still open at the deadline were cut off; "),
+        };
+        // The backend is blamed only for work of its own still running.
+        let backend_part = if report.drained() {
+            "the backend had nothing left running and was released".to_owned()
+        } else {
+            report.describe()
         };
         eprintln!(
-            "memgate: stopped within the {:.0} s shutdown budget, NOT fully drained: {http}{}",
+            "memgate: stopped within the {:.0} s shutdown budget, NOT fully drained: {http}{backend_part}",
             budget.as_secs_f64(),
-            report.describe()
         );
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// How long requests cut off at the shutdown deadline have to send their
+/// 503 before the server is stopped.
+const ANSWER_GRACE: Duration = Duration::from_millis(200);
 
 /// The start-up check under the backend's start-up policy.
 async fn warm(backend: &AssembledBackend) -> Result<()> {
