@@ -35,7 +35,7 @@ use crate::workload::Workload;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, MemoryError, Message, RecallRequest, Result,
 };
-use memgate_recall::ranked::{candidate_pool, POSTINGS_BUDGET};
+use memgate_recall::ranked::{candidate_pool, MAXSCORE_BUDGET};
 use memgate_store::config::EmbedderSettings;
 use memgate_store::ranking::{profiled, RankProfile, TermCounts};
 use memgate_store::{LocalConfig, MemoryStore};
@@ -550,8 +550,8 @@ fn budget_quality(
     queries: &[(String, &str)],
 ) -> Result<Vec<BudgetFigures>> {
     let mut budgets = COMPARED_BUDGETS.to_vec();
-    if !budgets.contains(&POSTINGS_BUDGET) {
-        budgets.push(POSTINGS_BUDGET);
+    if !budgets.contains(&MAXSCORE_BUDGET) {
+        budgets.push(MAXSCORE_BUDGET);
         budgets.sort_unstable();
     }
     let counts: Vec<TermCounts> = budgets.iter().map(|_| TermCounts::default()).collect();
@@ -972,7 +972,7 @@ impl fmt::Display for BenchReport {
             for b in &s.budgets {
                 let name = if b.budget == UNPRUNED {
                     "every match".to_owned()
-                } else if b.budget == POSTINGS_BUDGET {
+                } else if b.budget == MAXSCORE_BUDGET {
                     format!("{} (shipped)", b.budget)
                 } else {
                     b.budget.to_string()

@@ -121,8 +121,11 @@ unsafe extern "C" fn bm25(
 ) {
     // SAFETY: FTS5 calls this with its live API, cursor context and result
     // context, and `n_val` argument values.
-    match unsafe { score(&*api, fts, n_val, values) } {
+    let scored = unsafe { score(&*api, fts, n_val, values) };
+    match scored {
+        // SAFETY: `ctx` is the live result context of this call.
         Ok(score) => unsafe { ffi::sqlite3_result_double(ctx, -score) },
+        // SAFETY: as above.
         Err(rc) => unsafe { ffi::sqlite3_result_error_code(ctx, rc) },
     }
 }
@@ -169,22 +172,28 @@ unsafe fn score(
             std::slice::from_raw_parts(data, len)
         }
     };
-    // SAFETY (every call below): FTS5's own functions on its live context.
-    let phrases = unsafe { phrase_count(fts) }.max(0) as usize;
+    // SAFETY: FTS5's own function on the live context it passed (so are the
+    // calls below, with out-pointers to locals).
+    let phrases = unsafe { phrase_count(fts) };
+    let phrases = phrases.max(0) as usize;
     if dfs.len() != phrases * 8 {
         return Err(ffi::SQLITE_MISMATCH);
     }
     let mut rows: i64 = 0;
+    // SAFETY: as above.
     call(unsafe { row_count(fts, &mut rows) })?;
     let rows = rows.max(1);
     let mut tokens: i64 = 0;
+    // SAFETY: as above.
     call(unsafe { total_size(fts, -1, &mut tokens) })?;
     let avgdl = tokens as f64 / rows as f64;
     let mut freq = vec![0.0f64; phrases];
     let mut n: c_int = 0;
+    // SAFETY: as above.
     call(unsafe { inst_count(fts, &mut n) })?;
     for i in 0..n {
         let (mut phrase, mut column, mut offset) = (0, 0, 0);
+        // SAFETY: as above; `i` is below the instance count.
         call(unsafe { inst(fts, i, &mut phrase, &mut column, &mut offset) })?;
         if let (Some(f), Some(w)) = (
             freq.get_mut(phrase as usize),
@@ -194,6 +203,7 @@ unsafe fn score(
         }
     }
     let mut len: c_int = 0;
+    // SAFETY: as above.
     call(unsafe { column_size(fts, -1, &mut len) })?;
     let norm = K1 * (1.0 - B + B * f64::from(len) / avgdl);
     let mut score = 0.0;

@@ -4,7 +4,7 @@
 //! 0. Query planning: each query term's document count in the scope is
 //!    counted (and remembered until the scope is next written to,
 //!    [`TermCounts`]); terms absent from the scope are dropped. When even
-//!    the rarest term matches more than [`POSTINGS_BUDGET`] documents, the
+//!    the rarest term matches more than [`MAXSCORE_BUDGET`] documents, the
 //!    query carries no discriminating word: the two rarest terms are
 //!    required together (`AND`) and the newest matching memories, then
 //!    turns, are taken, without BM25.
@@ -15,7 +15,7 @@
 //!    looked up at those documents only, through `memgate_bm25` with the
 //!    counted frequencies), and rarer-to-commoner terms are added until no
 //!    document outside can reach the pool — the exact BM25 top of every
-//!    match — or until the walked postings would pass [`POSTINGS_BUDGET`]
+//!    match — or until the walked postings would pass [`MAXSCORE_BUDGET`]
 //!    (then the pool is that of the walked terms' documents: near-exact,
 //!    measured by `memgate bench`).
 //! 2. Neighbour smoothing: the turns just before and after the best
@@ -41,8 +41,8 @@ use memgate_core::Result;
 use memgate_recall::citation::{memory_citation, turn_citation};
 use memgate_recall::maxscore::{essential_terms, idf, term_bound};
 use memgate_recall::ranked::{
-    candidate_pool, smooth_neighbours, Origin, Placed, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
-    POSTINGS_BUDGET, TURN_KIND,
+    candidate_pool, smooth_neighbours, Origin, Placed, Ranked, MAXSCORE_BUDGET, MEMORY_WEIGHT,
+    NEIGHBOURS_OF, TURN_KIND,
 };
 use memgate_recall::terms::{query_phrases, scope_tag};
 use rusqlite::types::Value as SqlValue;
@@ -257,7 +257,7 @@ pub fn rank(
     top_k: usize,
     category: Option<&str>,
 ) -> Result<Vec<Ranked>> {
-    rank_within(conn, counts, POSTINGS_BUDGET, scope, query, top_k, category)
+    rank_within(conn, counts, MAXSCORE_BUDGET, scope, query, top_k, category)
 }
 
 /// [`rank`] with another postings budget (the benchmark compares rankings
@@ -1009,7 +1009,7 @@ mod tests {
             })
             .unwrap()
         };
-        for budget in [5, 20, POSTINGS_BUDGET] {
+        for budget in [5, 20, MAXSCORE_BUDGET] {
             let known = TermCounts::default();
             let first = ranked(&known, budget);
             assert!(!first.is_empty());
