@@ -35,7 +35,7 @@ use crate::workload::Workload;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, MemoryError, Message, RecallRequest, Result,
 };
-use memgate_recall::ranked::{candidate_pool, POSTINGS_BUDGET};
+use memgate_recall::ranked::{candidate_pool, MAXSCORE_BUDGET};
 use memgate_store::config::EmbedderSettings;
 use memgate_store::ranking::{profiled, RankProfile, TermCounts};
 use memgate_store::{LocalConfig, MemoryStore};
@@ -53,8 +53,9 @@ const REBUILT_BLOCK_RECALLS: usize = 20;
 const OVERLAP_QUERIES: usize = 200;
 /// A postings budget no bench query reaches: BM25 over every match.
 const UNPRUNED: usize = 10_000_000;
-/// The budget of earlier releases, kept as a reference ranking.
-const EARLIER_BUDGET: usize = 600;
+/// The postings budgets whose rankings are compared (the shipped one is
+/// added when it is not among them).
+const COMPARED_BUDGETS: [usize; 5] = [600, 2_000, 5_000, 20_000, UNPRUNED];
 /// Items embedded by the real embedder when benchmarking hybrid recall.
 pub const EMBED_SAMPLE: usize = 1_000;
 
@@ -134,16 +135,10 @@ pub struct SizeReport {
     /// found in it, and pages read from the file or the write-ahead log.
     pub reader_cache_hits: u64,
     pub reader_cache_misses: u64,
-    /// Ranking quality across postings budgets, over up to
-    /// [`OVERLAP_QUERIES`] timed queries: the share whose source turn (the
-    /// turn the query's words were taken from) is in the top 10, with the
-    /// shipped budget, the earlier budget (600) and BM25 over every match;
-    /// and the mean share of the earlier budget's top 10 the shipped one keeps.
+    /// Ranking quality and cost across postings budgets, over up to
+    /// [`OVERLAP_QUERIES`] timed queries.
     pub quality_queries: usize,
-    pub source_at_10: f64,
-    pub earlier_source_at_10: f64,
-    pub unpruned_source_at_10: f64,
-    pub overlap_at_10_vs_earlier: f64,
+    pub budgets: Vec<BudgetFigures>,
     /// The write-ahead log's size when the timed recalls start (frames a
     /// reader may have to look pages up in).
     pub wal_mb_at_recall: f64,
@@ -518,6 +513,26 @@ fn measure_prefilter(
     Ok(out)
 }
 
+/// One postings budget's lexical ranking of the quality queries.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BudgetFigures {
+    pub budget: usize,
+    /// Share of queries whose source turn (the turn the query's words were
+    /// taken from) is in the top 10: over all, then over the first and the
+    /// second half apart (a budget chosen on one half is checked on the
+    /// other).
+    pub source_at_10: f64,
+    pub source_at_10_first_half: f64,
+    pub source_at_10_second_half: f64,
+    /// Mean share of the top 10 of BM25 over every match this budget keeps.
+    pub overlap_with_unpruned: f64,
+    /// Share of BM25 rankings MaxScore proved exact within the budget.
+    pub exact_share: f64,
+    /// The ranking alone (no block), wall time.
+    pub rank_p50_ms: f64,
+    pub rank_p99_ms: f64,
+}
+
 /// The benchmark report (`--json` serializes it).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BenchReport {
@@ -526,34 +541,67 @@ pub struct BenchReport {
     pub sizes: Vec<SizeReport>,
 }
 
-/// Source-turn hit rates at 10 of `queries` (query, source text) with the
-/// shipped budget, the earlier one and none, and the shipped top 10's
-/// overlap with the earlier one's (see [`SizeReport`]).
+/// Each budget's figures over `queries` (query, source text): see
+/// [`BudgetFigures`]. The budgets take turns query by query, so a drift of
+/// the machine's speed reaches them alike.
 fn budget_quality(
     store: &MemoryStore,
     user: &Caller,
     queries: &[(String, &str)],
-) -> Result<[f64; 4]> {
-    let budgets = [POSTINGS_BUDGET, EARLIER_BUDGET, UNPRUNED];
-    let common = budgets.map(|_| TermCounts::default());
-    let mut sums = [0.0; 4];
-    for (query, source) in queries {
+) -> Result<Vec<BudgetFigures>> {
+    let mut budgets = COMPARED_BUDGETS.to_vec();
+    if !budgets.contains(&MAXSCORE_BUDGET) {
+        budgets.push(MAXSCORE_BUDGET);
+        budgets.sort_unstable();
+    }
+    let counts: Vec<TermCounts> = budgets.iter().map(|_| TermCounts::default()).collect();
+    let half = queries.len() / 2;
+    let mut hits = vec![[0.0f64; 2]; budgets.len()];
+    let mut overlap_sum = vec![0.0; budgets.len()];
+    let mut took = vec![Vec::with_capacity(queries.len()); budgets.len()];
+    let (mut scored, mut inexact) = (vec![0usize; budgets.len()], vec![0usize; budgets.len()]);
+    for (q, (query, source)) in queries.iter().enumerate() {
         let mut tops = Vec::with_capacity(budgets.len());
-        for (i, (budget, common)) in budgets.iter().zip(&common).enumerate() {
-            let top = store.ranked_within(user, common, *budget, query, 10)?;
-            sums[i] += f64::from(u8::from(top.iter().any(|r| r.text == *source)));
+        for (i, budget) in budgets.iter().enumerate() {
+            let started = Instant::now();
+            let (top, profile) =
+                profiled(|| store.ranked_within(user, &counts[i], *budget, query, 10));
+            took[i].push(started.elapsed());
+            let top = top?;
+            hits[i][usize::from(q >= half)] +=
+                f64::from(u8::from(top.iter().any(|r| r.text == *source)));
+            scored[i] += profile.rankings - profile.newest;
+            inexact[i] += profile.inexact;
             tops.push(top.into_iter().map(|r| r.citation).collect::<Vec<_>>());
         }
-        let earlier = &tops[1];
-        let kept = earlier.iter().filter(|c| tops[0].contains(c)).count();
-        sums[3] += if earlier.is_empty() {
-            1.0
-        } else {
-            kept as f64 / earlier.len() as f64
-        };
+        let unpruned = &tops[budgets.iter().position(|b| *b == UNPRUNED).unwrap_or(0)];
+        for (i, top) in tops.iter().enumerate() {
+            let kept = unpruned.iter().filter(|c| top.contains(c)).count();
+            overlap_sum[i] += if unpruned.is_empty() {
+                1.0
+            } else {
+                kept as f64 / unpruned.len() as f64
+            };
+        }
     }
     let n = queries.len().max(1) as f64;
-    Ok(sums.map(|s| s / n))
+    Ok(budgets
+        .iter()
+        .enumerate()
+        .map(|(i, budget)| {
+            took[i].sort_unstable();
+            BudgetFigures {
+                budget: *budget,
+                source_at_10: (hits[i][0] + hits[i][1]) / n,
+                source_at_10_first_half: hits[i][0] / half.max(1) as f64,
+                source_at_10_second_half: hits[i][1] / (queries.len() - half).max(1) as f64,
+                overlap_with_unpruned: overlap_sum[i] / n,
+                exact_share: 1.0 - inexact[i] as f64 / scored[i].max(1) as f64,
+                rank_p50_ms: percentile_ms(&took[i], 0.50),
+                rank_p99_ms: percentile_ms(&took[i], 0.99),
+            }
+        })
+        .collect())
 }
 
 fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<SizeReport> {
@@ -702,7 +750,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
     let usage_after = rusage_counts();
     // A single client always gets the same pooled reader back.
     let (reader_cache_hits, reader_cache_misses) = store.page_cache_counts()?;
-    let overlaps = budget_quality(&store, &user, &asked)?;
+    let budgets = budget_quality(&store, &user, &asked)?;
     let recall_cpu_p50_by_quarter_ms = timed.cpu_p50_by_quarter_ms.clone();
     let mut prefilter_queries = Vec::new();
     // Queries of a real question's length: consecutive words of an earlier
@@ -813,10 +861,7 @@ fn bench_size(items: usize, opts: &BenchOptions, rng: &mut SplitMix) -> Result<S
         rebuilt_block_p99_ms: percentile_ms(&rebuilt, 0.99),
         recall_cpu_p50_by_quarter_ms,
         quality_queries: asked.len(),
-        source_at_10: overlaps[0],
-        earlier_source_at_10: overlaps[1],
-        unpruned_source_at_10: overlaps[2],
-        overlap_at_10_vs_earlier: overlaps[3],
+        budgets,
         reader_cache_hits,
         reader_cache_misses,
         wal_mb_at_recall,
@@ -924,20 +969,30 @@ impl fmt::Display for BenchReport {
                 .iter()
                 .map(|q| format!("{q:.3}"))
                 .collect();
-            writeln!(
-                f,
-                "{:>8} | source turn in the top 10 ({} queries): postings budget {} {:.3}, \
-                 budget {EARLIER_BUDGET} {:.3}, BM25 over every match {:.3}; top-10 overlap \
-                 of budget {} with budget {EARLIER_BUDGET} {:.3}",
-                s.items,
-                s.quality_queries,
-                POSTINGS_BUDGET,
-                s.source_at_10,
-                s.earlier_source_at_10,
-                s.unpruned_source_at_10,
-                POSTINGS_BUDGET,
-                s.overlap_at_10_vs_earlier
-            )?;
+            for b in &s.budgets {
+                let name = if b.budget == UNPRUNED {
+                    "every match".to_owned()
+                } else if b.budget == MAXSCORE_BUDGET {
+                    format!("{} (shipped)", b.budget)
+                } else {
+                    b.budget.to_string()
+                };
+                writeln!(
+                    f,
+                    "{:>8} | postings budget {name}: source turn in the top 10 {:.3} \
+                     ({} queries; halves {:.3} / {:.3}), top-10 overlap with every match {:.3}, \
+                     exact {:.3}; ranking p50 {:.3} / p99 {:.3} ms",
+                    s.items,
+                    b.source_at_10,
+                    s.quality_queries,
+                    b.source_at_10_first_half,
+                    b.source_at_10_second_half,
+                    b.overlap_with_unpruned,
+                    b.exact_share,
+                    b.rank_p50_ms,
+                    b.rank_p99_ms,
+                )?;
+            }
             let lookups = (s.reader_cache_hits + s.reader_cache_misses).max(1);
             writeln!(
                 f,

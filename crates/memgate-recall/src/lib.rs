@@ -7,6 +7,7 @@
 //!
 //! - [`terms`]: how text and queries become index terms;
 //! - [`ranked`]: a ranked entry, the candidate pool, neighbour smoothing;
+//! - [`maxscore`]: exact top-k BM25 that walks only the rare terms' postings;
 //! - [`fusion`]: the lexical and dense lists combined;
 //! - [`rerank`]: the re-ordering recall applies to the fused pool;
 //! - [`block`]: the injected block, within its character budget;
@@ -23,6 +24,7 @@ pub mod block;
 pub mod citation;
 pub mod first_turn;
 pub mod fusion;
+pub mod maxscore;
 pub mod ranked;
 pub mod rerank;
 pub mod salience;

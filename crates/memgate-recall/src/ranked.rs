@@ -14,9 +14,16 @@ pub const NEIGHBOURS_OF: usize = 10;
 /// Boost of explicit memories over captured turns.
 pub const MEMORY_WEIGHT: f64 = 1.5;
 
-/// Most documents one ranking lets FTS5 score: bounds recall latency on
-/// large scopes.
+/// Most documents one `postgres` ranking lets `ts_rank` score: bounds
+/// recall latency on large scopes.
 pub const POSTINGS_BUDGET: usize = 600;
+
+/// Most postings one `local` BM25 ranking walks ([`crate::maxscore`]):
+/// bounds recall latency on large scopes. Past it the top is that of the
+/// walked terms' documents, every term scored (near-exact). At 100k items
+/// 2,000 keeps the source-turn rate of BM25 over every match
+/// (docs/design/lexical-pruning.md).
+pub const MAXSCORE_BUDGET: usize = 2_000;
 
 /// How many BM25 candidates to re-rank for a final list of `top_k`.
 pub fn candidate_pool(top_k: usize) -> usize {

@@ -21,7 +21,8 @@
 //! checkpoints), `error` (SQLite errors as the contract's), [`scope`] (a
 //! scope's row), [`index`] (the FTS5 recall index), [`facts`] (explicit
 //! memories), [`forget`] (erasure and retention), [`capture`], [`ranking`]
-//! (lexical candidates over FTS5), [`first_turn`] (the block without a
+//! (lexical candidates over FTS5), `bm25` (FTS5's BM25 with given document
+//! frequencies, for MaxScore), [`first_turn`] (the block without a
 //! query), [`vectors`] and [`hybrid`] (dense retrieval fused with the
 //! lexical ranking), [`recall`] (the injected block and search),
 //! [`transfer`] (export/import), [`store`] (every method of
@@ -33,6 +34,7 @@
 //! import the store.
 
 pub mod backend;
+mod bm25;
 pub mod capture;
 pub mod config;
 mod db;

@@ -395,6 +395,7 @@ pub fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<
     // a cached page is a hash lookup. Measured at 100k items: on-CPU recall
     // p50 1.61 ms and peak RSS 45 MB, against 2.03 ms and 113 MB with a map
     // (docs/design/lexical-recall.md).
+    crate::bm25::register(conn)?;
     conn.execute_batch(
         "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA mmap_size = 0;
          PRAGMA cache_size = -16384; PRAGMA wal_autocheckpoint = 4000;",

@@ -525,7 +525,7 @@ impl MemoryStore {
     }
 
     /// The caller's lexical ranking of `query` with `budget` postings scored
-    /// at most (recall's is [`memgate_recall::ranked::POSTINGS_BUDGET`]) and
+    /// at most (recall's is [`memgate_recall::ranked::MAXSCORE_BUDGET`]) and
     /// `counts` kept for that budget: what the budget costs in quality is
     /// measured with it.
     pub fn ranked_within(

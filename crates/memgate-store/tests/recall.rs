@@ -412,9 +412,9 @@ fn a_neighbouring_question_lifts_its_short_answer() {
 
 #[test]
 fn large_scopes_prune_common_words_and_fall_back_to_the_newest_matches() {
-    use memgate_recall::ranked::POSTINGS_BUDGET;
+    use memgate_recall::ranked::MAXSCORE_BUDGET;
     let t = TestStore::new();
-    let n = POSTINGS_BUDGET + 200;
+    let n = MAXSCORE_BUDGET + 200;
     let turns: Vec<Message> = (0..n)
         .map(|i| {
             let extra = if i % 300 == 7 { " tornado warning" } else { "" };
