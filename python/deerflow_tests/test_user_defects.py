@@ -6,7 +6,9 @@ own Gateway and memory tools (issue 33, part 4):
   chats;
 - ``memory_search`` answered ``confidence`` on no consistent scale (BM25:
   3e-06 for an exact match in one scope, 0.64 in another);
-- ``lastUpdated`` moved backwards when the newest fact was deleted."""
+- ``lastUpdated`` moved backwards when the newest fact was deleted;
+- ``confidence`` was not stored: every fact read 0.5 whatever was sent, and
+  a ``PATCH`` of confidence alone answered 200 and changed nothing."""
 
 from __future__ import annotations
 
@@ -77,6 +79,28 @@ def test_last_updated_never_moves_backwards_after_a_delete(host, gateway):
         assert [f["content"] for f in after["facts"]] == ["Deploys need a change ticket."]
         assert after["lastUpdated"] >= newest["lastUpdated"], (newest["lastUpdated"], after["lastUpdated"])
         assert client.get("/api/memory", headers=headers).json()["lastUpdated"] == after["lastUpdated"]
+
+
+@pytest.mark.parametrize("host", ["local"], indirect=True)
+def test_confidence_is_stored_and_a_patch_of_confidence_alone_changes_it(host, gateway):
+    """A fact saved through the Gateway with confidence 0.9 reads 0.9 (not
+    DeerFlow's 0.5 default); a ``PATCH`` of confidence alone changes it and
+    nothing else; the value survives a new request."""
+    from fastapi.testclient import TestClient
+
+    headers = owner_headers(host)
+    with TestClient(gateway) as client:
+        created = client.post(
+            "/api/memory/facts", json={"content": "Prefers metric units.", "confidence": 0.9}, headers=headers
+        )
+        assert created.status_code == 200, created.text
+        [fact] = created.json()["facts"]
+        assert fact["confidence"] == 0.9, fact
+        patched = client.patch(f"/api/memory/facts/{fact['id']}", json={"confidence": 0.3}, headers=headers)
+        assert patched.status_code == 200, patched.text
+        [after] = client.get("/api/memory", headers=headers).json()["facts"]
+        assert after["confidence"] == 0.3, after
+        assert (after["id"], after["content"], after["category"]) == (fact["id"], fact["content"], fact["category"])
 
 
 class _Runtime:

@@ -34,8 +34,8 @@ def test_memory_tools_add_search_update_delete_on_the_local_store(manager):
 
     document = manager.get_memory(user_id="alice")
     assert document["facts"] == [
-        {"id": fact_id, "content": "Refunds in integer cents.", "category": "convention",
-         "createdAt": document["facts"][0]["createdAt"]}
+        {"id": fact_id, "content": "Refunds in integer cents.", "category": "convention", "confidence": 0.7,
+         "createdAt": document["facts"][0]["createdAt"], "updatedAt": document["facts"][0]["createdAt"]}
     ]
     assert document["lastUpdated"].startswith("20")
     assert json.loads(memory_add(manager, ALICE, "refunds in INTEGER cents.")) == {"error": "Duplicate fact"}
@@ -52,6 +52,19 @@ def test_memory_tools_add_search_update_delete_on_the_local_store(manager):
     assert json.loads(memory_delete(manager, ALICE, fact_id)) == {"fact_id": fact_id, "status": "deleted"}
     assert manager.get_memory(user_id="alice")["facts"] == []
     assert "integer cents" not in manager.get_context("alice", query="refunds integer cents")
+
+
+def test_confidence_is_stored_and_revised_alone(manager):
+    """DeerMem's ``confidence`` is kept with the fact; updating it alone is a
+    revision (not a silent no-op), and a bad one in an import names the fact."""
+    _, fact_id = manager.create_fact("Prefers tea.", confidence=0.8, user_id="alice")
+    assert manager.get_memory(user_id="alice")["facts"][0]["confidence"] == 0.8
+    manager.update_fact(fact_id, confidence=0.25, user_id="alice")
+    [fact] = manager.get_memory(user_id="alice")["facts"]
+    assert (fact["content"], fact["confidence"]) == ("Prefers tea.", 0.25)
+    with pytest.raises(ValueError, match=r"facts\[0\]\.confidence"):
+        manager.import_memory({"facts": [{"content": "New.", "confidence": 2}]}, user_id="alice")
+    assert contents(manager.get_memory(user_id="alice")) == ["Prefers tea."]
 
 
 def test_unknown_fact_ids_are_not_found(manager):
@@ -114,6 +127,8 @@ def test_import_merges_a_deermem_document_and_refuses_a_bad_one_whole(manager):
     }
     merged = manager.import_memory(deermem, user_id="alice")
     assert sorted(contents(merged)) == ["Uses pytest.", "Works on the billing team."]
+    confidence = {f["content"]: f["confidence"] for f in merged["facts"]}
+    assert confidence == {"Works on the billing team.": 0.9, "Uses pytest.": 1.0}
     again = manager.import_memory(deermem, user_id="alice")
     assert len(again["facts"]) == 2
     assert manager.export_memory(user_id="alice") == manager.get_memory(user_id="alice")

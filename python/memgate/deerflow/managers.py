@@ -428,10 +428,20 @@ def search_confidence(query: Any, content: Any) -> float:
 
 
 def _fact_entry(fact: dict[str, Any]) -> dict[str, Any]:
-    """A memgate fact as a DeerMem fact. memgate keeps no confidence score
-    and no source thread, so neither is invented (the Gateway's model fills
-    its own defaults)."""
-    return {"id": fact["id"], "content": fact["text"], "category": fact["kind"], "createdAt": fact["created_at"]}
+    """A memgate fact as a DeerMem fact, with the confidence it was saved
+    with; ``source`` is the thread a distilled fact came from (an explicit
+    fact has none, and none is invented)."""
+    entry = {
+        "id": fact["id"],
+        "content": fact["text"],
+        "category": fact["kind"],
+        "confidence": fact.get("confidence", 1.0),
+        "createdAt": fact["created_at"],
+        "updatedAt": fact["updated_at"],
+    }
+    if fact.get("thread"):
+        entry["source"] = fact["thread"]
+    return entry
 
 
 def _captured_summary(holdings: dict[str, Any]) -> str:
@@ -485,8 +495,8 @@ DUPLICATE_FACT = "Duplicate fact"
 
 
 def _check_confidence(confidence: Any) -> None:
-    """``confidence`` is accepted for the host's signature and not stored;
-    a value outside 0..1 is still refused, as DeerMem refuses it."""
+    """``confidence`` is stored with the fact; a value outside 0..1 is
+    refused, as DeerMem refuses it."""
     if confidence is None:
         return
     if (
@@ -503,9 +513,9 @@ def _content_key(content: Any) -> str:
     return str(content or "").strip().casefold()
 
 
-def _imported_facts(memory_data: Any) -> list[tuple[str, str]]:
-    """``(category, content)`` for every fact of a DeerMem document, all
-    checked before anything is stored; errors name the fact."""
+def _imported_facts(memory_data: Any) -> list[tuple[str, str, Any]]:
+    """``(category, content, confidence)`` for every fact of a DeerMem
+    document, all checked before anything is stored; errors name the fact."""
     if not isinstance(memory_data, dict):
         raise ValueError("memory_data must be a dict (a DeerMem memory document)")
     facts = memory_data.get("facts", [])
@@ -520,7 +530,12 @@ def _imported_facts(memory_data: Any) -> list[tuple[str, str]]:
             raise ValueError(f"memory_data.facts[{i}].content must be a non-empty string")
         if not isinstance(category, str):
             raise ValueError(f"memory_data.facts[{i}].category must be a string")
-        out.append((category, content))
+        confidence = fact.get("confidence")
+        try:
+            _check_confidence(confidence)
+        except FieldError as e:
+            raise ValueError(f"memory_data.facts[{i}].confidence {e.args[1]}") from None
+        out.append((category, content, confidence))
     return out
 
 
@@ -564,19 +579,27 @@ class _FactStore:
         key = _content_key(content)
         if any(_content_key(f["text"]) == key for f in self._facts("create_fact", user_id, agent_name)):
             raise ValueError(DUPLICATE_FACT)
-        outcome = self._save("create_fact", str(category or "context"), content, user_id, agent_name)
+        outcome = self._save("create_fact", str(category or "context"), content, confidence, user_id, agent_name)
         if outcome["outcome"] == "already_present":  # stored concurrently since the check
             raise ValueError(DUPLICATE_FACT)
         return self._document("create_fact", user_id, agent_name), outcome.get("citation")
 
     def update_fact(self, fact_id, content=None, category=None, confidence=None, *, agent_name=None, user_id=None):
-        """Revises a fact (history is kept); omitted fields stay as they are.
-        An unknown or deleted id raises ``KeyError``."""
+        """Revises a fact (history is kept); omitted fields stay as they are,
+        and a confidence alone is a revision too. An unknown or deleted id
+        raises ``KeyError``."""
         _check_confidence(confidence)
         self._active_fact("update_fact", fact_id, user_id, agent_name)
-        if content is not None or category is not None:
+        if content is not None or category is not None or confidence is not None:
             self._call(
-                "update_fact", self._native_backend.revise_fact, str(fact_id), _user(user_id), agent_name, category, content
+                "update_fact",
+                self._native_backend.revise_fact,
+                str(fact_id),
+                _user(user_id),
+                agent_name,
+                category,
+                content,
+                None if confidence is None else float(confidence),
             )
         return self._document("update_fact", user_id, agent_name)
 
@@ -594,14 +617,23 @@ class _FactStore:
         facts = _imported_facts(memory_data)
         if _has_summaries(memory_data):
             logger.warning("memgate import_memory: summary sections are not imported (memgate keeps facts only)")
-        for category, content in facts:
-            self._save("import_memory", category, content, user_id, agent_name)
+        for category, content, confidence in facts:
+            self._save("import_memory", category, content, confidence, user_id, agent_name)
         return self._document("import_memory", user_id, agent_name)
 
-    def _save(self, method, kind, text, user_id, agent_name) -> dict[str, Any]:
-        """Saves one fact; the outcome, ``stored`` or ``already_present``
-        with its id. Any other outcome raises."""
-        outcome = self._call(method, self._native_backend.remember, kind, text, _user(user_id), agent_name)
+    def _save(self, method, kind, text, confidence, user_id, agent_name) -> dict[str, Any]:
+        """Saves one fact with its confidence (unset: 1); the outcome,
+        ``stored`` or ``already_present`` with its id. Any other outcome
+        raises."""
+        outcome = self._call(
+            method,
+            self._native_backend.remember,
+            kind,
+            text,
+            _user(user_id),
+            agent_name,
+            None if confidence is None else float(confidence),
+        )
         if outcome["outcome"] not in ("stored", "already_present"):
             raise MemoryManagerError(f"{method} {outcome['outcome']}: {outcome.get('reason', '')}")
         return outcome
