@@ -115,7 +115,7 @@ const MIGRATIONS: &[Migration] = &[
 /// rest on in `memory_sources`, their thread, when they were said), their
 /// confidence, and when they stopped being true (`valid_to`,
 /// `superseded_by`); each history row says who wrote it. Existing memories
-/// are explicit, confidence 1, written by the user: `local`'s schema 6.
+/// are explicit, confidence 1, written by the user: `local`'s schema 7.
 const FACT_PROVENANCE: &str = "
 ALTER TABLE memories
     ADD COLUMN origin text NOT NULL DEFAULT 'explicit' CHECK (origin IN ('explicit', 'distilled')),

@@ -108,12 +108,12 @@ fn the_queue_survives_a_restart() {
 }
 
 #[test]
-fn a_version_5_file_keeps_its_memories_as_explicit_facts_of_confidence_1() {
+fn a_file_from_before_provenance_keeps_its_memories_as_explicit_facts_of_confidence_1() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v5.sqlite3");
+    let path = dir.path().join("v6.sqlite3");
     {
         let mut conn = Connection::open(&path).unwrap();
-        migrate(&mut conn, 5).unwrap();
+        migrate(&mut conn, 6).unwrap();
         conn.execute_batch(
             "INSERT INTO scopes (id, user_id, peer) VALUES (1, 'alice', '');
              INSERT INTO memories (scope_id, kind, text, state, version, created_at, updated_at)
