@@ -83,7 +83,13 @@ fn locomo_eval_ingests_every_turn_and_scores_the_evidence() {
     // Leave-one-out selection is over hybrid rows: none without an embedder.
     assert!(report.leave_one_out.is_empty());
     // The no-query block is measured next to the newest-turns baseline.
-    assert_eq!(report.no_query.len(), 2);
+    // The block, the block over transcripts without speaker names, the
+    // newest turns.
+    assert_eq!(report.no_query.len(), 3);
+    assert_eq!(
+        report.no_query[1].system,
+        "memgate first-turn block, no speaker names"
+    );
     let block = &report.no_query[0];
     assert!(
         block.coverage_pooled > 0.0 && block.coverage_pooled <= 1.0,
