@@ -17,10 +17,11 @@ use memgate_core::intake::{
 use memgate_core::signature::SequenceHasher;
 use memgate_core::work::{DrainReport, Ticket, WorkTracker};
 use memgate_core::{
-    Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact, FactPatch,
-    FailurePolicy, Figure, ForgetReport, ForgetTarget, ImportReport, KnownHead, MemoryBackend,
-    MemoryError, MemoryExport, Message, Recall, RecallRequest, RememberOutcome, RememberRequest,
-    Result, SearchHit, SearchQuery, StoredScope, WarmStatus,
+    Acknowledgement, Caller, Capabilities, CaptureReport, CaptureRequest, CommitOutcome,
+    Continuation, Diagnostic, Fact, FactPatch, FailurePolicy, Figure, ForgetReport, ForgetTarget,
+    Handoff, HandoffContent, ImportReport, KnownHead, MemoryBackend, MemoryError, MemoryExport,
+    Message, Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit,
+    SearchQuery, StoredScope, WarmStatus,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -472,6 +473,75 @@ impl MemoryBackend for AssembledBackend {
             .await
     }
 
+    async fn prepare_handoff(&self, caller: &Caller, content: &HandoffContent) -> Result<Handoff> {
+        self.run(
+            Operation::HandoffPrepare,
+            self.inner.prepare_handoff(caller, content),
+        )
+        .await
+    }
+
+    async fn get_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.run(Operation::HandoffGet, self.inner.get_handoff(caller, id))
+            .await
+    }
+
+    async fn correct_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        content: &HandoffContent,
+    ) -> Result<Handoff> {
+        self.run(
+            Operation::HandoffCorrect,
+            self.inner.correct_handoff(caller, id, content),
+        )
+        .await
+    }
+
+    async fn finalize_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.run(
+            Operation::HandoffFinalize,
+            self.inner.finalize_handoff(caller, id),
+        )
+        .await
+    }
+
+    async fn continue_handoff(&self, caller: &Caller, id: &str) -> Result<Continuation> {
+        self.run(
+            Operation::HandoffContinue,
+            self.inner.continue_handoff(caller, id),
+        )
+        .await
+    }
+
+    async fn acknowledge_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        acknowledgement: &Acknowledgement,
+    ) -> Result<Handoff> {
+        self.run(
+            Operation::HandoffAcknowledge,
+            self.inner.acknowledge_handoff(caller, id, acknowledgement),
+        )
+        .await
+    }
+
+    async fn commit_handoff(&self, caller: &Caller, id: &str) -> Result<CommitOutcome> {
+        match self
+            .run(
+                Operation::HandoffCommit,
+                self.inner.commit_handoff(caller, id),
+            )
+            .await
+        {
+            // The milestone may have reached the store: say so, never retry.
+            Err(MemoryError::DeadlineExceeded(reason)) => Ok(CommitOutcome::Unknown { reason }),
+            other => other,
+        }
+    }
+
     async fn warm(&self) -> Result<WarmStatus> {
         match self.run(Operation::Warm, self.inner.warm()).await {
             Err(MemoryError::DeadlineExceeded(reason))
@@ -661,5 +731,80 @@ mod tests {
                 "round {round}: {closed:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod handoff_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A fake backend whose commit never answers (a lost answer a real
+    /// store cannot be made to produce on demand); counts the attempts.
+    #[derive(Default)]
+    struct FakeLostCommit {
+        commits: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl MemoryBackend for FakeLostCommit {
+        fn name(&self) -> &str {
+            "fake-lost-commit"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+
+        async fn recall(&self, _: &RecallRequest) -> Result<Recall> {
+            Ok(Recall::empty())
+        }
+
+        async fn capture(&self, _: &CaptureRequest) -> Result<CaptureReport> {
+            Ok(CaptureReport::default())
+        }
+
+        async fn commit_handoff(&self, _: &Caller, _: &str) -> Result<CommitOutcome> {
+            self.commits.fetch_add(1, Ordering::SeqCst);
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lost_commit_answer_is_unknown_and_not_retried() {
+        let fake = Arc::new(FakeLostCommit::default());
+        let assembled = AssembledBackend::new(
+            fake.clone(),
+            Gates::default(),
+            Deadlines::uniform(Duration::from_millis(60)),
+        );
+        let outcome = assembled
+            .commit_handoff(&Caller::new("alice"), "hof_1")
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, CommitOutcome::Unknown { .. }),
+            "{outcome:?}"
+        );
+        assert!(outcome.describe().contains("not retried"));
+        assert_eq!(fake.commits.load(Ordering::SeqCst), 1);
+        assert!(assembled
+            .metrics()
+            .render()
+            .contains("operation=\"handoff_commit\",outcome=\"deadline_exceeded\""));
+    }
+
+    #[tokio::test]
+    async fn a_backend_without_handoffs_answers_unsupported() {
+        let assembled = AssembledBackend::with_defaults(Arc::new(FakeLostCommit::default()));
+        let err = assembled
+            .finalize_handoff(&Caller::new("alice"), "hof_1")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "unsupported");
+        assert_eq!(
+            err.to_string(),
+            "handoff_finalize not supported by fake-lost-commit"
+        );
     }
 }

@@ -29,6 +29,14 @@ pub enum Operation {
     Warm,
     /// `memgate doctor`'s look at the backend's own state.
     Diagnose,
+    HandoffPrepare,
+    HandoffGet,
+    HandoffCorrect,
+    HandoffFinalize,
+    HandoffContinue,
+    HandoffAcknowledge,
+    /// Stores a milestone memory: bounded like `remember`.
+    HandoffCommit,
 }
 
 impl Operation {
@@ -49,6 +57,13 @@ impl Operation {
             Self::Scopes => "stored_scopes",
             Self::Warm => "warm",
             Self::Diagnose => "diagnose",
+            Self::HandoffPrepare => "handoff_prepare",
+            Self::HandoffGet => "handoff_get",
+            Self::HandoffCorrect => "handoff_correct",
+            Self::HandoffFinalize => "handoff_finalize",
+            Self::HandoffContinue => "handoff_continue",
+            Self::HandoffAcknowledge => "handoff_acknowledge",
+            Self::HandoffCommit => "handoff_commit",
         }
     }
 }
@@ -111,7 +126,7 @@ impl Deadlines {
         let seconds = match operation {
             Operation::Recall => self.recall_seconds,
             Operation::Capture => self.capture_seconds,
-            Operation::Remember => self.remember_seconds,
+            Operation::Remember | Operation::HandoffCommit => self.remember_seconds,
             _ => self.other_seconds,
         };
         Duration::from_secs_f64(seconds)

@@ -10,6 +10,7 @@
 use crate::capture::{CaptureReport, CaptureRequest};
 use crate::facts::{Fact, FactPatch, ImportReport, MemoryExport, SearchHit, SearchQuery};
 use crate::forget::{ForgetReport, ForgetTarget};
+use crate::handoff::{Acknowledgement, CommitOutcome, Continuation, Handoff, HandoffContent};
 use crate::identity::Caller;
 use crate::intake::{CaptureStart, Intake};
 use crate::recall::{Recall, RecallRequest};
@@ -238,6 +239,61 @@ pub trait MemoryBackend: Send + Sync + 'static {
     async fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
         let _ = limit;
         Err(self.unsupported("stored_scopes"))
+    }
+
+    /// Prepares a handoff draft of the caller's running task. Held
+    /// temporarily by the backend; never memory by itself.
+    async fn prepare_handoff(&self, caller: &Caller, content: &HandoffContent) -> Result<Handoff> {
+        let _ = (caller, content);
+        Err(self.unsupported("handoff_prepare"))
+    }
+
+    /// One of the caller's own handoffs (another owner's is not found).
+    async fn get_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        let _ = (caller, id);
+        Err(self.unsupported("handoff_get"))
+    }
+
+    /// Replaces a draft's content; only a draft can be corrected.
+    async fn correct_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        content: &HandoffContent,
+    ) -> Result<Handoff> {
+        let _ = (caller, id, content);
+        Err(self.unsupported("handoff_correct"))
+    }
+
+    /// Turns a draft into the prepared handoff a receiver continues from.
+    async fn finalize_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        let _ = (caller, id);
+        Err(self.unsupported("handoff_finalize"))
+    }
+
+    /// What a receiving task (the caller's thread) continues from: the
+    /// prepared handoff and its untrusted first-turn block.
+    async fn continue_handoff(&self, caller: &Caller, id: &str) -> Result<Continuation> {
+        let _ = (caller, id);
+        Err(self.unsupported("handoff_continue"))
+    }
+
+    /// Records the receiver's answer to a prepared handoff.
+    async fn acknowledge_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        acknowledgement: &Acknowledgement,
+    ) -> Result<Handoff> {
+        let _ = (caller, id, acknowledgement);
+        Err(self.unsupported("handoff_acknowledge"))
+    }
+
+    /// Stores the handoff as a durable milestone memory; only on an
+    /// explicit request, and never retried blindly.
+    async fn commit_handoff(&self, caller: &Caller, id: &str) -> Result<CommitOutcome> {
+        let _ = (caller, id);
+        Err(self.unsupported("handoff_commit"))
     }
 
     /// Start-up health check, under the backend's start-up policy.

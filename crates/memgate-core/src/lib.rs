@@ -17,6 +17,8 @@
 //!   [`KnownHead`]);
 //! - [`capture`], [`recall`], [`remember`], [`facts`], [`forget`]: request
 //!   and result types of each operation;
+//! - [`handoff`]: a running task handed to another thread, agent or model
+//!   (draft, prepared, acknowledged, committed on request);
 //! - [`redaction`]: secrets replaced by typed placeholders before anything
 //!   is stored or sent (rules in `memgate-redact`);
 //! - [`backend`]: the trait itself and its capability flags;
@@ -42,6 +44,7 @@ pub mod error;
 pub mod facts;
 pub mod fields;
 pub mod forget;
+pub mod handoff;
 pub mod identity;
 pub mod intake;
 pub mod message;
@@ -67,6 +70,9 @@ pub use facts::{
     SearchQuery,
 };
 pub use forget::{ForgetReport, ForgetTarget};
+pub use handoff::{
+    Acknowledgement, CommitOutcome, Continuation, Handoff, HandoffContent, HandoffStage,
+};
 pub use identity::{Caller, UserId, DEFAULT_USER_ID};
 pub use intake::{CaptureStart, CursorCapture, CursorOutcome, Intake};
 pub use message::{Content, Message, Role, RoleKind, ToolCall};

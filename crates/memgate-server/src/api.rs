@@ -3,7 +3,9 @@
 //! types themselves come from `memgate-core`.
 
 use memgate_core::facts::MemoryExport;
-use memgate_core::{Caller, Capabilities, FactPatch, SearchHit};
+use memgate_core::{
+    Acknowledgement, Caller, Capabilities, FactPatch, HandoffContent, Result, SearchHit,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -143,6 +145,124 @@ pub struct ExportBody {
 pub struct ForgetBody {
     #[serde(default)]
     pub caller: Caller,
+}
+
+/// A handoff's content as sent: checked by the handler, so a broken rule is
+/// answered with the field's own name (`content.objective`), not `body`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffContentBody {
+    /// 1–4096 UTF-8 bytes after NFC normalization and trimming.
+    pub objective: String,
+    /// Verified progress, at most 32 items.
+    #[serde(default)]
+    pub progress: Vec<String>,
+    /// At most 32 items.
+    #[serde(default)]
+    pub blockers: Vec<String>,
+    /// 1–4096 UTF-8 bytes.
+    pub next_action: String,
+    /// At most 32 items.
+    #[serde(default)]
+    pub evidence: Vec<String>,
+}
+
+impl HandoffContentBody {
+    pub fn content(&self) -> Result<HandoffContent> {
+        HandoffContent::new(
+            &self.objective,
+            &self.progress,
+            &self.blockers,
+            &self.next_action,
+            &self.evidence,
+        )
+    }
+}
+
+impl From<&HandoffContent> for HandoffContentBody {
+    fn from(c: &HandoffContent) -> Self {
+        Self {
+            objective: c.objective.clone(),
+            progress: c.progress.clone(),
+            blockers: c.blockers.clone(),
+            next_action: c.next_action.clone(),
+            evidence: c.evidence.clone(),
+        }
+    }
+}
+
+/// An acknowledgement as sent, checked by the handler (field `message`).
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcknowledgementBody {
+    /// `accepted`, `needs_clarification` or `declined`.
+    pub decision: String,
+    /// Required unless accepted.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl AcknowledgementBody {
+    pub fn acknowledgement(&self) -> Result<Acknowledgement> {
+        Acknowledgement::new(&self.decision, self.message.as_deref())
+    }
+}
+
+impl From<&Acknowledgement> for AcknowledgementBody {
+    fn from(a: &Acknowledgement) -> Self {
+        let (decision, message) = match a {
+            Acknowledgement::Accepted => ("accepted", None),
+            Acknowledgement::NeedsClarification { message } => {
+                ("needs_clarification", Some(message.clone()))
+            }
+            Acknowledgement::Declined { message } => ("declined", Some(message.clone())),
+        };
+        Self {
+            decision: decision.to_owned(),
+            message,
+        }
+    }
+}
+
+/// `POST /v1/handoff/prepare`: a new draft of the caller's running task.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffPrepareBody {
+    /// Required on every operation: whose task this is.
+    pub caller: Caller,
+    pub content: HandoffContentBody,
+}
+
+/// `POST /v1/handoff/{get,finalize,continue,commit}`.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffIdBody {
+    /// Required on every operation: whose handoff this is.
+    pub caller: Caller,
+    #[schemars(length(min = 1))]
+    pub id: String,
+}
+
+/// `POST /v1/handoff/correct`: replaces a draft's content.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffCorrectBody {
+    /// Required on every operation: whose handoff this is.
+    pub caller: Caller,
+    #[schemars(length(min = 1))]
+    pub id: String,
+    pub content: HandoffContentBody,
+}
+
+/// `POST /v1/handoff/acknowledge`: the receiver's answer.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandoffAcknowledgeBody {
+    /// Required on every operation: whose handoff this is.
+    pub caller: Caller,
+    #[schemars(length(min = 1))]
+    pub id: String,
+    pub acknowledgement: AcknowledgementBody,
 }
 
 /// `POST /v1/import`.

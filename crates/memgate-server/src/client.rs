@@ -5,10 +5,10 @@
 use crate::api::*;
 use async_trait::async_trait;
 use memgate_core::{
-    Caller, Capabilities, CaptureReport, CaptureRequest, Fact, FactPatch, ForgetReport,
-    ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
-    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, Secret, WarmStatus,
-    WireError,
+    Acknowledgement, Caller, Capabilities, CaptureReport, CaptureRequest, CommitOutcome,
+    Continuation, Fact, FactPatch, ForgetReport, ForgetTarget, Handoff, HandoffContent,
+    ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome,
+    RememberRequest, Result, SearchHit, SearchQuery, Secret, WarmStatus, WireError,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -230,7 +230,69 @@ impl MemoryBackend for HttpBackend {
         }
     }
 
+    async fn prepare_handoff(&self, caller: &Caller, content: &HandoffContent) -> Result<Handoff> {
+        let body = HandoffPrepareBody {
+            caller: caller.clone(),
+            content: content.into(),
+        };
+        self.call("/v1/handoff/prepare", &body).await
+    }
+
+    async fn get_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.call("/v1/handoff/get", &handoff_id(caller, id)).await
+    }
+
+    async fn correct_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        content: &HandoffContent,
+    ) -> Result<Handoff> {
+        let body = HandoffCorrectBody {
+            caller: caller.clone(),
+            id: id.to_owned(),
+            content: content.into(),
+        };
+        self.call("/v1/handoff/correct", &body).await
+    }
+
+    async fn finalize_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.call("/v1/handoff/finalize", &handoff_id(caller, id))
+            .await
+    }
+
+    async fn continue_handoff(&self, caller: &Caller, id: &str) -> Result<Continuation> {
+        self.call("/v1/handoff/continue", &handoff_id(caller, id))
+            .await
+    }
+
+    async fn acknowledge_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        acknowledgement: &Acknowledgement,
+    ) -> Result<Handoff> {
+        let body = HandoffAcknowledgeBody {
+            caller: caller.clone(),
+            id: id.to_owned(),
+            acknowledgement: acknowledgement.into(),
+        };
+        self.call("/v1/handoff/acknowledge", &body).await
+    }
+
+    async fn commit_handoff(&self, caller: &Caller, id: &str) -> Result<CommitOutcome> {
+        self.call("/v1/handoff/commit", &handoff_id(caller, id))
+            .await
+    }
+
     async fn warm(&self) -> Result<WarmStatus> {
         Ok(WarmStatus::Ready)
+    }
+}
+
+fn handoff_id(caller: &Caller, id: &str) -> HandoffIdBody {
+    HandoffIdBody {
+        caller: caller.clone(),
+        id: id.to_owned(),
     }
 }

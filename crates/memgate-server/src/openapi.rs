@@ -4,8 +4,8 @@
 
 use crate::api::*;
 use memgate_core::{
-    CaptureReport, CaptureRequest, Fact, ForgetReport, ImportReport, MemoryExport, Recall,
-    RecallRequest, RememberOutcome,
+    CaptureReport, CaptureRequest, CommitOutcome, Continuation, Fact, ForgetReport, Handoff,
+    ImportReport, MemoryExport, Recall, RecallRequest, RememberOutcome,
 };
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::{JsonSchema, Schema};
@@ -141,6 +141,62 @@ pub const OPERATIONS: &[Operation] = &[
         summary: "Erase everything of the caller's user under every agent (501 on remote backends).",
         request: Some(schema_of::<ForgetBody>),
         response: Some(schema_of::<ForgetReport>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/handoff/prepare",
+        id: "handoffPrepare",
+        summary: "Prepare a handoff draft of the caller's running task (held temporarily; never memory by itself).",
+        request: Some(schema_of::<HandoffPrepareBody>),
+        response: Some(schema_of::<Handoff>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/handoff/get",
+        id: "handoffGet",
+        summary: "Inspect one of the caller's handoffs (404 once expired or for another user).",
+        request: Some(schema_of::<HandoffIdBody>),
+        response: Some(schema_of::<Handoff>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/handoff/correct",
+        id: "handoffCorrect",
+        summary: "Correct a draft's content (409 once finalized).",
+        request: Some(schema_of::<HandoffCorrectBody>),
+        response: Some(schema_of::<Handoff>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/handoff/finalize",
+        id: "handoffFinalize",
+        summary: "Finalize a draft into the prepared handoff a receiver continues from.",
+        request: Some(schema_of::<HandoffIdBody>),
+        response: Some(schema_of::<Handoff>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/handoff/continue",
+        id: "handoffContinue",
+        summary: "What a receiving task continues from: the prepared handoff and its first-turn block, untrusted history.",
+        request: Some(schema_of::<HandoffIdBody>),
+        response: Some(schema_of::<Continuation>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/handoff/acknowledge",
+        id: "handoffAcknowledge",
+        summary: "The receiver's answer: accepted, needs_clarification or declined (the last two with a message).",
+        request: Some(schema_of::<HandoffAcknowledgeBody>),
+        response: Some(schema_of::<Handoff>),
+    },
+    Operation {
+        method: "post",
+        path: "/v1/handoff/commit",
+        id: "handoffCommit",
+        summary: "Commit the handoff as one durable milestone memory, only on this explicit request; unknown outcomes are never retried.",
+        request: Some(schema_of::<HandoffIdBody>),
+        response: Some(schema_of::<CommitOutcome>),
     },
     Operation {
         method: "get",

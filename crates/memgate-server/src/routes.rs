@@ -15,8 +15,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use memgate_assembly::{AssembledBackend, WorkTracker};
 use memgate_core::{
-    CaptureReport, Fact, ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError,
-    Recall, RecallRequest, RememberOutcome, RememberRequest, SearchQuery,
+    CaptureReport, CommitOutcome, Continuation, Fact, ForgetReport, ForgetTarget, Handoff,
+    ImportReport, MemoryBackend, MemoryError, Recall, RecallRequest, RememberOutcome,
+    RememberRequest, SearchQuery,
 };
 use serde::Serialize;
 use std::future::Future;
@@ -82,6 +83,13 @@ pub fn router(state: ServerState) -> Router {
         .route("/v1/forget/thread", post(forget_thread))
         .route("/v1/forget/scope", post(forget_scope))
         .route("/v1/forget/user", post(forget_user))
+        .route("/v1/handoff/prepare", post(handoff_prepare))
+        .route("/v1/handoff/get", post(handoff_get))
+        .route("/v1/handoff/correct", post(handoff_correct))
+        .route("/v1/handoff/finalize", post(handoff_finalize))
+        .route("/v1/handoff/continue", post(handoff_continue))
+        .route("/v1/handoff/acknowledge", post(handoff_acknowledge))
+        .route("/v1/handoff/commit", post(handoff_commit))
         .route("/metrics", get(metrics));
     if let Some(endpoint) = state.mcp.clone() {
         guarded = guarded.nest_service("/mcp", mcp::http_service(endpoint));
@@ -244,6 +252,68 @@ async fn import(
 }
 
 /// Erasure: 501 from backends whose memory lives on a server.
+async fn handoff_prepare(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<HandoffPrepareBody>,
+) -> Result<Json<Handoff>, ApiError> {
+    let content = body.content.content()?;
+    answer(state.backend.prepare_handoff(&body.caller, &content)).await
+}
+
+async fn handoff_get(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<HandoffIdBody>,
+) -> Result<Json<Handoff>, ApiError> {
+    answer(state.backend.get_handoff(&body.caller, &body.id)).await
+}
+
+async fn handoff_correct(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<HandoffCorrectBody>,
+) -> Result<Json<Handoff>, ApiError> {
+    let content = body.content.content()?;
+    answer(
+        state
+            .backend
+            .correct_handoff(&body.caller, &body.id, &content),
+    )
+    .await
+}
+
+async fn handoff_finalize(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<HandoffIdBody>,
+) -> Result<Json<Handoff>, ApiError> {
+    answer(state.backend.finalize_handoff(&body.caller, &body.id)).await
+}
+
+async fn handoff_continue(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<HandoffIdBody>,
+) -> Result<Json<Continuation>, ApiError> {
+    answer(state.backend.continue_handoff(&body.caller, &body.id)).await
+}
+
+async fn handoff_acknowledge(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<HandoffAcknowledgeBody>,
+) -> Result<Json<Handoff>, ApiError> {
+    let acknowledgement = body.acknowledgement.acknowledgement()?;
+    answer(
+        state
+            .backend
+            .acknowledge_handoff(&body.caller, &body.id, &acknowledgement),
+    )
+    .await
+}
+
+async fn handoff_commit(
+    State(state): State<ServerState>,
+    JsonBody(body): JsonBody<HandoffIdBody>,
+) -> Result<Json<CommitOutcome>, ApiError> {
+    answer(state.backend.commit_handoff(&body.caller, &body.id)).await
+}
+
 async fn forget_fact(
     State(state): State<ServerState>,
     JsonBody(body): JsonBody<FactIdBody>,

@@ -16,19 +16,21 @@
 
 use crate::capture::Streamed;
 use crate::config::{LocalConfig, ResolvedConfig};
+use crate::handoff::{HandoffDesk, DEFAULT_HANDOFF_LIFETIME};
 use crate::store::MemoryStore;
 use crate::vectors::ModelState;
 use async_trait::async_trait;
 use memgate_core::distill::{
     Applied, DistillJob, DistillQueue, Operation, ParkedJob, QueueFigures,
 };
+use memgate_core::handoff::MILESTONE_KIND;
 use memgate_core::intake::{CaptureStart, Intake, StreamedCapture};
 use memgate_core::work::WorkTracker;
 use memgate_core::{
-    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact,
-    FactPatch, ForgetReport, ForgetTarget, ImportReport, MemoryBackend, MemoryError, MemoryExport,
-    Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery,
-    StoredScope, WarmStatus,
+    Acknowledgement, BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest,
+    CommitOutcome, Continuation, Diagnostic, Fact, FactPatch, ForgetReport, ForgetTarget, Handoff,
+    HandoffContent, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
+    RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, StoredScope, WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -125,6 +127,7 @@ pub struct LocalBackend {
     work: Arc<WorkTracker>,
     slots: Arc<Semaphore>,
     retention: Option<Arc<Retention>>,
+    handoffs: Arc<HandoffDesk>,
 }
 
 impl std::fmt::Debug for LocalBackend {
@@ -175,7 +178,14 @@ impl LocalBackend {
             work: WorkTracker::new(),
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_WORK)),
             retention,
+            handoffs: Arc::new(HandoffDesk::new(DEFAULT_HANDOFF_LIFETIME)),
         }
+    }
+
+    /// Holds handoffs for `lifetime` instead of the default day.
+    pub fn with_handoff_lifetime(mut self, lifetime: Duration) -> Self {
+        self.handoffs = Arc::new(HandoffDesk::new(lifetime));
+        self
     }
 
     /// The synchronous store underneath.
@@ -353,6 +363,76 @@ impl MemoryBackend for LocalBackend {
     }
 
     /// Ready after SQLite's quick integrity check; corruption is an error.
+    async fn prepare_handoff(&self, caller: &Caller, content: &HandoffContent) -> Result<Handoff> {
+        let content = content.redacted(self.store.redactor())?;
+        self.handoffs.prepare(caller, content)
+    }
+
+    async fn get_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.handoffs.get(caller, id)
+    }
+
+    async fn correct_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        content: &HandoffContent,
+    ) -> Result<Handoff> {
+        let content = content.redacted(self.store.redactor())?;
+        self.handoffs.correct(caller, id, content)
+    }
+
+    async fn finalize_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.handoffs.finalize(caller, id)
+    }
+
+    async fn continue_handoff(&self, caller: &Caller, id: &str) -> Result<Continuation> {
+        self.handoffs.continue_from(caller, id)
+    }
+
+    async fn acknowledge_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        acknowledgement: &Acknowledgement,
+    ) -> Result<Handoff> {
+        self.handoffs.acknowledge(caller, id, acknowledgement)
+    }
+
+    /// One milestone memory in the caller's scope; a second commit of the
+    /// same handoff answers the milestone already stored.
+    async fn commit_handoff(&self, caller: &Caller, id: &str) -> Result<CommitOutcome> {
+        let content = match self.handoffs.to_commit(caller, id)? {
+            Ok(content) => content,
+            Err(citation) => return Ok(CommitOutcome::Stored { citation }),
+        };
+        let request = match RememberRequest::new(MILESTONE_KIND, &content.milestone_text()) {
+            Ok(request) => request,
+            Err(e) => {
+                return Ok(CommitOutcome::Failed {
+                    reason: e.to_string(),
+                })
+            }
+        };
+        let (who, remembered) = (caller.clone(), request);
+        let outcome = self.run(move |s| s.remember(&who, &remembered)).await?;
+        Ok(match outcome {
+            RememberOutcome::Stored { citation }
+            | RememberOutcome::AlreadyPresent {
+                citation: Some(citation),
+                ..
+            } => {
+                self.handoffs.committed(caller, id, citation.clone());
+                CommitOutcome::Stored { citation }
+            }
+            RememberOutcome::AlreadyPresent { citation: None, .. } => CommitOutcome::Unknown {
+                reason: "the store found an identical memory but named none".to_owned(),
+            },
+            RememberOutcome::Unknown { reason } => CommitOutcome::Unknown { reason },
+            RememberOutcome::Failed { reason } => CommitOutcome::Failed { reason },
+        })
+    }
+
     async fn warm(&self) -> Result<WarmStatus> {
         self.run(|s| s.check_integrity()).await?;
         Ok(WarmStatus::Ready)

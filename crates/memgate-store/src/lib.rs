@@ -43,6 +43,7 @@ mod error;
 pub mod facts;
 pub mod first_turn;
 pub mod forget;
+pub mod handoff;
 pub mod hybrid;
 pub mod index;
 mod quantized;

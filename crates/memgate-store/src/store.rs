@@ -98,6 +98,11 @@ impl MemoryStore {
         self
     }
 
+    /// The redactor applied before anything is stored or held.
+    pub fn redactor(&self) -> &Arc<Redactor> {
+        &self.redactor
+    }
+
     /// Sets the redactor applied before anything is stored (the default
     /// has every built-in rule on).
     pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Self {
