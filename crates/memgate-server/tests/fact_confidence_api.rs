@@ -2,38 +2,12 @@
 //! 33: every fact read 0.5 whatever was sent, and a revision of confidence
 //! alone answered 200 and changed nothing).
 
-use memgate_core::MemoryBackend;
-use memgate_server::{router, ServerState};
 use memgate_store::{LocalBackend, LocalConfig};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::Arc;
 
-async fn spawn(backend: Arc<dyn MemoryBackend>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            router(ServerState::new(
-                memgate_assembly::AssembledBackend::with_defaults(backend),
-            )),
-        )
-        .await
-        .unwrap();
-    });
-    format!("http://{addr}")
-}
-
-async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
-    let response = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
+mod api_support;
+use api_support::{post, spawn};
 
 #[tokio::test]
 async fn confidence_is_stored_revised_alone_and_refused_out_of_range_by_name() {

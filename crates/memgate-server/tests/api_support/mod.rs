@@ -1,0 +1,34 @@
+//! The HTTP API served on a loopback port for one test, and a JSON `POST`
+//! against it; shared by the API test files.
+
+use memgate_core::MemoryBackend;
+use memgate_server::{router, ServerState};
+use serde_json::Value;
+use std::sync::Arc;
+
+pub async fn spawn(backend: Arc<dyn MemoryBackend>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router(ServerState::new(
+                memgate_assembly::AssembledBackend::with_defaults(backend),
+            )),
+        )
+        .await
+        .unwrap();
+    });
+    format!("http://{addr}")
+}
+
+pub async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
