@@ -5,9 +5,9 @@
 //! No query means no words to match, so the block is chosen by rules that
 //! need no model and can be explained line by line:
 //! 1. Sections laid out in the order they are added ([`FirstTurnBlock`]):
-//!    today's explicit memories whole while the budget lasts, then the
-//!    excerpts of captured turns in what is left. A later section (a
-//!    profile of current facts) goes in front by being added first.
+//!    the profile first ([`FirstTurnBlock::profile`]: the user's current
+//!    facts, explicit then distilled, whole, within [`PROFILE_SHARE`] of the
+//!    budget), then the excerpts of captured turns in what is left.
 //! 2. Each turn's [`salience`](crate::salience) excerpt keeps its statements
 //!    about the speaker and the people, places, plans, dates and decisions
 //!    in it; a turn with none never enters. Turns are picked greedily by
@@ -65,7 +65,11 @@ fn today_line(today: &str) -> String {
 /// Room the block must keep for items to carry the date line at all.
 const MIN_ROOM_AFTER_FRAMING: usize = 200;
 
-pub const MEMORIES_HEADING: &str = "Saved memories:";
+pub const PROFILE_HEADING: &str = "What is true about the user now:";
+/// Most of the budget the profile may take: the rest stays for excerpts,
+/// which hold what no fact was made of. Half, fixed before any figure was
+/// read (docs/design/first-turn-block.md).
+pub const PROFILE_SHARE: f64 = 0.5;
 pub const ABOUT_USER_HEADING: &str = "What the user said about themselves:";
 pub const TURNS_HEADING: &str = "From earlier conversations:";
 
@@ -659,8 +663,19 @@ impl FirstTurnBlock {
     /// The saved memories are one; a profile of current facts would be
     /// another, added first to lead.
     pub fn section<'e>(&mut self, heading: &str, entries: impl IntoIterator<Item = Entry<'e>>) {
+        self.section_within(heading, entries, usize::MAX);
+    }
+
+    /// A [section](Self::section) that takes at most `cap` characters.
+    fn section_within<'e>(
+        &mut self,
+        heading: &str,
+        entries: impl IntoIterator<Item = Entry<'e>>,
+        cap: usize,
+    ) {
         let mut lines = Vec::new();
         let mut heading_cost = char_len(heading) + 1;
+        let mut taken = 0usize;
         for entry in entries {
             let line = format!(
                 "- [{}] ({}) {}",
@@ -668,7 +683,9 @@ impl FirstTurnBlock {
                 entry.kind,
                 entry.text.replace('\n', "\n  ")
             );
-            if self.budget.try_take(char_len(&line) + 1 + heading_cost) {
+            let cost = char_len(&line) + 1 + heading_cost;
+            if taken + cost <= cap && self.budget.try_take(cost) {
+                taken += cost;
                 heading_cost = 0;
                 lines.push(line);
                 self.items.push(RecalledItem {
@@ -687,16 +704,25 @@ impl FirstTurnBlock {
         }
     }
 
-    /// The saved (explicit) memories as a [section](Self::section).
-    pub fn memories(&mut self, heading: &str, facts: &[Fact]) {
-        self.section(
-            heading,
-            facts.iter().map(|f| Entry {
-                citation: &f.id,
-                kind: &f.kind,
-                text: &f.text,
-                score: None,
-            }),
+    /// The profile: `facts` as the store hands them over (explicit, then
+    /// distilled; the caller's order is kept), each whole, within
+    /// [`PROFILE_SHARE`] of the budget. A fact that is not current (retired,
+    /// superseded, no longer valid) never enters, whatever the store read.
+    pub fn profile(&mut self, facts: &[Fact]) {
+        let max_chars = self.budget.used() + self.budget.remaining();
+        let cap = (max_chars as f64 * PROFILE_SHARE) as usize;
+        self.section_within(
+            PROFILE_HEADING,
+            facts
+                .iter()
+                .filter(|f| f.is_current() && f.valid_to.is_none())
+                .map(|f| Entry {
+                    citation: &f.id,
+                    kind: &f.kind,
+                    text: &f.text,
+                    score: None,
+                }),
+            cap,
         );
     }
 
@@ -1021,7 +1047,7 @@ mod tests {
                 score: Some(0.9),
             }],
         );
-        b.memories(MEMORIES_HEADING, &[fact]);
+        b.profile(&[fact]);
         b.turns(&s.candidates());
         let r = b.finish();
         assert!(r
@@ -1033,7 +1059,7 @@ mod tests {
             headings[1..],
             [
                 "Current facts:",
-                MEMORIES_HEADING,
+                PROFILE_HEADING,
                 ABOUT_USER_HEADING,
                 "On 2026-12-04:",
                 TURNS_HEADING,
@@ -1042,5 +1068,64 @@ mod tests {
             "{}",
             r.text
         );
+    }
+
+    fn fact(n: usize, text: &str) -> Fact {
+        Fact {
+            id: format!("mem_{n}"),
+            kind: "fact".into(),
+            text: text.into(),
+            state: memgate_core::FactState::Active,
+            version: 1,
+            created_at: "2026-12-01T00:00:00Z".into(),
+            updated_at: "2026-12-01T00:00:00Z".into(),
+            origin: memgate_core::FactOrigin::Distilled,
+            confidence: 0.9,
+            sources: Vec::new(),
+            thread: None,
+            said_at: None,
+            valid_to: None,
+            superseded_by: None,
+            changed_by: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_profile_shows_current_facts_only_within_its_share_and_excerpts_follow() {
+        let mut s = Scope::default();
+        s.say("t1", false, DAY, "Hi, I'm Dana and I live in Porto.");
+        let mut superseded = fact(1, "Dana lives in Lisbon");
+        superseded.superseded_by = Some("mem_2".into());
+        let mut retired = fact(3, "Dana works for Initech");
+        retired.state = memgate_core::FactState::Retired;
+        let mut ended = fact(4, "Dana is on holiday");
+        ended.valid_to = Some("2026-12-02T00:00:00Z".into());
+        let mut facts = vec![superseded, fact(2, "Dana lives in Porto"), retired, ended];
+        facts.extend(
+            (10..400).map(|n| fact(n, &format!("Dana noted item number {n:04} of a long list"))),
+        );
+        let mut b = FirstTurnBlock::new(12_000, "2026-12-05").unwrap();
+        b.profile(&facts);
+        b.turns(&s.candidates());
+        let r = b.finish();
+        let profile: Vec<&str> = r
+            .text
+            .lines()
+            .skip_while(|l| *l != PROFILE_HEADING)
+            .take_while(|l| *l != ABOUT_USER_HEADING)
+            .collect();
+        assert_eq!(profile[1], "- [mem_2] (fact) Dana lives in Porto");
+        let chars: usize = profile.iter().map(|l| char_len(l) + 1).sum();
+        assert!(chars <= (12_000.0 * PROFILE_SHARE) as usize, "{chars}");
+        assert!(chars > 5_000, "the share is used: {chars}");
+        for gone in ["Lisbon", "Initech", "holiday"] {
+            assert!(!r.text.contains(gone), "{gone}: {}", r.text);
+        }
+        assert!(
+            r.text.contains("I'm Dana and I live in Porto."),
+            "{}",
+            r.text
+        );
+        assert!(char_len(&r.text) <= 12_000);
     }
 }

@@ -365,6 +365,31 @@ pub(crate) fn list_in_scope(
 }
 
 /// The `limit` newest active memories of a scope, newest first.
+/// The profile the first-turn block leads with: the newest `explicit`
+/// current explicit facts, then the newest [`MAX_PROFILE_FACTS`] current
+/// distilled ones (superseded and retired versions are never read).
+pub(crate) fn current_profile(conn: &Connection, scope: i64, explicit: usize) -> Result<Vec<Fact>> {
+    let of = |origin: &str, limit: usize| {
+        conn.prepare_cached(&format!(
+            "SELECT {FACT_COLUMNS} FROM memories
+             WHERE scope_id = ?1 AND state = 'active' AND origin = '{origin}'
+               AND superseded_by IS NULL AND valid_to IS NULL
+             ORDER BY id DESC LIMIT {limit}"
+        ))
+        .and_then(|mut s| {
+            s.query_map(params![scope], fact_from_row)?
+                .collect::<rusqlite::Result<Vec<Fact>>>()
+        })
+        .map_err(db_error)
+    };
+    let mut facts = of(FactOrigin::Explicit.as_str(), explicit)?;
+    facts.extend(of(FactOrigin::Distilled.as_str(), MAX_PROFILE_FACTS)?);
+    Ok(facts)
+}
+
+/// Most distilled facts a profile reads: more than half a block holds.
+pub const MAX_PROFILE_FACTS: usize = 200;
+
 pub(crate) fn newest_active(conn: &Connection, scope: i64, limit: usize) -> Result<Vec<Fact>> {
     conn.prepare_cached(&format!(
         "SELECT {FACT_COLUMNS} FROM memories WHERE scope_id = ?1 AND state = 'active'
