@@ -20,8 +20,9 @@ pub const MAX_PROFILE_FACTS: usize = 200;
 
 impl PostgresBackend {
     /// The first-turn block of the caller's scope: the profile (the newest
-    /// `standing_memories` current explicit facts, then the newest
-    /// [`MAX_PROFILE_FACTS`] current distilled ones), then the turns.
+    /// `standing_memories` current explicit facts, then at most
+    /// [`MAX_PROFILE_FACTS`] current distilled ones, round-robin over their
+    /// threads), then the turns.
     pub(crate) async fn first_turn_block(&self, caller: &Caller) -> Result<Recall> {
         let settings = &self.config.recall;
         let today = now_rfc3339();
@@ -31,15 +32,23 @@ impl PostgresBackend {
         };
         let scope = Scope::of(caller);
         // Explicit facts first (newest first, at most `standing`), then
-        // distilled ones; superseded and retired versions are never read.
+        // distilled ones round-robin over their threads (every thread's
+        // newest, then every thread's second newest, ...): a bounded read
+        // that still spans the history. Superseded and retired versions are
+        // never read.
+        let current = format!(
+            "scope_id = {SCOPE_ID} AND state = 'active' AND superseded_by IS NULL \
+             AND valid_to IS NULL"
+        );
         let standing_sql = format!(
-            "(SELECT {cols} FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
-                AND origin = 'explicit' AND superseded_by IS NULL AND valid_to IS NULL
+            "(SELECT {cols} FROM memories WHERE {current} AND origin = 'explicit'
               ORDER BY id DESC LIMIT $3)
              UNION ALL
-             (SELECT {cols} FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
-                AND origin = 'distilled' AND superseded_by IS NULL AND valid_to IS NULL
-              ORDER BY id DESC LIMIT {MAX_PROFILE_FACTS})",
+             (SELECT {cols} FROM memories WHERE id IN (
+                 SELECT id FROM (
+                     SELECT id, row_number() OVER (PARTITION BY thread ORDER BY id DESC) AS round
+                     FROM memories WHERE {current} AND origin = 'distilled') AS ranked
+                 ORDER BY round, id DESC LIMIT {MAX_PROFILE_FACTS}))",
             cols = crate::facts::FACT_COLUMNS
         );
         let turns_sql = format!(
@@ -58,7 +67,8 @@ impl PostgresBackend {
         )?;
         drop(client);
         let mut facts: Vec<_> = standing.iter().map(crate::facts::fact_from_row).collect();
-        // A union's order is not promised: explicit first, newest first.
+        // A union's order is not promised: explicit first, newest first
+        // (the profile orders the distilled ones itself).
         facts.sort_by_key(|f| {
             (
                 f.origin != FactOrigin::Explicit,

@@ -619,6 +619,37 @@ fn pick(
     picked
 }
 
+/// The current facts of `facts` in the profile's order: explicit ones in
+/// the given order, then distilled ones round-robin over their
+/// conversations (each conversation's newest first, conversations by their
+/// newest fact first), so a long history is not shown as its last few
+/// conversations only.
+pub fn profile_order(facts: &[Fact]) -> Vec<&Fact> {
+    let current = facts
+        .iter()
+        .filter(|f| f.is_current() && f.valid_to.is_none());
+    let (explicit, distilled): (Vec<&Fact>, Vec<&Fact>) =
+        current.partition(|f| f.origin != memgate_core::FactOrigin::Distilled);
+    let newest =
+        |f: &&Fact| std::cmp::Reverse(crate::citation::parse_memory_citation(&f.id).unwrap_or(0));
+    let mut by_thread: Vec<(Option<&str>, Vec<&Fact>)> = Vec::new();
+    let mut sorted = distilled;
+    sorted.sort_by_key(newest);
+    for f in sorted {
+        let thread = f.thread.as_deref();
+        match by_thread.iter_mut().find(|(t, _)| *t == thread) {
+            Some((_, list)) => list.push(f),
+            None => by_thread.push((thread, vec![f])),
+        }
+    }
+    let mut out = explicit;
+    let longest = by_thread.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
+    for round in 0..longest {
+        out.extend(by_thread.iter().filter_map(|(_, l)| l.get(round)));
+    }
+    out
+}
+
 /// One entry of a [`FirstTurnBlock::section`].
 #[derive(Clone, Copy, Debug)]
 pub struct Entry<'e> {
@@ -634,6 +665,8 @@ pub struct FirstTurnBlock {
     budget: CharBudget,
     text: String,
     items: Vec<RecalledItem>,
+    /// Turns a shown fact rests on: their excerpts would say it again.
+    told: HashSet<i64>,
 }
 
 impl FirstTurnBlock {
@@ -655,6 +688,7 @@ impl FirstTurnBlock {
             budget,
             text,
             items: Vec::new(),
+            told: HashSet::new(),
         })
     }
 
@@ -704,31 +738,54 @@ impl FirstTurnBlock {
         }
     }
 
-    /// The profile: `facts` as the store hands them over (explicit, then
-    /// distilled; the caller's order is kept), each whole, within
-    /// [`PROFILE_SHARE`] of the budget. A fact that is not current (retired,
-    /// superseded, no longer valid) never enters, whatever the store read.
+    /// The profile: `facts` as the store hands them over, explicit first
+    /// in the store's order, then distilled ones one per conversation in
+    /// turn (newest conversation first; [`profile_order`]), each whole,
+    /// within [`PROFILE_SHARE`] of the budget. A fact that is not current
+    /// (retired, superseded, no longer valid) never enters, whatever the
+    /// store read. The turns a shown fact rests on are not excerpted again.
     pub fn profile(&mut self, facts: &[Fact]) {
         let max_chars = self.budget.used() + self.budget.remaining();
         let cap = (max_chars as f64 * PROFILE_SHARE) as usize;
+        let ordered = profile_order(facts);
+        let shown_from = self.items.len();
         self.section_within(
             PROFILE_HEADING,
-            facts
-                .iter()
-                .filter(|f| f.is_current() && f.valid_to.is_none())
-                .map(|f| Entry {
-                    citation: &f.id,
-                    kind: &f.kind,
-                    text: &f.text,
-                    score: None,
-                }),
+            ordered.iter().map(|f| Entry {
+                citation: &f.id,
+                kind: &f.kind,
+                text: &f.text,
+                score: None,
+            }),
             cap,
         );
+        let shown: HashSet<&str> = self.items[shown_from..]
+            .iter()
+            .filter_map(|i| i.citation.as_ref().map(|c| c.0.as_str()))
+            .collect();
+        for f in ordered.iter().filter(|f| shown.contains(f.id.as_str())) {
+            self.told.extend(
+                f.sources
+                    .iter()
+                    .filter_map(|s| s.strip_prefix("turn_")?.parse::<i64>().ok()),
+            );
+        }
     }
 
     /// The turns section: the candidates picked into what is left of the
     /// budget and laid out (see the module doc).
     pub fn turns(&mut self, candidates: &[TurnCandidate]) {
+        let untold: Vec<TurnCandidate>;
+        let candidates = if self.told.is_empty() {
+            candidates
+        } else {
+            untold = candidates
+                .iter()
+                .filter(|c| !self.told.contains(&c.id))
+                .cloned()
+                .collect();
+            &untold
+        };
         let (lines, units, threads) = prepare(candidates);
         let picked = pick(&lines, &units, &threads, &mut self.budget);
         if picked.is_empty() {
@@ -1100,7 +1157,9 @@ mod tests {
         retired.state = memgate_core::FactState::Retired;
         let mut ended = fact(4, "Dana is on holiday");
         ended.valid_to = Some("2026-12-02T00:00:00Z".into());
-        let mut facts = vec![superseded, fact(2, "Dana lives in Porto"), retired, ended];
+        let mut porto = fact(2, "Dana lives in Porto");
+        porto.origin = memgate_core::FactOrigin::Explicit;
+        let mut facts = vec![superseded, porto, retired, ended];
         facts.extend(
             (10..400).map(|n| fact(n, &format!("Dana noted item number {n:04} of a long list"))),
         );
@@ -1127,5 +1186,60 @@ mod tests {
             r.text
         );
         assert!(char_len(&r.text) <= 12_000);
+    }
+
+    #[test]
+    fn distilled_facts_go_round_robin_over_conversations_and_their_turns_are_not_excerpted_again() {
+        let mut s = Scope::default();
+        let told = s.say("t1", false, DAY, "Hi, I'm Dana and I live in Porto.");
+        s.say(
+            "t2",
+            false,
+            DAY,
+            "My daughter Mia starts school in September.",
+        );
+        let in_thread = |n: usize, thread: &str, text: &str, source: i64| {
+            let mut f = fact(n, text);
+            f.thread = Some(thread.into());
+            f.sources = vec![turn_citation(source)];
+            f
+        };
+        let mut explicit = fact(1, "Prefers metric units");
+        explicit.origin = memgate_core::FactOrigin::Explicit;
+        let facts = [
+            in_thread(4, "t2", "Dana plans a trip", 99),
+            in_thread(3, "t2", "Dana has a daughter", 98),
+            in_thread(2, "t1", "Dana lives in Porto", told),
+            explicit,
+        ];
+        let order: Vec<&str> = profile_order(&facts)
+            .iter()
+            .map(|f| f.text.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "Prefers metric units",
+                "Dana plans a trip",
+                "Dana lives in Porto",
+                "Dana has a daughter"
+            ]
+        );
+        let mut b = FirstTurnBlock::new(12_000, "2026-12-05").unwrap();
+        b.profile(&facts);
+        b.turns(&s.candidates());
+        let r = b.finish();
+        // The turn the Porto fact rests on is told by the fact; the other
+        // turn is excerpted.
+        assert!(
+            !r.text.contains("I'm Dana and I live in Porto."),
+            "{}",
+            r.text
+        );
+        assert!(
+            r.text.contains("My daughter Mia starts school"),
+            "{}",
+            r.text
+        );
     }
 }

@@ -172,7 +172,8 @@ fn candidates(conn: &Connection, scope: i64) -> Result<Vec<TurnCandidate>> {
 
 /// The first-turn block of `scope` within `max_chars`
 /// ([`memgate_recall::first_turn`]): the profile (the newest `standing`
-/// current explicit facts, then current distilled ones), then the turns.
+/// current explicit facts, then current distilled ones round-robin over
+/// their threads), then the turns not already told by a shown fact.
 pub fn first_turn_block(
     conn: &Connection,
     scope: i64,
