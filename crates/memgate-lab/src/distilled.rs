@@ -62,7 +62,7 @@ impl DistillSource {
     }
 }
 
-/// Highest turns per job for the replay (a LoCoMo session has at most 47
+/// Highest turns per job for the replay (a development-split session has at most 43
 /// turns, so a session is one job).
 const REPLAY_TURNS_PER_JOB: u64 = 64;
 
