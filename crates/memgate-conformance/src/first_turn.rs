@@ -3,9 +3,9 @@
 //! message ids, a timestamp on some messages only), then a new thread's
 //! block.
 
-use crate::behaviour::{alice, capture, recall_of};
+use crate::behaviour::{alice, capture, recall_of, stored};
 use crate::Subject;
-use memgate_core::Message;
+use memgate_core::{FactPatch, Message};
 
 /// The message metadata key a turn's time travels in (`memgate_recall::turns::TIMESTAMP_KEY`).
 const TIMESTAMP_KEY: &str = "timestamp";
@@ -64,6 +64,9 @@ fn deerflow_conversations() -> Vec<(String, Vec<Message>)> {
         })
         .collect()
 }
+
+/// The profile's heading (`memgate_recall::first_turn::PROFILE_HEADING`).
+const PROFILE_HEADING: &str = "What is true about the user now:";
 
 const DEERFLOW_FACTS: [&str; 6] = [
     "Hi, I'm Dana.",
@@ -206,4 +209,48 @@ pub async fn first_turn_block_after_114_conversations_still_leads_with_the_user(
         "{}",
         recall.text
     );
+}
+
+/// The profile: with no query the block leads with the user's current
+/// facts, each as it reads now; a revised fact's earlier text and a retired
+/// fact never appear, and the excerpts still follow within the budget.
+pub async fn first_turn_block_leads_with_current_facts_only(s: &impl Subject) {
+    let b = s.fresh().await.backend;
+    for (thread, messages) in deerflow_conversations() {
+        b.capture(&capture(&alice(), &thread, messages))
+            .await
+            .unwrap();
+    }
+    let moved = stored(&*b, &alice(), "Dana lives in Valencia").await;
+    stored(&*b, &alice(), "Dana prefers metric units").await;
+    let left = stored(&*b, &alice(), "Dana works for Initech").await;
+    b.revise_fact(
+        &alice(),
+        &moved,
+        &FactPatch {
+            text: Some("Dana lives in Porto".to_owned()),
+            ..FactPatch::default()
+        },
+    )
+    .await
+    .unwrap();
+    b.retire_fact(&alice(), &left).await.unwrap();
+
+    let recall = b.recall(&recall_of(&alice(), None)).await.unwrap();
+    let text = &recall.text;
+    let profile = text.find(PROFILE_HEADING).expect(text);
+    let first_excerpt = text
+        .find("What the user said about themselves:")
+        .expect(text);
+    assert!(profile < first_excerpt, "the profile leads: {text}");
+    let porto = text.find("Dana lives in Porto").expect(text);
+    let metric = text.find("Dana prefers metric units").expect(text);
+    assert!(porto < first_excerpt && metric < first_excerpt, "{text}");
+    assert!(
+        !text.contains("Valencia"),
+        "an earlier version never: {text}"
+    );
+    assert!(!text.contains("Initech"), "a retired fact never: {text}");
+    // The excerpts are still there, after the profile.
+    assert!(text.contains("I'm allergic to peanuts."), "{text}");
 }

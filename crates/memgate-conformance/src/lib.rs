@@ -122,6 +122,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each [$(#[$attr])*] $subject; first_turn;
             first_turn_block_after_nine_deerflow_conversations,
             first_turn_block_after_114_conversations_still_leads_with_the_user,
+            first_turn_block_leads_with_current_facts_only,
         );
         $crate::conformance_tests!(@each [$(#[$attr])*] $subject; forget;
             forget_fact_erases_it_with_every_version,

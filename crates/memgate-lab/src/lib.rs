@@ -15,6 +15,10 @@
 //!   that wait meanwhile;
 //! - [`locomo`]: `memgate eval locomo`, recall quality on LoCoMo-format
 //!   conversations (lexical, hybrid and the first-turn block);
+//! - [`distilled`]: `--distill replay|endpoint`, the same conversations
+//!   distilled by the real worker, facts counted through their source turns;
+//! - [`replay`]: the replay extractor, LoCoMo's own facts served as a chat
+//!   endpoint's answers;
 //! - [`openviking_bench`]: the OpenViking adapter's own cost;
 //! - [`powercontext_bench`]: PowerContext recall's added latency and
 //!   deadline overshoot;
@@ -23,11 +27,13 @@
 //! - [`synthetic`]: an embedder without a model, for search cost at size;
 //! - [`process`]: CPU clocks, peak memory, percentiles and overlaps.
 
+pub mod distilled;
 pub mod forget_bench;
 pub mod locomo;
 pub mod openviking_bench;
 pub mod powercontext_bench;
 pub mod process;
+pub mod replay;
 pub mod store_bench;
 pub mod synthetic;
 pub mod workload;

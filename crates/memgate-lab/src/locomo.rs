@@ -40,6 +40,7 @@
 //! again into a second store without the names, as DeerFlow sends its
 //! messages (only the roles tell the two speakers apart).
 
+use crate::distilled::{DistillFigures, DistillSource, Distillation};
 use crate::process::overlap;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, MemoryError, Message, Recall, RecallRequest, Result, Role,
@@ -62,7 +63,7 @@ use std::path::Path;
 
 /// The cut-offs reported.
 pub const KS: [usize; 2] = [5, 10];
-const DEPTH: usize = 10;
+pub(crate) const DEPTH: usize = 10;
 
 /// Options of the evaluation.
 #[derive(Clone, Debug)]
@@ -72,6 +73,10 @@ pub struct LocomoOptions {
     /// Also measure hybrid recall with this embedder (lexical is always
     /// measured, on the same store).
     pub embedder: Option<EmbedderSettings>,
+    /// Also measure recall and the block with distilled facts
+    /// ([`crate::distilled`]): rows carry the source's word (`replay`,
+    /// `endpoint`) in their label.
+    pub distill: Option<DistillSource>,
 }
 
 impl Default for LocomoOptions {
@@ -79,6 +84,7 @@ impl Default for LocomoOptions {
         Self {
             baseline: true,
             embedder: None,
+            distill: None,
         }
     }
 }
@@ -196,6 +202,8 @@ pub struct LocomoReport {
     pub no_query: Vec<BlockCoverage>,
     /// Costs of the hybrid run, when an embedder was given.
     pub embedding: Option<EmbeddingFigures>,
+    /// What distillation did, with `--distill`.
+    pub distill: Option<DistillFigures>,
 }
 
 /// What hybrid recall cost in the run.
@@ -321,7 +329,7 @@ const DENSE_OVERLAPS: &[(&str, bool, usize)] = &[
 ];
 
 /// The lexical ranking alone (what recall does with no embedder).
-fn lexical(store: &MemoryStore, caller: &Caller, query: &str) -> Result<Vec<Ranked>> {
+pub(crate) fn lexical(store: &MemoryStore, caller: &Caller, query: &str) -> Result<Vec<Ranked>> {
     store.ranked_with(
         caller,
         query,
@@ -446,11 +454,9 @@ impl Tally {
     }
 }
 
-/// recall@5, recall@10, hit@5, hit@10, MRR of one ranked list.
-fn measure<T: Eq + std::hash::Hash + Copy>(
-    ranked: &[Option<T>],
-    evidence: &HashSet<T>,
-) -> [f64; 5] {
+/// recall@5, recall@10, hit@5, hit@10, MRR of one ranked list whose
+/// entries each reach some items (a turn, or a fact's source turns).
+fn measure<T: Eq + std::hash::Hash + Copy>(ranked: &[Vec<T>], evidence: &HashSet<T>) -> [f64; 5] {
     if evidence.is_empty() {
         return [0.0; 5];
     }
@@ -463,7 +469,7 @@ fn measure<T: Eq + std::hash::Hash + Copy>(
     let first = ranked
         .iter()
         .take(DEPTH)
-        .position(|r| r.is_some_and(|x| evidence.contains(&x)));
+        .position(|r| r.iter().any(|x| evidence.contains(x)));
     [
         f5 as f64 / total,
         f10 as f64 / total,
@@ -491,10 +497,19 @@ struct Asked {
 
 impl SystemTally {
     fn add(&mut self, asked: Asked, ranked: &[Option<DiaId>], evidence: &[DiaId]) {
+        let reached: Vec<Vec<DiaId>> = ranked.iter().map(|r| r.iter().copied().collect()).collect();
+        self.add_reached(asked, &reached, evidence);
+    }
+
+    /// Adds a ranking whose entries each reach some dialogue turns (a
+    /// turn itself; a fact its source turns; a memory none).
+    fn add_reached(&mut self, asked: Asked, ranked: &[Vec<DiaId>], evidence: &[DiaId]) {
         let turns: HashSet<DiaId> = evidence.iter().copied().collect();
         let sessions: HashSet<u32> = evidence.iter().map(|d| d.session).collect();
-        let ranked_sessions: Vec<Option<u32>> =
-            ranked.iter().map(|r| r.map(|d| d.session)).collect();
+        let ranked_sessions: Vec<Vec<u32>> = ranked
+            .iter()
+            .map(|r| r.iter().map(|d| d.session).collect())
+            .collect();
         let t = measure(ranked, &turns);
         let s = measure(&ranked_sessions, &sessions);
         self.overall.add(t, s);
@@ -796,7 +811,18 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         leave_one_out: Vec::new(),
         no_query: Vec::new(),
         embedding: None,
+        distill: None,
     };
+    let mut distillation = options
+        .distill
+        .as_ref()
+        .map(|source| Distillation::open(dir.path(), source, options.embedder.as_ref()))
+        .transpose()?;
+    let mut distilled_lexical = SystemTally::default();
+    let mut distilled_hybrid = SystemTally::default();
+    let mut distilled_block = CoverageTally::default();
+    let mut distilled_block_unnamed = CoverageTally::default();
+    let mut distilled_hybrid_label = None;
     let mut first_turn = CoverageTally::default();
     let mut first_turn_unnamed = CoverageTally::default();
     // The same conversations without speaker names (no-query rows only).
@@ -869,12 +895,16 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 kind: CaptureKind::AfterTurn,
                 trace_id: None,
             })?;
-            let captured = store.capture(&CaptureRequest {
+            let request = CaptureRequest {
                 caller,
                 messages,
                 kind: CaptureKind::AfterTurn,
                 trace_id: None,
-            })?;
+            };
+            if let Some(d) = distillation.as_mut() {
+                d.capture(&request)?;
+            }
+            let captured = store.capture(&request)?;
             report.turns_captured += captured.stored;
         }
         if let Some(figures) = embedding.as_mut() {
@@ -886,6 +916,9 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         report.conversation_ids.push(sample_id.clone());
 
         let asker = Caller::new("locomo").with_agent(sample_id.clone());
+        if let Some(d) = distillation.as_mut() {
+            d.distill(&asker, sample, &field)?;
+        }
         let questions = sample
             .get("qa")
             .and_then(Value::as_array)
@@ -930,6 +963,16 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 &dia_ids(lexical(&store, &asker, question)?),
                 &evidence.ids,
             );
+            if let Some(d) = &distillation {
+                distilled_lexical.add_reached(asked, &d.lexical(&asker, question)?, &evidence.ids);
+                if options.embedder.is_some() {
+                    distilled_hybrid.add_reached(
+                        asked,
+                        &d.hybrid(&asker, question)?,
+                        &evidence.ids,
+                    );
+                }
+            }
             if let Some(figures) = embedding.as_mut() {
                 let started = std::time::Instant::now();
                 let vector = store.query_vector(question);
@@ -1020,6 +1063,11 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                 chars,
                 &all_evidence,
             );
+            if let Some(d) = &distillation {
+                let [(named, chars), (unnamed, unnamed_chars)] = d.blocks(&asker)?;
+                distilled_block.add(&named, chars, &all_evidence);
+                distilled_block_unnamed.add(&unnamed, unnamed_chars, &all_evidence);
+            }
             let block = newest_turns_block(&store, &asker)?;
             let chars = memgate_core::budget::char_len(&block.text);
             newest.add(&cited_turns(&store, &asker, &block)?, chars, &all_evidence);
@@ -1032,6 +1080,20 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
     report
         .no_query
         .push(first_turn_unnamed.finish("memgate first-turn block, no speaker names", max_chars));
+    let distilled_rows = distillation.map(|d| {
+        let label = format!("{}: {}", d.source().label(), d.source().meaning());
+        (label, d.finish())
+    });
+    if let Some((label, _)) = &distilled_rows {
+        report.no_query.push(distilled_block.finish(
+            &format!("memgate first-turn block + facts ({label})"),
+            max_chars,
+        ));
+        report.no_query.push(distilled_block_unnamed.finish(
+            &format!("memgate first-turn block + facts, no speaker names ({label})"),
+            max_chars,
+        ));
+    }
     unnamed.close()?;
     report
         .no_query
@@ -1041,6 +1103,25 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
     }
     store.close()?;
     report.systems.push(memgate.finish("memgate local ranking"));
+    if let Some((label, figures)) = distilled_rows {
+        let lexical_row = report.systems.len() - 1;
+        report
+            .systems
+            .push(distilled_lexical.finish(&format!("memgate local ranking + facts ({label})")));
+        let grid = [
+            &report.systems[lexical_row],
+            &report.systems[lexical_row + 1],
+        ];
+        report.leave_one_out.push(leave_one_out(
+            &format!("lexical, with or without {} facts", figures.source),
+            &grid,
+            &report.conversation_ids,
+        ));
+        if options.embedder.is_some() {
+            distilled_hybrid_label = Some(format!("+ facts ({label})"));
+        }
+        report.distill = Some(figures);
+    }
     if let Some(figures) = embedding {
         // Indices into `report.systems` of each grid's rows; the default
         // is in every grid.
@@ -1051,6 +1132,19 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
             figures.model,
             Rerank::DEFAULT
         )));
+        if let Some(label) = &distilled_hybrid_label {
+            let row = report.systems.len();
+            report.systems.push(distilled_hybrid.finish(&format!(
+                "memgate hybrid ({}; the default) {label}",
+                figures.model
+            )));
+            let grid = [&report.systems[row - 1], &report.systems[row]];
+            report.leave_one_out.push(leave_one_out(
+                "the hybrid default, with or without the facts",
+                &grid,
+                &report.conversation_ids,
+            ));
+        }
         for ((fusion, pool), tally) in EVALUATED_FUSIONS.iter().zip(&hybrid) {
             grids
                 .entry(FUSIONS_GRID)
@@ -1260,6 +1354,35 @@ impl fmt::Display for LocomoReport {
                 )?;
             }
         }
+        if let Some(d) = &self.distill {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "Distillation ({}): {} jobs applied, {} parked, {} left queued; {} facts added, \
+                 {} superseded, from {} turns; {} model calls, {} prompt / {} completion tokens \
+                 ({:.1} calls per 100 turns)",
+                d.source,
+                d.jobs_applied,
+                d.jobs_parked,
+                d.jobs_left,
+                d.facts_added,
+                d.facts_superseded,
+                d.turns,
+                d.model_calls,
+                d.prompt_tokens,
+                d.completion_tokens,
+                100.0 * d.model_calls as f64 / d.turns.max(1) as f64
+            )?;
+            if d.source == "replay" {
+                writeln!(
+                    f,
+                    "Replay: {} observations of the file, {} resting on no captured turn. Rows \
+                     marked replay hold the dataset's own facts: the pipeline's ceiling, not a \
+                     model's quality; a fact counts through its source turns",
+                    d.observations, d.observations_unplaced
+                )?;
+            }
+        }
         writeln!(f)?;
         write!(
             f,
@@ -1376,7 +1499,7 @@ mod tests {
                 turn: t,
             })
         };
-        let ranked: Vec<_> = (1..=10).map(id).collect();
+        let ranked: Vec<Vec<DiaId>> = (1..=10).map(|t| id(t).into_iter().collect()).collect();
         let evidence: HashSet<DiaId> = [3, 7, 40].iter().map(|t| id(*t).unwrap()).collect();
         let m = measure(&ranked, &evidence);
         assert_eq!(m[0], 1.0 / 3.0); // only turn 3 in the top 5

@@ -1,6 +1,7 @@
 //! The evaluation and benchmark modules run end to end on small inputs and
 //! report what they measured (figures are never asserted as timings).
 
+use memgate_lab::distilled::DistillSource;
 use memgate_lab::locomo::{run_locomo, LocomoOptions};
 use memgate_lab::store_bench::{run_bench, BenchOptions};
 use serde_json::json;
@@ -31,7 +32,11 @@ fn tiny_locomo() -> serde_json::Value {
                  "evidence": ["D2:1; D2:2"], "category": 1},
                 {"question": "When was the recital?", "answer": "May", "evidence": ["D:2:1", "D"], "category": 2},
                 {"question": "Is Comet a cat?", "answer": "no", "evidence": [], "category": 5}
-            ]
+            ],
+            "observation": {
+                "session_1_observation": {"Ann": [["Ann adopted a three-year-old greyhound named Comet.", ["D1:1", "D1:3"]]]},
+                "session_2_observation": {"Ben": [["Ben played the violin at his recital.", "D2:1"]]}
+            }
         },
         {
             "sample_id": "conv-b",
@@ -45,7 +50,10 @@ fn tiny_locomo() -> serde_json::Value {
             },
             "qa": [
                 {"question": "What does Di bake?", "answer": "sourdough", "evidence": ["D1:2"], "category": 4}
-            ]
+            ],
+            "observation": {
+                "session_1_observation": {"Di": [["Di bakes sourdough on Sundays.", "D1:2"]]}
+            }
         }
     ])
 }
@@ -102,6 +110,109 @@ fn locomo_eval_ingests_every_turn_and_scores_the_evidence() {
     assert!(text.contains("memgate first-turn block") && text.contains("newest turns (baseline)"));
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["questions_scored"], 4);
+}
+
+#[test]
+fn locomo_eval_with_replay_distils_the_observations_and_counts_facts_through_their_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiny.json");
+    std::fs::write(&file, serde_json::to_vec(&tiny_locomo()).unwrap()).unwrap();
+    let options = LocomoOptions {
+        distill: Some(DistillSource::Replay),
+        ..LocomoOptions::default()
+    };
+    let report = run_locomo(&file, &options).unwrap();
+    // The real worker ran one job per session, each answered by the replay
+    // endpoint with that session's observations, all applied.
+    let d = report.distill.as_ref().unwrap();
+    assert_eq!((d.observations, d.observations_unplaced), (3, 0));
+    assert_eq!((d.jobs_applied, d.jobs_parked, d.jobs_left), (3, 0, 0));
+    assert_eq!((d.facts_added, d.model_calls, d.turns), (3, 3, 7));
+    // Today's rows stay; the replay rows sit beside them, labelled.
+    let names: Vec<&str> = report.systems.iter().map(|s| s.system.as_str()).collect();
+    assert_eq!(names[0], "memgate local ranking");
+    assert!(
+        names[1].starts_with("memgate local ranking + facts (replay: "),
+        "{names:?}"
+    );
+    assert!(names[1].contains("not a model's quality"));
+    // "What breed is Comet?" ranks the fact first, which reaches D1:1.
+    let replay = &report.systems[1];
+    assert_eq!(replay.per_category[&4].turn.mrr, 1.0);
+    assert_eq!(replay.per_category[&4].turn.hit_at_5, 1.0);
+    let no_query: Vec<&str> = report.no_query.iter().map(|c| c.system.as_str()).collect();
+    assert_eq!(no_query.len(), 5, "{no_query:?}");
+    assert!(no_query[2].starts_with("memgate first-turn block + facts (replay"));
+    assert!(no_query[3].starts_with("memgate first-turn block + facts, no speaker names (replay"));
+    // The block leads with the facts: every evidence turn of the tiny file
+    // that an observation rests on is reached.
+    assert!(
+        report.no_query[2].coverage_pooled > 0.0,
+        "{:?}",
+        report.no_query[2]
+    );
+    assert_eq!(report.leave_one_out.len(), 1);
+    assert_eq!(report.leave_one_out[0].folds.len(), 2);
+    let text = report.to_string();
+    assert!(
+        text.contains("Distillation (replay): 3 jobs applied, 0 parked"),
+        "{text}"
+    );
+    assert!(text.contains("the pipeline's ceiling, not a model's quality"));
+
+    // A file without the dataset's facts cannot be replayed: the field is named.
+    let mut bare = tiny_locomo();
+    bare[1].as_object_mut().unwrap().remove("observation");
+    std::fs::write(&file, serde_json::to_vec(&bare).unwrap()).unwrap();
+    let err = run_locomo(&file, &options).unwrap_err().to_string();
+    assert!(err.contains("[1].observation"), "{err}");
+}
+
+#[test]
+fn locomo_eval_with_an_endpoint_runs_the_configured_model_and_counts_its_tokens() {
+    use memgate_testsupport::scripted_model::ScriptedModel;
+    // The first session of conv-a gets one fact; every other prompt none.
+    let add = json!({"operations": [{"op": "add", "fact": null, "kind": "fact",
+        "text": "Ann has a greyhound named Comet", "confidence": 0.8, "sources": ["turn_1"]}]});
+    let model = ScriptedModel::start(
+        json!([
+            {"when": {"user_contains": "greyhound named Comet"},
+             "reply": {"content": add.to_string(),
+                       "usage": {"prompt_tokens": 100, "completion_tokens": 20}}},
+            {"when": {"always": true},
+             "reply": {"content": "{\"operations\": []}",
+                       "usage": {"prompt_tokens": 90, "completion_tokens": 5}}}
+        ]),
+        &[],
+    );
+    let settings = memgate_distill::DistillSettings::parse(Some(&json!({
+        "enabled": true, "base_url": model.url, "model": "scripted", "timeout_ms": 5000,
+    })))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiny.json");
+    std::fs::write(&file, serde_json::to_vec(&tiny_locomo()).unwrap()).unwrap();
+    let options = LocomoOptions {
+        distill: Some(DistillSource::Endpoint {
+            settings,
+            env: std::sync::Arc::new(|_| None),
+        }),
+        ..LocomoOptions::default()
+    };
+    let report = run_locomo(&file, &options).unwrap();
+    let d = report.distill.as_ref().unwrap();
+    assert_eq!(d.source, "endpoint");
+    assert_eq!((d.jobs_applied, d.jobs_parked, d.facts_added), (3, 0, 1));
+    // The named store's three calls, with the usage the endpoint reported.
+    assert_eq!(
+        (d.model_calls, d.prompt_tokens, d.completion_tokens),
+        (3, 280, 30)
+    );
+    // Both stores asked the model (with and without speaker names).
+    assert_eq!(model.requests().len(), 6);
+    assert!(report.systems[1]
+        .system
+        .starts_with("memgate local ranking + facts (endpoint: "));
 }
 
 #[test]

@@ -5,9 +5,9 @@
 //! No query means no words to match, so the block is chosen by rules that
 //! need no model and can be explained line by line:
 //! 1. Sections laid out in the order they are added ([`FirstTurnBlock`]):
-//!    today's explicit memories whole while the budget lasts, then the
-//!    excerpts of captured turns in what is left. A later section (a
-//!    profile of current facts) goes in front by being added first.
+//!    the profile first ([`FirstTurnBlock::profile`]: the user's current
+//!    facts, explicit then distilled, whole, within [`PROFILE_SHARE`] of the
+//!    budget), then the excerpts of captured turns in what is left.
 //! 2. Each turn's [`salience`](crate::salience) excerpt keeps its statements
 //!    about the speaker and the people, places, plans, dates and decisions
 //!    in it; a turn with none never enters. Turns are picked greedily by
@@ -65,7 +65,11 @@ fn today_line(today: &str) -> String {
 /// Room the block must keep for items to carry the date line at all.
 const MIN_ROOM_AFTER_FRAMING: usize = 200;
 
-pub const MEMORIES_HEADING: &str = "Saved memories:";
+pub const PROFILE_HEADING: &str = "What is true about the user now:";
+/// Most of the budget the profile may take: the rest stays for excerpts,
+/// which hold what no fact was made of. Half, fixed before any figure was
+/// read (docs/design/first-turn-block.md).
+pub const PROFILE_SHARE: f64 = 0.5;
 pub const ABOUT_USER_HEADING: &str = "What the user said about themselves:";
 pub const TURNS_HEADING: &str = "From earlier conversations:";
 
@@ -615,6 +619,37 @@ fn pick(
     picked
 }
 
+/// The current facts of `facts` in the profile's order: explicit ones in
+/// the given order, then distilled ones round-robin over their
+/// conversations (each conversation's newest first, conversations by their
+/// newest fact first), so a long history is not shown as its last few
+/// conversations only.
+pub fn profile_order(facts: &[Fact]) -> Vec<&Fact> {
+    let current = facts
+        .iter()
+        .filter(|f| f.is_current() && f.valid_to.is_none());
+    let (explicit, distilled): (Vec<&Fact>, Vec<&Fact>) =
+        current.partition(|f| f.origin != memgate_core::FactOrigin::Distilled);
+    let newest =
+        |f: &&Fact| std::cmp::Reverse(crate::citation::parse_memory_citation(&f.id).unwrap_or(0));
+    let mut by_thread: Vec<(Option<&str>, Vec<&Fact>)> = Vec::new();
+    let mut sorted = distilled;
+    sorted.sort_by_key(newest);
+    for f in sorted {
+        let thread = f.thread.as_deref();
+        match by_thread.iter_mut().find(|(t, _)| *t == thread) {
+            Some((_, list)) => list.push(f),
+            None => by_thread.push((thread, vec![f])),
+        }
+    }
+    let mut out = explicit;
+    let longest = by_thread.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
+    for round in 0..longest {
+        out.extend(by_thread.iter().filter_map(|(_, l)| l.get(round)));
+    }
+    out
+}
+
 /// One entry of a [`FirstTurnBlock::section`].
 #[derive(Clone, Copy, Debug)]
 pub struct Entry<'e> {
@@ -630,6 +665,8 @@ pub struct FirstTurnBlock {
     budget: CharBudget,
     text: String,
     items: Vec<RecalledItem>,
+    /// Turns a shown fact rests on: their excerpts would say it again.
+    told: HashSet<i64>,
 }
 
 impl FirstTurnBlock {
@@ -651,6 +688,7 @@ impl FirstTurnBlock {
             budget,
             text,
             items: Vec::new(),
+            told: HashSet::new(),
         })
     }
 
@@ -659,8 +697,19 @@ impl FirstTurnBlock {
     /// The saved memories are one; a profile of current facts would be
     /// another, added first to lead.
     pub fn section<'e>(&mut self, heading: &str, entries: impl IntoIterator<Item = Entry<'e>>) {
+        self.section_within(heading, entries, usize::MAX);
+    }
+
+    /// A [section](Self::section) that takes at most `cap` characters.
+    fn section_within<'e>(
+        &mut self,
+        heading: &str,
+        entries: impl IntoIterator<Item = Entry<'e>>,
+        cap: usize,
+    ) {
         let mut lines = Vec::new();
         let mut heading_cost = char_len(heading) + 1;
+        let mut taken = 0usize;
         for entry in entries {
             let line = format!(
                 "- [{}] ({}) {}",
@@ -668,7 +717,9 @@ impl FirstTurnBlock {
                 entry.kind,
                 entry.text.replace('\n', "\n  ")
             );
-            if self.budget.try_take(char_len(&line) + 1 + heading_cost) {
+            let cost = char_len(&line) + 1 + heading_cost;
+            if taken + cost <= cap && self.budget.try_take(cost) {
+                taken += cost;
                 heading_cost = 0;
                 lines.push(line);
                 self.items.push(RecalledItem {
@@ -687,22 +738,54 @@ impl FirstTurnBlock {
         }
     }
 
-    /// The saved (explicit) memories as a [section](Self::section).
-    pub fn memories(&mut self, heading: &str, facts: &[Fact]) {
-        self.section(
-            heading,
-            facts.iter().map(|f| Entry {
+    /// The profile: `facts` as the store hands them over, explicit first
+    /// in the store's order, then distilled ones one per conversation in
+    /// turn (newest conversation first; [`profile_order`]), each whole,
+    /// within [`PROFILE_SHARE`] of the budget. A fact that is not current
+    /// (retired, superseded, no longer valid) never enters, whatever the
+    /// store read. The turns a shown fact rests on are not excerpted again.
+    pub fn profile(&mut self, facts: &[Fact]) {
+        let max_chars = self.budget.used() + self.budget.remaining();
+        let cap = (max_chars as f64 * PROFILE_SHARE) as usize;
+        let ordered = profile_order(facts);
+        let shown_from = self.items.len();
+        self.section_within(
+            PROFILE_HEADING,
+            ordered.iter().map(|f| Entry {
                 citation: &f.id,
                 kind: &f.kind,
                 text: &f.text,
                 score: None,
             }),
+            cap,
         );
+        let shown: HashSet<&str> = self.items[shown_from..]
+            .iter()
+            .filter_map(|i| i.citation.as_ref().map(|c| c.0.as_str()))
+            .collect();
+        for f in ordered.iter().filter(|f| shown.contains(f.id.as_str())) {
+            self.told.extend(
+                f.sources
+                    .iter()
+                    .filter_map(|s| s.strip_prefix("turn_")?.parse::<i64>().ok()),
+            );
+        }
     }
 
     /// The turns section: the candidates picked into what is left of the
     /// budget and laid out (see the module doc).
     pub fn turns(&mut self, candidates: &[TurnCandidate]) {
+        let untold: Vec<TurnCandidate>;
+        let candidates = if self.told.is_empty() {
+            candidates
+        } else {
+            untold = candidates
+                .iter()
+                .filter(|c| !self.told.contains(&c.id))
+                .cloned()
+                .collect();
+            &untold
+        };
         let (lines, units, threads) = prepare(candidates);
         let picked = pick(&lines, &units, &threads, &mut self.budget);
         if picked.is_empty() {
@@ -1021,7 +1104,7 @@ mod tests {
                 score: Some(0.9),
             }],
         );
-        b.memories(MEMORIES_HEADING, &[fact]);
+        b.profile(&[fact]);
         b.turns(&s.candidates());
         let r = b.finish();
         assert!(r
@@ -1033,12 +1116,128 @@ mod tests {
             headings[1..],
             [
                 "Current facts:",
-                MEMORIES_HEADING,
+                PROFILE_HEADING,
                 ABOUT_USER_HEADING,
                 "On 2026-12-04:",
                 TURNS_HEADING,
                 "Conversation of 2026-12-04:"
             ],
+            "{}",
+            r.text
+        );
+    }
+
+    fn fact(n: usize, text: &str) -> Fact {
+        Fact {
+            id: format!("mem_{n}"),
+            kind: "fact".into(),
+            text: text.into(),
+            state: memgate_core::FactState::Active,
+            version: 1,
+            created_at: "2026-12-01T00:00:00Z".into(),
+            updated_at: "2026-12-01T00:00:00Z".into(),
+            origin: memgate_core::FactOrigin::Distilled,
+            confidence: 0.9,
+            sources: Vec::new(),
+            thread: None,
+            said_at: None,
+            valid_to: None,
+            superseded_by: None,
+            changed_by: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_profile_shows_current_facts_only_within_its_share_and_excerpts_follow() {
+        let mut s = Scope::default();
+        s.say("t1", false, DAY, "Hi, I'm Dana and I live in Porto.");
+        let mut superseded = fact(1, "Dana lives in Lisbon");
+        superseded.superseded_by = Some("mem_2".into());
+        let mut retired = fact(3, "Dana works for Initech");
+        retired.state = memgate_core::FactState::Retired;
+        let mut ended = fact(4, "Dana is on holiday");
+        ended.valid_to = Some("2026-12-02T00:00:00Z".into());
+        let mut porto = fact(2, "Dana lives in Porto");
+        porto.origin = memgate_core::FactOrigin::Explicit;
+        let mut facts = vec![superseded, porto, retired, ended];
+        facts.extend(
+            (10..400).map(|n| fact(n, &format!("Dana noted item number {n:04} of a long list"))),
+        );
+        let mut b = FirstTurnBlock::new(12_000, "2026-12-05").unwrap();
+        b.profile(&facts);
+        b.turns(&s.candidates());
+        let r = b.finish();
+        let profile: Vec<&str> = r
+            .text
+            .lines()
+            .skip_while(|l| *l != PROFILE_HEADING)
+            .take_while(|l| *l != ABOUT_USER_HEADING)
+            .collect();
+        assert_eq!(profile[1], "- [mem_2] (fact) Dana lives in Porto");
+        let chars: usize = profile.iter().map(|l| char_len(l) + 1).sum();
+        assert!(chars <= (12_000.0 * PROFILE_SHARE) as usize, "{chars}");
+        assert!(chars > 5_000, "the share is used: {chars}");
+        for gone in ["Lisbon", "Initech", "holiday"] {
+            assert!(!r.text.contains(gone), "{gone}: {}", r.text);
+        }
+        assert!(
+            r.text.contains("I'm Dana and I live in Porto."),
+            "{}",
+            r.text
+        );
+        assert!(char_len(&r.text) <= 12_000);
+    }
+
+    #[test]
+    fn distilled_facts_go_round_robin_over_conversations_and_their_turns_are_not_excerpted_again() {
+        let mut s = Scope::default();
+        let told = s.say("t1", false, DAY, "Hi, I'm Dana and I live in Porto.");
+        s.say(
+            "t2",
+            false,
+            DAY,
+            "My daughter Mia starts school in September.",
+        );
+        let in_thread = |n: usize, thread: &str, text: &str, source: i64| {
+            let mut f = fact(n, text);
+            f.thread = Some(thread.into());
+            f.sources = vec![turn_citation(source)];
+            f
+        };
+        let mut explicit = fact(1, "Prefers metric units");
+        explicit.origin = memgate_core::FactOrigin::Explicit;
+        let facts = [
+            in_thread(4, "t2", "Dana plans a trip", 99),
+            in_thread(3, "t2", "Dana has a daughter", 98),
+            in_thread(2, "t1", "Dana lives in Porto", told),
+            explicit,
+        ];
+        let order: Vec<&str> = profile_order(&facts)
+            .iter()
+            .map(|f| f.text.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "Prefers metric units",
+                "Dana plans a trip",
+                "Dana lives in Porto",
+                "Dana has a daughter"
+            ]
+        );
+        let mut b = FirstTurnBlock::new(12_000, "2026-12-05").unwrap();
+        b.profile(&facts);
+        b.turns(&s.candidates());
+        let r = b.finish();
+        // The turn the Porto fact rests on is told by the fact; the other
+        // turn is excerpted.
+        assert!(
+            !r.text.contains("I'm Dana and I live in Porto."),
+            "{}",
+            r.text
+        );
+        assert!(
+            r.text.contains("My daughter Mia starts school"),
             "{}",
             r.text
         );

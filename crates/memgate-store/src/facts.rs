@@ -365,6 +365,40 @@ pub(crate) fn list_in_scope(
 }
 
 /// The `limit` newest active memories of a scope, newest first.
+/// The profile the first-turn block leads with: the newest `explicit`
+/// current explicit facts, then at most [`MAX_PROFILE_FACTS`] current
+/// distilled ones, taken round-robin over their threads (every thread's
+/// newest, then every thread's second newest, ...) so the read is bounded
+/// and still spans the history. Superseded and retired versions are never
+/// read.
+pub(crate) fn current_profile(conn: &Connection, scope: i64, explicit: usize) -> Result<Vec<Fact>> {
+    let current =
+        "scope_id = ?1 AND state = 'active' AND superseded_by IS NULL AND valid_to IS NULL";
+    let read = |sql: String| {
+        conn.prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_map(params![scope], fact_from_row)?
+                    .collect::<rusqlite::Result<Vec<Fact>>>()
+            })
+            .map_err(db_error)
+    };
+    let mut facts = read(format!(
+        "SELECT {FACT_COLUMNS} FROM memories WHERE {current} AND origin = 'explicit'
+         ORDER BY id DESC LIMIT {explicit}"
+    ))?;
+    facts.extend(read(format!(
+        "SELECT {FACT_COLUMNS} FROM memories WHERE id IN (
+             SELECT id FROM (
+                 SELECT id, row_number() OVER (PARTITION BY thread ORDER BY id DESC) AS round
+                 FROM memories WHERE {current} AND origin = 'distilled') AS ranked
+             ORDER BY round, id DESC LIMIT {MAX_PROFILE_FACTS})"
+    ))?);
+    Ok(facts)
+}
+
+/// Most distilled facts a profile reads: more than half a block holds.
+pub const MAX_PROFILE_FACTS: usize = 200;
+
 pub(crate) fn newest_active(conn: &Connection, scope: i64, limit: usize) -> Result<Vec<Fact>> {
     conn.prepare_cached(&format!(
         "SELECT {FACT_COLUMNS} FROM memories WHERE scope_id = ?1 AND state = 'active'

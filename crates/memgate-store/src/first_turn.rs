@@ -19,10 +19,10 @@
 //! again until the scope changes or the day turns.
 
 use crate::error::db_error;
-use crate::facts::newest_active;
+use crate::facts::current_profile;
 use crate::scope::write_generation;
 use memgate_core::{Recall, Result};
-use memgate_recall::first_turn::{AskedTurn, FirstTurnBlock, TurnCandidate, MEMORIES_HEADING};
+use memgate_recall::first_turn::{AskedTurn, FirstTurnBlock, TurnCandidate};
 use memgate_recall::salience::{excerpt, SpeakerNames};
 use rusqlite::{params, Connection};
 use std::collections::HashMap;
@@ -171,8 +171,9 @@ fn candidates(conn: &Connection, scope: i64) -> Result<Vec<TurnCandidate>> {
 }
 
 /// The first-turn block of `scope` within `max_chars`
-/// ([`memgate_recall::first_turn`]): the newest `standing` explicit
-/// memories, then the turns.
+/// ([`memgate_recall::first_turn`]): the profile (the newest `standing`
+/// current explicit facts, then current distilled ones round-robin over
+/// their threads), then the turns not already told by a shown fact.
 pub fn first_turn_block(
     conn: &Connection,
     scope: i64,
@@ -183,7 +184,7 @@ pub fn first_turn_block(
     let Some(mut block) = FirstTurnBlock::new(max_chars, today) else {
         return Ok(Recall::empty());
     };
-    block.memories(MEMORIES_HEADING, &newest_active(conn, scope, standing)?);
+    block.profile(&current_profile(conn, scope, standing)?);
     block.turns(&candidates(conn, scope)?);
     Ok(block.finish())
 }

@@ -53,7 +53,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             action: ConfigCommand::Check { file },
         } => check_config(file.as_deref().or(cli.config.as_deref())),
         #[cfg(feature = "lab")]
-        Command::Lab(command) => super::lab::run(command).await,
+        Command::Lab(command) => super::lab::run(command, cli.config.as_deref()).await,
         Command::Migrate {
             from,
             to,

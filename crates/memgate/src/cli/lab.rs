@@ -6,7 +6,8 @@ use super::error::{CliError, Result};
 use super::output::print_json;
 use clap::Subcommand;
 use memgate_core::MemoryError;
-use std::path::PathBuf;
+use memgate_lab::distilled::DistillSource;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
@@ -41,11 +42,24 @@ pub enum EvalCommand {
         /// '{"kind":"local","model_path":"DIR"}'.
         #[arg(long)]
         embedder: Option<String>,
+        /// Also measure with distilled facts: `replay` answers the
+        /// distillation prompts with the file's own facts (`observation`;
+        /// the pipeline's ceiling, no model), `endpoint` with the configured
+        /// `memory.distill` model (enabled; its key from `api_key_env`).
+        #[arg(long, value_enum)]
+        distill: Option<DistillArg>,
     },
 }
 
+/// `--distill`'s values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum DistillArg {
+    Replay,
+    Endpoint,
+}
+
 /// Runs a lab command.
-pub async fn run(command: LabCommand) -> Result<ExitCode> {
+pub async fn run(command: LabCommand, config: Option<&Path>) -> Result<ExitCode> {
     match command {
         LabCommand::Bench {
             sizes,
@@ -58,8 +72,16 @@ pub async fn run(command: LabCommand) -> Result<ExitCode> {
                     file,
                     json,
                     embedder,
+                    distill,
                 },
-        } => eval_locomo(file, json, embedder).await,
+        } => {
+            let distill = match distill {
+                None => None,
+                Some(DistillArg::Replay) => Some(DistillSource::Replay),
+                Some(DistillArg::Endpoint) => Some(configured_endpoint(config)?),
+            };
+            eval_locomo(file, json, embedder, distill).await
+        }
     }
 }
 
@@ -82,8 +104,33 @@ async fn bench(sizes: &[usize], recalls: usize, json: bool) -> Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-async fn eval_locomo(file: PathBuf, json: bool, embedder: Option<String>) -> Result<ExitCode> {
-    let mut options = memgate_lab::locomo::LocomoOptions::default();
+/// `--distill endpoint`: the configured `memory.distill`, which must be on.
+fn configured_endpoint(config: Option<&Path>) -> Result<DistillSource> {
+    let (config, _) = memgate_assembly::config::Config::discover(config, None)?;
+    let settings = config.memory.distill_settings()?;
+    if !settings.enabled {
+        return Err(CliError::Setting(
+            "--distill endpoint: memory.distill.enabled is false (configure the endpoint in \
+             memory.distill, or use --distill replay)"
+                .to_owned(),
+        ));
+    }
+    Ok(DistillSource::Endpoint {
+        settings,
+        env: memgate_core::setup::process_env(),
+    })
+}
+
+async fn eval_locomo(
+    file: PathBuf,
+    json: bool,
+    embedder: Option<String>,
+    distill: Option<DistillSource>,
+) -> Result<ExitCode> {
+    let mut options = memgate_lab::locomo::LocomoOptions {
+        distill,
+        ..Default::default()
+    };
     if let Some(raw) = embedder {
         let value: serde_json::Value = serde_json::from_str(&raw).map_err(|e| {
             MemoryError::invalid("--embedder", format!("must be a JSON object: {e}"))
