@@ -23,11 +23,13 @@ use crate::ranking::{self, TermCounts};
 use crate::recall;
 use crate::schema;
 use crate::scope::{self, ScopeRow};
+use crate::threads;
 use crate::transfer;
 use crate::vectors::{self, ModelState, Vectorizer};
 use memgate_core::distill::{Applied, DistillJob, Operation, ParkedJob, QueueFigures};
 use memgate_core::redaction::redact_remember;
 use memgate_core::time::now_rfc3339;
+use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_core::{
     Caller, CaptureReport, CaptureRequest, Fact, FactPatch, ForgetReport, ForgetTarget,
     ImportReport, KeepHiddenHook, MemoryError, MemoryExport, Recall, RecallRequest, Redactor,
@@ -403,6 +405,26 @@ impl MemoryStore {
             tracing::info!(erased, "local store retention sweep");
         }
         Ok(erased)
+    }
+}
+
+/// Captured threads a page at a time ([`crate::threads`]).
+impl MemoryStore {
+    /// One page of the caller's threads, by name.
+    pub fn list_threads(&self, caller: &Caller, page: PageRequest) -> Result<ThreadList> {
+        let key = ScopeKey::of(caller);
+        self.db.read(|conn| threads::list(conn, &key, page))
+    }
+
+    /// One page of one of the caller's threads, in order.
+    pub fn read_thread(
+        &self,
+        caller: &Caller,
+        thread: &str,
+        page: PageRequest,
+    ) -> Result<ThreadTurns> {
+        let key = ScopeKey::of(caller);
+        self.db.read(|conn| threads::read(conn, &key, thread, page))
     }
 }
 
