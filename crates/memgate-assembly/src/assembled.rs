@@ -480,8 +480,11 @@ impl MemoryBackend for AssembledBackend {
     }
 
     async fn list_threads(&self, caller: &Caller, page: PageRequest) -> Result<ThreadList> {
-        self.run(Operation::ListThreads, self.inner.list_threads(caller, page))
-            .await
+        self.run(
+            Operation::ListThreads,
+            self.inner.list_threads(caller, page),
+        )
+        .await
     }
 
     async fn read_thread(

@@ -121,7 +121,9 @@ pub async fn fact_history_lists_every_version_with_who_changed_it(s: &impl Subje
             (3, "my editor is helix", FactState::Retired),
         ]
     );
-    assert!(history.iter().all(|f| f.id == id && !f.updated_at.is_empty()));
+    assert!(history
+        .iter()
+        .all(|f| f.id == id && !f.updated_at.is_empty()));
     assert!(matches!(
         b.fact_history(&Caller::new("bob"), &id).await.unwrap_err(),
         MemoryError::NotFound(_)
@@ -176,10 +178,17 @@ pub async fn threads_list_and_read_a_page_at_a_time(s: &impl Subject) {
         .iter()
         .map(|m| m.text().to_owned())
         .collect();
-    assert_eq!(texts, all[1..4].iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        texts,
+        all[1..4].iter().map(String::as_str).collect::<Vec<_>>()
+    );
     assert!(page.turns.iter().all(|t| t.citation.starts_with("turn_")));
     let other = b
-        .read_thread(&Caller::new("carol"), "t-a", PageRequest::new(0, 10).unwrap())
+        .read_thread(
+            &Caller::new("carol"),
+            "t-a",
+            PageRequest::new(0, 10).unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!((other.total, other.turns.len()), (0, 0));

@@ -15,13 +15,13 @@ use crate::schema;
 use crate::vectors::Vectors;
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object, Pool};
-use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact,
     FactPatch, ForgetReport, ForgetTarget, ImportReport, KeepHiddenHook, MemoryBackend,
     MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result,
     SearchHit, SearchQuery, StoredScope, WarmStatus,
 };
+use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_embed::Embedder;
 use memgate_recall::scope::ScopeKey;
 use serde::Serialize;

@@ -73,9 +73,7 @@ impl PostgresBackend {
         let total = self
             .rows(
                 &client,
-                &format!(
-                    "SELECT count(*) FROM turns WHERE scope_id = {SCOPE_ID} AND thread = $3"
-                ),
+                &format!("SELECT count(*) FROM turns WHERE scope_id = {SCOPE_ID} AND thread = $3"),
                 &[&scope.user, &scope.peer, &thread],
             )
             .await?;

@@ -183,6 +183,23 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
         "prefers jasmine tea in the morning"
     );
     assert_eq!(browser.texts("article.fact dd.version").await[0].0, "2");
+    // Both versions, newest first, with who saved each and what changed.
+    let versions = browser.texts("#history li.version p.text").await;
+    let versions: Vec<&str> = versions.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        versions,
+        [
+            "prefers jasmine tea in the morning",
+            "prefers green tea in the morning"
+        ]
+    );
+    let changes = browser.texts("#history li.version span.change").await;
+    assert_eq!(
+        (changes[0].0.as_str(), changes[1].0.as_str()),
+        ("text", "saved")
+    );
+    let by = browser.texts("#history li.version b.by").await;
+    assert!(by.iter().all(|(who, _)| who == "user"), "{by:?}");
     browser.assert_no_script_ran("revised fact").await;
 
     // Search across what was said.

@@ -26,13 +26,13 @@ use memgate_core::distill::{
 use memgate_core::handoff::MILESTONE_KIND;
 use memgate_core::intake::{CaptureStart, Intake, StreamedCapture};
 use memgate_core::work::WorkTracker;
-use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_core::{
     Acknowledgement, BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest,
     CommitOutcome, Continuation, Diagnostic, Fact, FactPatch, ForgetReport, ForgetTarget, Handoff,
     HandoffContent, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
     RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, StoredScope, WarmStatus,
 };
+use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use serde_json::{Map, Value};
 use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -366,7 +366,8 @@ impl MemoryBackend for LocalBackend {
         page: PageRequest,
     ) -> Result<ThreadTurns> {
         let (caller, thread) = (caller.clone(), thread.to_owned());
-        self.run(move |s| s.read_thread(&caller, &thread, page)).await
+        self.run(move |s| s.read_thread(&caller, &thread, page))
+            .await
     }
 
     /// The vector indexer's progress (`vectors` line), so an operator sees

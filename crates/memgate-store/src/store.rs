@@ -29,12 +29,12 @@ use crate::vectors::{self, ModelState, Vectorizer};
 use memgate_core::distill::{Applied, DistillJob, Operation, ParkedJob, QueueFigures};
 use memgate_core::redaction::redact_remember;
 use memgate_core::time::now_rfc3339;
-use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_core::{
     Caller, CaptureReport, CaptureRequest, Fact, FactPatch, ForgetReport, ForgetTarget,
     ImportReport, KeepHiddenHook, MemoryError, MemoryExport, Recall, RecallRequest, Redactor,
     RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, StoredScope,
 };
+use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_embed::Embedder;
 use memgate_recall::block::assemble;
 use memgate_recall::citation::named_by;

@@ -59,6 +59,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(
         .route("/ui/principal", post(pages::choose_principal))
         .route("/ui/facts", get(pages::facts))
         .route("/ui/facts/{id}", get(pages::fact))
+        .route("/ui/facts/{id}/sources", get(pages::fact_sources))
         .route("/ui/facts/{id}/revise", post(pages::revise_fact))
         .route("/ui/facts/{id}/retire", post(pages::retire_fact))
         .route(

@@ -45,9 +45,27 @@ pub struct Session {
     /// True once the bearer token was presented (or when none is set).
     pub signed_in: bool,
     pub principal: Option<Principal>,
-    /// Thread ids shown on the threads page; pages link to their index.
+    /// Thread ids this session was shown; pages link to their index.
     pub threads: Vec<String>,
     last_seen: Instant,
+}
+
+/// At most this many thread handles per session; past it the list starts
+/// again (older links then say "open it from the threads page").
+const MAX_THREAD_HANDLES: usize = 10_000;
+
+impl Session {
+    /// The handle that links to thread `name`, made when missing.
+    pub fn thread_handle(&mut self, name: &str) -> usize {
+        if let Some(n) = self.threads.iter().position(|t| t == name) {
+            return n;
+        }
+        if self.threads.len() >= MAX_THREAD_HANDLES {
+            self.threads.clear();
+        }
+        self.threads.push(name.to_owned());
+        self.threads.len() - 1
+    }
 }
 
 /// Every live session, by id.
