@@ -18,6 +18,7 @@
 mod guard;
 mod pages;
 mod session;
+mod throttle;
 mod view;
 
 pub use guard::CONTENT_SECURITY_POLICY;
@@ -36,18 +37,24 @@ struct Ui {
     backend: Arc<AssembledBackend>,
     token: Option<BearerToken>,
     sessions: Arc<Sessions>,
+    sign_in: Arc<throttle::SignInThrottle>,
+    /// Mark the session cookie `Secure`: the public URL is `https://`.
+    secure_cookie: bool,
 }
 
 /// The `/ui` routes, for merging into the server's router.
 pub fn router<S: Clone + Send + Sync + 'static>(
     backend: Arc<AssembledBackend>,
     token: Option<BearerToken>,
+    secure_cookie: bool,
 ) -> Router<S> {
     let token_set = token.is_some();
     let ui = Ui {
         backend,
         token,
         sessions: Arc::new(Sessions::default()),
+        sign_in: Arc::default(),
+        secure_cookie,
     };
     Router::new()
         .route("/ui", get(pages::overview))

@@ -59,7 +59,7 @@ impl Ui {
         }
         let mut response = html_page(StatusCode::UNAUTHORIZED, view::login(&session.csrf, false));
         if new {
-            with_cookie(&mut response, &set_cookie(&id));
+            with_cookie(&mut response, &set_cookie(&id, self.secure_cookie));
         }
         Err(Box::new(response))
     }
@@ -98,7 +98,7 @@ impl Ui {
         };
         let mut response = html_page(status, view::page(title, &frame, body));
         if visit.new {
-            with_cookie(&mut response, &set_cookie(&visit.id));
+            with_cookie(&mut response, &set_cookie(&visit.id, self.secure_cookie));
         }
         response
     }
@@ -188,15 +188,27 @@ pub(super) async fn login(
     if !same_token(&session.csrf, &form.csrf) {
         return refuse(StatusCode::FORBIDDEN, "the form's CSRF token is wrong");
     }
+    let now = std::time::Instant::now();
+    if let Err(wait) = ui.sign_in.check(now) {
+        let mut response = html_page(
+            StatusCode::TOO_MANY_REQUESTS,
+            view::login_closed(&session.csrf, wait.as_secs().max(1)),
+        );
+        if let Ok(value) = wait.as_secs().max(1).to_string().parse() {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
+    }
     let accepted = ui.token.as_ref().is_none_or(|t| t.matches(&form.token));
     if !accepted {
+        ui.sign_in.failed(now);
         return html_page(StatusCode::UNAUTHORIZED, view::login(&session.csrf, true));
     }
     // A fresh id on sign-in: a session id seen before sign-in is worth nothing after.
     ui.sessions.end(&id);
     let (id, _) = ui.sessions.start(true);
     let mut response = Redirect::to("/ui").into_response();
-    with_cookie(&mut response, &set_cookie(&id));
+    with_cookie(&mut response, &set_cookie(&id, ui.secure_cookie));
     response
 }
 
@@ -208,7 +220,7 @@ pub(super) async fn logout(
     let visit = try_page!(ui.submit(&headers, &form.csrf));
     ui.sessions.end(&visit.id);
     let mut response = Redirect::to("/ui").into_response();
-    with_cookie(&mut response, &clear_cookie());
+    with_cookie(&mut response, &clear_cookie(ui.secure_cookie));
     response
 }
 

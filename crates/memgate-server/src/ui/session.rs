@@ -129,14 +129,18 @@ impl Sessions {
     }
 }
 
-/// The `Set-Cookie` value that hands a browser its session id.
-pub fn set_cookie(id: &str) -> String {
-    format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict")
+/// The `Set-Cookie` value that hands a browser its session id; `secure`
+/// when the server is reached over TLS, so the browser never sends it in
+/// clear.
+pub fn set_cookie(id: &str, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict{secure}")
 }
 
 /// The `Set-Cookie` value that ends a browser's session.
-pub fn clear_cookie() -> String {
-    format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0")
+pub fn clear_cookie(secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
 }
 
 fn cookie_value(headers: &HeaderMap) -> Option<String> {
