@@ -88,7 +88,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(
         .route("/ui/transfer", get(pages::transfer))
         .route("/ui/export", post(pages::export))
         .route("/ui/import", post(pages::import))
-        .route("/ui/health", get(pages::health))
+        .route("/ui/health", get(pages::health).post(pages::health_check))
         .layer(from_fn_with_state(token_set, guard::guard))
         .with_state(ui)
 }

@@ -1062,8 +1062,27 @@ pub(super) async fn import(
 
 pub(super) async fn health(State(ui): State<Ui>, headers: HeaderMap) -> Response {
     let visit = try_page!(ui.visit(&headers));
-    let gates = ui.backend.gates();
+    health_page(&ui, &visit, None).await
+}
+
+/// Runs the start-up check on request: on `local` it reads the whole file
+/// (`PRAGMA quick_check`), so viewing the health page never does.
+pub(super) async fn health_check(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Form(form): Form<CsrfOnly>,
+) -> Response {
+    let visit = try_page!(ui.submit(&headers, &form.csrf));
     let warm = ui.backend.warm().await;
+    health_page(&ui, &visit, Some(warm)).await
+}
+
+async fn health_page(
+    ui: &Ui,
+    visit: &Visit,
+    warm: Option<Result<WarmStatus, MemoryError>>,
+) -> Response {
+    let gates = ui.backend.gates();
     let diagnostics = ui.backend.diagnose().await;
     let figures = ui.backend.figures();
     let body = html! {
@@ -1071,12 +1090,23 @@ pub(super) async fn health(State(ui): State<Ui>, headers: HeaderMap) -> Response
             h2 { "Backend" }
             p { "backend " b #backend { (ui.backend.name()) } " · memory " (if gates.enabled { "on" } else { "off" })
                 " · injection " (if gates.injection_enabled { "on" } else { "off" }) }
-            p #warm { "start-up check: " @match &warm {
-                Ok(WarmStatus::Ready) => "ready",
-                Ok(WarmStatus::NothingToWarm) => "nothing to check (embedded)",
-                Ok(WarmStatus::Degraded { reason }) => { "degraded: " (reason) },
-                Err(e) => { "failed: " (e.to_string()) },
-            } }
+            @match &warm {
+                None => {
+                    form method="post" action="/ui/health" {
+                        (view::csrf_field(&visit.session.csrf))
+                        "start-up check (on local it reads the whole file): "
+                        button type="submit" { "Run it now" }
+                    }
+                }
+                Some(warm) => {
+                    p #warm { "start-up check: " @match warm {
+                        Ok(WarmStatus::Ready) => "ready",
+                        Ok(WarmStatus::NothingToWarm) => "nothing to check (embedded)",
+                        Ok(WarmStatus::Degraded { reason }) => { "degraded: " (reason) },
+                        Err(e) => { "failed: " (e.to_string()) },
+                    } }
+                }
+            }
             (capabilities(&ui.backend.capabilities()))
         }
         section {
@@ -1096,5 +1126,5 @@ pub(super) async fn health(State(ui): State<Ui>, headers: HeaderMap) -> Response
             }
         }
     };
-    ui.render(&visit, StatusCode::OK, "Health", body)
+    ui.render(visit, StatusCode::OK, "Health", body)
 }
