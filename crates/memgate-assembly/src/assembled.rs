@@ -23,6 +23,7 @@ use memgate_core::{
     Message, Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit,
     SearchQuery, StoredScope, WarmStatus,
 };
+use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -471,6 +472,32 @@ impl MemoryBackend for AssembledBackend {
     async fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
         self.run(Operation::Scopes, self.inner.stored_scopes(limit))
             .await
+    }
+
+    async fn fact_history(&self, caller: &Caller, id: &str) -> Result<Vec<Fact>> {
+        self.run(Operation::FactHistory, self.inner.fact_history(caller, id))
+            .await
+    }
+
+    async fn list_threads(&self, caller: &Caller, page: PageRequest) -> Result<ThreadList> {
+        self.run(
+            Operation::ListThreads,
+            self.inner.list_threads(caller, page),
+        )
+        .await
+    }
+
+    async fn read_thread(
+        &self,
+        caller: &Caller,
+        thread: &str,
+        page: PageRequest,
+    ) -> Result<ThreadTurns> {
+        self.run(
+            Operation::ReadThread,
+            self.inner.read_thread(caller, thread, page),
+        )
+        .await
     }
 
     async fn prepare_handoff(&self, caller: &Caller, content: &HandoffContent) -> Result<Handoff> {

@@ -156,6 +156,21 @@ pub struct ServerConfig {
     /// Serve the memory browser at `/ui` (on by default); `false` makes
     /// `GET /ui` answer 404.
     pub ui: bool,
+    /// The URL users reach this server at, when a proxy sits in front
+    /// (e.g. `https://memory.example.com`). memgate serves plain HTTP; an
+    /// `https://` URL says a proxy terminates TLS, so the memory browser's
+    /// session cookie is marked `Secure`. Configured rather than read from
+    /// `X-Forwarded-Proto`, which any client can send.
+    pub public_url: Option<String>,
+}
+
+impl ServerConfig {
+    /// Users reach the server over TLS (`public_url` is `https://`).
+    pub fn public_https(&self) -> bool {
+        self.public_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("https://"))
+    }
 }
 
 impl Default for ServerConfig {
@@ -165,6 +180,7 @@ impl Default for ServerConfig {
             bearer_token_env: DEFAULT_TOKEN_ENV.to_owned(),
             max_body_bytes: 4 * 1024 * 1024,
             ui: true,
+            public_url: None,
         }
     }
 }
@@ -316,6 +332,16 @@ impl Config {
         if self.server.bearer_token_env.trim().is_empty() {
             return Err("server.bearer_token_env must not be empty".to_owned());
         }
+        if let Some(url) = &self.server.public_url {
+            let host = url
+                .strip_prefix("https://")
+                .or_else(|| url.strip_prefix("http://"));
+            if host.is_none_or(|h| h.is_empty() || h.chars().any(char::is_whitespace)) {
+                return Err(format!(
+                    "server.public_url must be an http:// or https:// URL, e.g. https://memory.example.com (got {url:?})"
+                ));
+            }
+        }
         let body = self.server.max_body_bytes;
         if !(1024..=64 * 1024 * 1024).contains(&body) {
             return Err(format!(
@@ -420,6 +446,13 @@ mod tests {
                 .ui
         );
         assert!(err("server:\n  ui: maybe\n").contains("server.ui"));
+        let behind_tls =
+            Config::from_yaml("server:\n  public_url: https://memory.example.com\n", "t");
+        assert!(behind_tls.unwrap().server.public_https());
+        let plain = Config::from_yaml("server:\n  public_url: http://10.0.0.5:8765\n", "t");
+        assert!(!plain.unwrap().server.public_https());
+        assert!(!Config::from_yaml("", "t").unwrap().server.public_https());
+        assert!(err("server:\n  public_url: memory.example.com\n").contains("server.public_url"));
     }
 
     #[test]

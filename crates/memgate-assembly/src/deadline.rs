@@ -26,6 +26,12 @@ pub enum Operation {
     Forget,
     /// The scopes a store holds (the memory browser's "who").
     Scopes,
+    /// Every version of one fact.
+    FactHistory,
+    /// A page of a scope's threads.
+    ListThreads,
+    /// A page of one thread's turns.
+    ReadThread,
     Warm,
     /// `memgate doctor`'s look at the backend's own state.
     Diagnose,
@@ -55,6 +61,9 @@ impl Operation {
             Self::Import => "import",
             Self::Forget => "forget",
             Self::Scopes => "stored_scopes",
+            Self::FactHistory => "facts_history",
+            Self::ListThreads => "threads_list",
+            Self::ReadThread => "threads_read",
             Self::Warm => "warm",
             Self::Diagnose => "diagnose",
             Self::HandoffPrepare => "handoff_prepare",

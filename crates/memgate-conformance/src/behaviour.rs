@@ -96,6 +96,104 @@ pub async fn stored_scopes_list_users_and_agents_in_order(s: &impl Subject) {
     assert_eq!(b.stored_scopes(2).await.unwrap(), all[..2].to_vec());
 }
 
+/// Every version of a fact, oldest first, each with who changed it; the
+/// history of another scope's fact is not found.
+pub async fn fact_history_lists_every_version_with_who_changed_it(s: &impl Subject) {
+    let b = s.fresh().await.backend;
+    let id = stored(&*b, &alice(), "my editor is emacs").await;
+    let patch = FactPatch {
+        kind: None,
+        text: Some("my editor is helix".into()),
+        confidence: None,
+    };
+    b.revise_fact(&alice(), &id, &patch).await.unwrap();
+    b.retire_fact(&alice(), &id).await.unwrap();
+    let history = b.fact_history(&alice(), &id).await.unwrap();
+    let seen: Vec<_> = history
+        .iter()
+        .map(|f| (f.version, f.text.as_str(), f.state))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, "my editor is emacs", FactState::Active),
+            (2, "my editor is helix", FactState::Active),
+            (3, "my editor is helix", FactState::Retired),
+        ]
+    );
+    assert!(history
+        .iter()
+        .all(|f| f.id == id && !f.updated_at.is_empty()));
+    assert!(matches!(
+        b.fact_history(&Caller::new("bob"), &id).await.unwrap_err(),
+        MemoryError::NotFound(_)
+    ));
+}
+
+/// Threads by name a page at a time with counts and times, and one
+/// thread's turns in order a page at a time, citable like a fact's sources.
+pub async fn threads_list_and_read_a_page_at_a_time(s: &impl Subject) {
+    use memgate_core::PageRequest;
+    let b = s.fresh().await.backend;
+    let empty = b
+        .list_threads(&alice(), PageRequest::new(0, 10).unwrap())
+        .await
+        .unwrap();
+    assert_eq!((empty.total, empty.threads.len()), (0, 0));
+    for (thread, n) in [("t-b", 3), ("t-a", 5), ("t-c", 1)] {
+        b.capture(&capture(&alice(), thread, conversation(thread, n)))
+            .await
+            .unwrap();
+    }
+    b.capture(&capture(&Caller::new("bob"), "t-z", conversation("bob", 2)))
+        .await
+        .unwrap();
+    let first = b
+        .list_threads(&alice(), PageRequest::new(0, 2).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(first.total, 3);
+    let named: Vec<_> = first
+        .threads
+        .iter()
+        .map(|t| (t.thread.as_str(), t.turns))
+        .collect();
+    assert_eq!(named, vec![("t-a", 5), ("t-b", 3)]);
+    let a = &first.threads[0];
+    assert!(!a.first_captured_at.is_empty() && a.first_captured_at <= a.last_captured_at);
+    let rest = b
+        .list_threads(&alice(), PageRequest::new(2, 2).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(rest.threads.len(), 1);
+    assert_eq!(rest.threads[0].thread, "t-c");
+
+    let page = b
+        .read_thread(&alice(), "t-a", PageRequest::new(1, 3).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(page.total, 5);
+    let texts: Vec<_> = page.turns.iter().map(|t| t.text.as_str()).collect();
+    let all: Vec<String> = conversation("t-a", 5)
+        .iter()
+        .map(|m| m.text().to_owned())
+        .collect();
+    assert_eq!(
+        texts,
+        all[1..4].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert!(page.turns.iter().all(|t| t.citation.starts_with("turn_")));
+    let other = b
+        .read_thread(
+            &Caller::new("carol"),
+            "t-a",
+            PageRequest::new(0, 10).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((other.total, other.turns.len()), (0, 0));
+}
+
 pub async fn remember_stores_once_and_cites(s: &impl Subject) {
     let b = s.fresh().await.backend;
     let id = stored(&*b, &alice(), "I prefer tabs over spaces").await;

@@ -15,6 +15,7 @@ use crate::identity::Caller;
 use crate::intake::{CaptureStart, Intake};
 use crate::recall::{Recall, RecallRequest};
 use crate::remember::{RememberOutcome, RememberRequest};
+use crate::threads::{PageRequest, ThreadList, ThreadTurns};
 use crate::{FailurePolicy, MemoryError, Result};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -239,6 +240,32 @@ pub trait MemoryBackend: Send + Sync + 'static {
     async fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
         let _ = limit;
         Err(self.unsupported("stored_scopes"))
+    }
+
+    /// Every recorded version of one of the caller's facts, oldest first,
+    /// each saying when and by whom it changed.
+    async fn fact_history(&self, caller: &Caller, id: &str) -> Result<Vec<Fact>> {
+        let _ = (caller, id);
+        Err(self.unsupported("fact_history"))
+    }
+
+    /// One page of the caller's captured threads (by name), with counts and
+    /// times: the browser's thread list without reading every turn.
+    async fn list_threads(&self, caller: &Caller, page: PageRequest) -> Result<ThreadList> {
+        let _ = (caller, page);
+        Err(self.unsupported("list_threads"))
+    }
+
+    /// One page of a captured thread's turns, in conversation order. A
+    /// thread with no turns is an empty page, not an error.
+    async fn read_thread(
+        &self,
+        caller: &Caller,
+        thread: &str,
+        page: PageRequest,
+    ) -> Result<ThreadTurns> {
+        let _ = (caller, thread, page);
+        Err(self.unsupported("read_thread"))
     }
 
     /// Prepares a handoff draft of the caller's running task. Held

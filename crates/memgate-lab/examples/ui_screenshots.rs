@@ -100,6 +100,19 @@ async fn main() {
     browser.save_screenshot(&shoot("overview.png")).await;
     browser.press("li.user button.agent").await;
     browser.save_screenshot(&shoot("facts.png")).await;
+    // The first fact, revised once: its page lists both versions.
+    api(
+        &base,
+        "/v1/facts/revise",
+        json!({"caller": ada, "id": "mem_1", "text": "Prefers pytest over unittest; runs tests with -x --ff"}),
+    )
+    .await;
+    browser
+        .client
+        .goto(&format!("{base}/ui/facts/mem_1"))
+        .await
+        .unwrap();
+    browser.save_screenshot(&shoot("fact.png")).await;
     browser
         .client
         .goto(&format!("{base}/ui/block"))

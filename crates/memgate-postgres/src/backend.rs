@@ -21,6 +21,7 @@ use memgate_core::{
     MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result,
     SearchHit, SearchQuery, StoredScope, WarmStatus,
 };
+use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_embed::Embedder;
 use memgate_recall::scope::ScopeKey;
 use serde::Serialize;
@@ -430,6 +431,23 @@ impl MemoryBackend for PostgresBackend {
 
     async fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
         self.list_scopes(limit).await
+    }
+
+    async fn fact_history(&self, caller: &Caller, id: &str) -> Result<Vec<Fact>> {
+        PostgresBackend::fact_history(self, caller, id).await
+    }
+
+    async fn list_threads(&self, caller: &Caller, page: PageRequest) -> Result<ThreadList> {
+        self.thread_page(caller, page).await
+    }
+
+    async fn read_thread(
+        &self,
+        caller: &Caller,
+        thread: &str,
+        page: PageRequest,
+    ) -> Result<ThreadTurns> {
+        self.thread_turns(caller, thread, page).await
     }
 
     async fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {

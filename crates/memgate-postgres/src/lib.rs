@@ -34,6 +34,7 @@ pub mod pool;
 pub mod recall;
 pub mod schema;
 pub mod terms;
+mod threads;
 pub mod transfer;
 pub mod vectors;
 

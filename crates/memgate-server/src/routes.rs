@@ -44,6 +44,9 @@ pub struct ServerState {
     pub mcp: Option<McpEndpoint>,
     /// Serve the memory browser at `/ui` (`server.ui`).
     pub ui: bool,
+    /// Users reach this server over TLS (`server.public_url` is `https://`,
+    /// a proxy terminating it): the UI's session cookie gets `Secure`.
+    pub public_https: bool,
 }
 
 /// Default time a client has to send its whole request body.
@@ -60,6 +63,7 @@ impl ServerState {
             cut_off: CancellationToken::new(),
             mcp: None,
             ui: true,
+            public_https: false,
         }
     }
 }
@@ -101,7 +105,11 @@ pub fn router(state: ServerState) -> Router {
         .merge(guarded);
     if state.ui {
         // The UI has its own guard: a signed-in session instead of a header.
-        open = open.merge(ui::router(Arc::clone(&state.backend), state.token.clone()));
+        open = open.merge(ui::router(
+            Arc::clone(&state.backend),
+            state.token.clone(),
+            state.public_https,
+        ));
     }
     open.layer(DefaultBodyLimit::max(state.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(state.body_read_timeout))

@@ -1,7 +1,8 @@
 //! The memory browser on the real remote and shared backends (testkit's
 //! servers): PostgreSQL lists, shows and erases like `local`; OpenViking
 //! shows its recall and health and a "not supported" panel with status 501
-//! where it has no operation, never an empty look-alike.
+//! where it has no operation, never an empty look-alike; PowerContext 1.4.x
+//! likewise, read-only.
 
 use memgate_assembly::AssembledBackend;
 use memgate_core::{BackendContext, MemoryBackend};
@@ -132,7 +133,13 @@ async fn openviking_shows_recall_and_health_and_501_panels_for_the_rest() {
     let health = get(&base, "/ui/health", Some(&cookie)).await;
     assert_eq!(health.status, 200);
     assert!(
-        health.body.contains("openviking") && health.body.contains("ready"),
+        !health.body.contains("id=\"warm\""),
+        "viewing runs no check"
+    );
+    let health = post(&base, "/ui/health", Some(&cookie), &[("csrf", &csrf)], &[]).await;
+    assert_eq!(health.status, 200);
+    assert!(
+        health.body.contains("openviking") && health.body.contains("start-up check: ready"),
         "{}",
         health.body
     );
@@ -159,4 +166,110 @@ async fn openviking_shows_recall_and_health_and_501_panels_for_the_rest() {
     .await;
     assert_eq!(erase.status, 501, "{}", erase.body);
     assert!(erase.body.contains("not supported"), "{}", erase.body);
+}
+
+/// PowerContext 1.4.x (recall and remember only): the block for a typed
+/// query shows what was remembered, the start-up check runs on request, and
+/// every page it has no operation for is a 501 "not supported" panel.
+#[tokio::test]
+#[ignore = "real server: PowerContext 1.4.x (testkit/up)"]
+async fn powercontext_shows_recall_and_health_and_501_panels_for_the_rest() {
+    use memgate_powercontext::settings::{
+        ENV_BASE_URL, ENV_OWNER_USER_ID, ENV_SCOPE_ID, ENV_TOKEN,
+    };
+    use memgate_powercontext::PowerContextBackend;
+    let server = real::powercontext("MEMGATE_TEST_PC14");
+    let scope = server
+        .scope_id
+        .clone()
+        .expect("testkit/up creates a Scope on PowerContext 1.4.x");
+    let pairs = [
+        (ENV_BASE_URL, server.url.clone()),
+        (ENV_OWNER_USER_ID, "alice".to_owned()),
+        (ENV_SCOPE_ID, scope),
+        (ENV_TOKEN, server.token.clone()),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let context = BackendContext::new(dir.path()).with_env(Arc::new(move |name| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    }));
+    let backend: Arc<dyn MemoryBackend> = Arc::new(
+        PowerContextBackend::from_backend_config(&serde_json::Map::new(), &context).unwrap(),
+    );
+    let marker = format!("tern{}", std::process::id());
+    let text = format!("alice keeps the {marker} ledger in the blue binder");
+    let saved = backend
+        .remember(
+            &memgate_core::Caller::new("alice"),
+            &memgate_core::RememberRequest::new("fact", &text).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            saved,
+            memgate_core::RememberOutcome::Stored { .. }
+                | memgate_core::RememberOutcome::AlreadyPresent { .. }
+        ),
+        "{saved:?}"
+    );
+    let base = spawn(ServerState::new(AssembledBackend::with_defaults(backend))).await;
+    let first = get(&base, "/ui", None).await;
+    let (cookie, csrf) = (first.cookie(), first.csrf());
+    assert!(
+        first
+            .body
+            .contains("Listing who this store holds memory for</b>: not supported by the <b>powercontext</b> backend"),
+        "{}",
+        first.body
+    );
+    let chosen = post(
+        &base,
+        "/ui/principal",
+        Some(&cookie),
+        &[("csrf", &csrf), ("user", "alice"), ("agent", "")],
+        &[],
+    )
+    .await;
+    assert_eq!(chosen.status, 303, "{}", chosen.body);
+
+    let block = post(
+        &base,
+        "/ui/block",
+        Some(&cookie),
+        &[("csrf", &csrf), ("query", &format!("{marker} ledger"))],
+        &[],
+    )
+    .await;
+    assert_eq!(block.status, 200, "{}", block.body);
+    assert!(block.body.contains(&marker), "{}", block.body);
+
+    let health = post(&base, "/ui/health", Some(&cookie), &[("csrf", &csrf)], &[]).await;
+    assert!(
+        health.body.contains("powercontext") && health.body.contains("start-up check: ready"),
+        "{}",
+        health.body
+    );
+    for path in ["/ui/facts", "/ui/threads", "/ui/facts/mem_1"] {
+        let page = get(&base, path, Some(&cookie)).await;
+        assert_eq!(page.status, 501, "{path}: {}", page.body);
+        assert!(
+            page.body
+                .contains("not supported by the <b>powercontext</b> backend"),
+            "{path}: {}",
+            page.body
+        );
+    }
+    let search = post(
+        &base,
+        "/ui/search",
+        Some(&cookie),
+        &[("csrf", &csrf), ("query", &marker)],
+        &[],
+    )
+    .await;
+    assert_eq!(search.status, 501, "{}", search.body);
 }

@@ -183,6 +183,23 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
         "prefers jasmine tea in the morning"
     );
     assert_eq!(browser.texts("article.fact dd.version").await[0].0, "2");
+    // Both versions, newest first, with who saved each and what changed.
+    let versions = browser.texts("#history li.version p.text").await;
+    let versions: Vec<&str> = versions.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        versions,
+        [
+            "prefers jasmine tea in the morning",
+            "prefers green tea in the morning"
+        ]
+    );
+    let changes = browser.texts("#history li.version span.change").await;
+    assert_eq!(
+        (changes[0].0.as_str(), changes[1].0.as_str()),
+        ("text", "saved")
+    );
+    let by = browser.texts("#history li.version b.by").await;
+    assert!(by.iter().all(|(who, _)| who == "user"), "{by:?}");
     browser.assert_no_script_ran("revised fact").await;
 
     // Search across what was said.
@@ -428,5 +445,72 @@ async fn hostile_memory_renders_as_text_and_runs_nothing() {
     assert!(!hits.is_empty());
     assert!(hits.iter().all(|(_, children)| *children == 0), "{hits:?}");
     browser.assert_no_script_ran("search").await;
+    browser.finish().await;
+}
+
+/// A distilled fact's cited turns are one click away, and one more opens
+/// each in its thread, on the page of a long thread that holds it. The
+/// store distils for real; only the model's answer is given, as the
+/// operations it would propose.
+#[tokio::test]
+#[ignore = "needs chromium and chromium-driver (Debian packages; .ci/run installs them)"]
+async fn a_facts_source_turns_open_in_their_thread_in_a_real_browser() {
+    use memgate_core::distill::{DistillQueue, Operation, ProposedFact, QueueLimits};
+    use memgate_core::{Caller, CaptureKind, CaptureRequest, Message};
+    let dir = tempfile::tempdir().unwrap();
+    let config = LocalConfig {
+        distill: Some(QueueLimits {
+            max_turns_per_job: 1000,
+            max_queued_jobs: 10,
+        }),
+        ..LocalConfig::default()
+    };
+    let local = LocalBackend::open(dir.path().join("memgate.sqlite3"), config).unwrap();
+    let alice = Caller::new("alice").with_agent("helper");
+    let messages = (0..130)
+        .map(|i| Message::human(format!("ferry plan turn {i:03}")))
+        .collect();
+    local
+        .capture(&CaptureRequest {
+            caller: alice.clone().with_thread("ferry-thread"),
+            messages,
+            kind: CaptureKind::AfterTurn,
+            trace_id: None,
+        })
+        .await
+        .unwrap();
+    let job = local.next_jobs(1, &[]).await.unwrap().remove(0);
+    let cited = job.turns[120].id.clone();
+    let proposed = ProposedFact {
+        kind: "travel".into(),
+        text: "alice takes the ferry".into(),
+        confidence: 0.7,
+        sources: vec![cited.clone()],
+    };
+    local
+        .apply(&job, &[Operation::Add(proposed)])
+        .await
+        .unwrap();
+    let backend: Arc<dyn MemoryBackend> = Arc::new(local);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = router(ServerState::new(AssembledBackend::with_defaults(backend)));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let browser = Browser::start().await;
+    browse(&browser, &base, "alice", "helper").await;
+    browser.press("article.fact a.open").await;
+    browser.press("a#sources").await;
+    let turns = browser.texts("li.turn.cited p.text").await;
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert_eq!(turns[0].0, "ferry plan turn 120");
+    browser.press("a.in-thread").await;
+    let url = browser.client.current_url().await.unwrap();
+    assert_eq!(url.fragment(), Some(cited.as_str()), "{url}");
+    assert_eq!(url.query(), Some("page=1"), "turn 121 of 130 is on page 2");
+    assert_eq!(browser.texts("#thread-name").await[0].0, "ferry-thread");
+    let target = browser.texts(&format!("li#{cited} p.text")).await;
+    assert_eq!(target[0].0, "ferry plan turn 120");
+    browser.assert_no_script_ran("source turn").await;
     browser.finish().await;
 }

@@ -70,6 +70,7 @@ async fn every_ui_page_carries_the_strict_policy_and_a_safe_cookie() {
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
     assert!(!page.body.contains("<script"), "the pages carry no script");
     assert!(!page.body.contains("style="), "and no inline style");
     let css = get(&base, "/ui/assets/ui.css", None).await;
@@ -199,6 +200,94 @@ async fn with_a_bearer_token_the_ui_needs_a_sign_in() {
         .await
         .unwrap();
     assert_eq!(api.status().as_u16(), 401);
+}
+
+/// `server.public_url: https://…` (a proxy terminating TLS): every session
+/// cookie the UI hands out, and the one that ends a session, is `Secure`.
+#[tokio::test]
+async fn behind_tls_the_session_cookie_is_secure() {
+    let mut state = ServerState::new(AssembledBackend::with_defaults(Arc::new(NoopBackend)));
+    state.token = BearerToken::from_setting(Some("s3cret-token".into()));
+    state.public_https = true;
+    let base = spawn(state).await;
+    let first = get(&base, "/ui", None).await;
+    let cookie = first.headers["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.ends_with("; Secure") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
+    let accepted = post(
+        &base,
+        "/ui/login",
+        Some(&first.cookie()),
+        &[("csrf", &first.csrf()), ("token", "s3cret-token")],
+        &[],
+    )
+    .await;
+    assert_eq!(accepted.status, 303);
+    let signed_in = accepted.headers["set-cookie"].to_str().unwrap();
+    assert!(signed_in.ends_with("; Secure"), "{signed_in}");
+    let page = get(&base, "/ui", Some(&accepted.cookie())).await;
+    let out = post(
+        &base,
+        "/ui/logout",
+        Some(&accepted.cookie()),
+        &[("csrf", &page.csrf())],
+        &[],
+    )
+    .await;
+    let cleared = out.headers["set-cookie"].to_str().unwrap();
+    assert!(
+        cleared.contains("Max-Age=0") && cleared.ends_with("; Secure"),
+        "{cleared}"
+    );
+}
+
+/// Ten wrong tokens close the sign-in form for the rest of the minute with
+/// a 429 that says why and for how long; while closed, even the right token
+/// signs nothing in, so guesses then tell nothing.
+#[tokio::test]
+async fn sign_in_closes_after_ten_wrong_tokens_with_a_clear_message() {
+    let mut state = ServerState::new(AssembledBackend::with_defaults(Arc::new(NoopBackend)));
+    state.token = BearerToken::from_setting(Some("s3cret-token".into()));
+    let base = spawn(state).await;
+    let first = get(&base, "/ui", None).await;
+    let (cookie, csrf) = (first.cookie(), first.csrf());
+    let sign_in = |token: &'static str| {
+        let (base, cookie, csrf) = (base.clone(), cookie.clone(), csrf.clone());
+        async move {
+            post(
+                &base,
+                "/ui/login",
+                Some(&cookie),
+                &[("csrf", &csrf), ("token", token)],
+                &[],
+            )
+            .await
+        }
+    };
+    for attempt in 0..10 {
+        assert_eq!(sign_in("guess").await.status, 401, "attempt {attempt}");
+    }
+    let closed = sign_in("s3cret-token").await;
+    assert_eq!(closed.status, 429, "{}", closed.body);
+    assert!(
+        closed.body.contains("Too many wrong tokens")
+            && closed.body.contains("at most 10 wrong tokens per 60 s"),
+        "{}",
+        closed.body
+    );
+    let wait: u64 = closed.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert!(
+        closed.headers.get("set-cookie").is_none(),
+        "no session handed out"
+    );
+    assert_eq!(get(&base, "/ui", Some(&cookie)).await.status, 401);
 }
 
 #[tokio::test]

@@ -32,6 +32,7 @@ use memgate_core::{
     HandoffContent, ImportReport, MemoryBackend, MemoryError, MemoryExport, Recall, RecallRequest,
     RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, StoredScope, WarmStatus,
 };
+use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use serde_json::{Map, Value};
 use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -346,6 +347,27 @@ impl MemoryBackend for LocalBackend {
 
     async fn stored_scopes(&self, limit: usize) -> Result<Vec<StoredScope>> {
         self.run(move |s| s.stored_scopes(limit)).await
+    }
+
+    async fn fact_history(&self, caller: &Caller, id: &str) -> Result<Vec<Fact>> {
+        let (caller, id) = (caller.clone(), id.to_owned());
+        self.run(move |s| s.fact_history(&caller, &id)).await
+    }
+
+    async fn list_threads(&self, caller: &Caller, page: PageRequest) -> Result<ThreadList> {
+        let caller = caller.clone();
+        self.run(move |s| s.list_threads(&caller, page)).await
+    }
+
+    async fn read_thread(
+        &self,
+        caller: &Caller,
+        thread: &str,
+        page: PageRequest,
+    ) -> Result<ThreadTurns> {
+        let (caller, thread) = (caller.clone(), thread.to_owned());
+        self.run(move |s| s.read_thread(&caller, &thread, page))
+            .await
     }
 
     /// The vector indexer's progress (`vectors` line), so an operator sees

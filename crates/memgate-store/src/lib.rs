@@ -52,6 +52,7 @@ pub mod recall;
 pub mod schema;
 pub mod scope;
 pub mod store;
+mod threads;
 pub mod transfer;
 pub mod vectors;
 

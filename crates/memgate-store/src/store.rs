@@ -23,6 +23,7 @@ use crate::ranking::{self, TermCounts};
 use crate::recall;
 use crate::schema;
 use crate::scope::{self, ScopeRow};
+use crate::threads;
 use crate::transfer;
 use crate::vectors::{self, ModelState, Vectorizer};
 use memgate_core::distill::{Applied, DistillJob, Operation, ParkedJob, QueueFigures};
@@ -33,6 +34,7 @@ use memgate_core::{
     ImportReport, KeepHiddenHook, MemoryError, MemoryExport, Recall, RecallRequest, Redactor,
     RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, StoredScope,
 };
+use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_embed::Embedder;
 use memgate_recall::block::assemble;
 use memgate_recall::citation::named_by;
@@ -403,6 +405,26 @@ impl MemoryStore {
             tracing::info!(erased, "local store retention sweep");
         }
         Ok(erased)
+    }
+}
+
+/// Captured threads a page at a time ([`crate::threads`]).
+impl MemoryStore {
+    /// One page of the caller's threads, by name.
+    pub fn list_threads(&self, caller: &Caller, page: PageRequest) -> Result<ThreadList> {
+        let key = ScopeKey::of(caller);
+        self.db.read(|conn| threads::list(conn, &key, page))
+    }
+
+    /// One page of one of the caller's threads, in order.
+    pub fn read_thread(
+        &self,
+        caller: &Caller,
+        thread: &str,
+        page: PageRequest,
+    ) -> Result<ThreadTurns> {
+        let key = ScopeKey::of(caller);
+        self.db.read(|conn| threads::read(conn, &key, thread, page))
     }
 }
 

@@ -18,6 +18,7 @@
 mod guard;
 mod pages;
 mod session;
+mod throttle;
 mod view;
 
 pub use guard::CONTENT_SECURITY_POLICY;
@@ -36,18 +37,24 @@ struct Ui {
     backend: Arc<AssembledBackend>,
     token: Option<BearerToken>,
     sessions: Arc<Sessions>,
+    sign_in: Arc<throttle::SignInThrottle>,
+    /// Mark the session cookie `Secure`: the public URL is `https://`.
+    secure_cookie: bool,
 }
 
 /// The `/ui` routes, for merging into the server's router.
 pub fn router<S: Clone + Send + Sync + 'static>(
     backend: Arc<AssembledBackend>,
     token: Option<BearerToken>,
+    secure_cookie: bool,
 ) -> Router<S> {
     let token_set = token.is_some();
     let ui = Ui {
         backend,
         token,
         sessions: Arc::new(Sessions::default()),
+        sign_in: Arc::default(),
+        secure_cookie,
     };
     Router::new()
         .route("/ui", get(pages::overview))
@@ -59,6 +66,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(
         .route("/ui/principal", post(pages::choose_principal))
         .route("/ui/facts", get(pages::facts))
         .route("/ui/facts/{id}", get(pages::fact))
+        .route("/ui/facts/{id}/sources", get(pages::fact_sources))
         .route("/ui/facts/{id}/revise", post(pages::revise_fact))
         .route("/ui/facts/{id}/retire", post(pages::retire_fact))
         .route(
@@ -80,7 +88,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(
         .route("/ui/transfer", get(pages::transfer))
         .route("/ui/export", post(pages::export))
         .route("/ui/import", post(pages::import))
-        .route("/ui/health", get(pages::health))
+        .route("/ui/health", get(pages::health).post(pages::health_check))
         .layer(from_fn_with_state(token_set, guard::guard))
         .with_state(ui)
 }

@@ -15,8 +15,8 @@ use axum::Form;
 use maud::{html, Markup};
 use memgate_core::identity::id_defect;
 use memgate_core::{
-    Caller, FactPatch, FactState, ForgetReport, ForgetTarget, MemoryBackend, MemoryError,
-    MemoryExport, RecallRequest, SearchQuery, StoredScope, WarmStatus,
+    Caller, Fact, FactPatch, FactState, ForgetReport, ForgetTarget, MemoryBackend, MemoryError,
+    MemoryExport, PageRequest, RecallRequest, SearchQuery, StoredScope, ThreadTurn, WarmStatus,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -59,7 +59,7 @@ impl Ui {
         }
         let mut response = html_page(StatusCode::UNAUTHORIZED, view::login(&session.csrf, false));
         if new {
-            with_cookie(&mut response, &set_cookie(&id));
+            with_cookie(&mut response, &set_cookie(&id, self.secure_cookie));
         }
         Err(Box::new(response))
     }
@@ -98,7 +98,7 @@ impl Ui {
         };
         let mut response = html_page(status, view::page(title, &frame, body));
         if visit.new {
-            with_cookie(&mut response, &set_cookie(&visit.id));
+            with_cookie(&mut response, &set_cookie(&visit.id, self.secure_cookie));
         }
         response
     }
@@ -188,15 +188,27 @@ pub(super) async fn login(
     if !same_token(&session.csrf, &form.csrf) {
         return refuse(StatusCode::FORBIDDEN, "the form's CSRF token is wrong");
     }
+    let now = std::time::Instant::now();
+    if let Err(wait) = ui.sign_in.check(now) {
+        let mut response = html_page(
+            StatusCode::TOO_MANY_REQUESTS,
+            view::login_closed(&session.csrf, wait.as_secs().max(1)),
+        );
+        if let Ok(value) = wait.as_secs().max(1).to_string().parse() {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
+    }
     let accepted = ui.token.as_ref().is_none_or(|t| t.matches(&form.token));
     if !accepted {
+        ui.sign_in.failed(now);
         return html_page(StatusCode::UNAUTHORIZED, view::login(&session.csrf, true));
     }
     // A fresh id on sign-in: a session id seen before sign-in is worth nothing after.
     ui.sessions.end(&id);
     let (id, _) = ui.sessions.start(true);
     let mut response = Redirect::to("/ui").into_response();
-    with_cookie(&mut response, &set_cookie(&id));
+    with_cookie(&mut response, &set_cookie(&id, ui.secure_cookie));
     response
 }
 
@@ -208,7 +220,7 @@ pub(super) async fn logout(
     let visit = try_page!(ui.submit(&headers, &form.csrf));
     ui.sessions.end(&visit.id);
     let mut response = Redirect::to("/ui").into_response();
-    with_cookie(&mut response, &clear_cookie());
+    with_cookie(&mut response, &clear_cookie(ui.secure_cookie));
     response
 }
 
@@ -394,11 +406,15 @@ pub(super) async fn fact(
         Ok(fact) => fact,
         Err(e) => return ui.failed(&visit, "Fact", "Reading the fact", &e),
     };
+    let history = ui.backend.fact_history(&caller, &id).await;
     let csrf = &visit.session.csrf;
     let action = |verb: &str| format!("/ui/facts/{}/{verb}", view::segment(&fact.id));
     let body = html! {
         (view::fact(&fact, false))
-        p.history { "Version " (fact.version) " (saved " (fact.created_at) ", last changed " (fact.updated_at) "). Earlier versions are kept by the store; the contract does not read them back yet." }
+        @if !fact.sources.is_empty() {
+            p { a #sources href=(action("sources")) { "Open the " (fact.sources.len()) " turns it rests on" } }
+        }
+        (history_section(ui.backend.name(), &history))
         @if fact.state == FactState::Active {
             section {
                 h2 { "Revise" }
@@ -420,6 +436,57 @@ pub(super) async fn fact(
         }
     };
     ui.render(&visit, StatusCode::OK, "Fact", body)
+}
+
+/// Every version of a fact, newest first: when, by whom, what changed.
+fn history_section(backend: &str, history: &Result<Vec<Fact>, MemoryError>) -> Markup {
+    html! {
+        section #history {
+            h2 { "Every version" }
+            @match history {
+                Ok(versions) => {
+                    ol.versions reversed {
+                        @for (i, v) in versions.iter().enumerate().rev() {
+                            li.version data-version=(v.version) {
+                                "version " (v.version) ", " span.at { (v.updated_at) } " by " b.by { (v.changed_by.as_str()) } ": "
+                                span.change { (change(i.checked_sub(1).and_then(|p| versions.get(p)), v)) }
+                                p.text { (v.text) }
+                            }
+                        }
+                    }
+                }
+                Err(e) => { (view::problem(backend, "Reading the fact's versions", e)) }
+            }
+        }
+    }
+}
+
+/// What version `now` changed from `before`, in words.
+fn change(before: Option<&Fact>, now: &Fact) -> String {
+    let Some(before) = before else {
+        return "saved".to_owned();
+    };
+    let mut changed = Vec::new();
+    if before.text != now.text {
+        changed.push("text");
+    }
+    if before.kind != now.kind {
+        changed.push("kind");
+    }
+    if (before.confidence - now.confidence).abs() > f64::EPSILON {
+        changed.push("confidence");
+    }
+    if before.state != now.state {
+        changed.push(match now.state {
+            FactState::Retired => "retired",
+            FactState::Active => "reactivated",
+        });
+    }
+    if changed.is_empty() {
+        "no visible change".to_owned()
+    } else {
+        changed.join(", ")
+    }
 }
 
 #[derive(Deserialize)]
@@ -585,20 +652,6 @@ pub(super) async fn block_for_query(
     recall_page(&ui, &visit, query).await
 }
 
-/// The caller's captured turns by thread, from the export (the one
-/// contract operation that reads turns back).
-async fn turns_by_thread(
-    ui: &Ui,
-    caller: &Caller,
-) -> Result<BTreeMap<String, Vec<memgate_core::facts::ExportedTurn>>, MemoryError> {
-    let export = ui.backend.export(caller).await?;
-    let mut threads: BTreeMap<String, Vec<_>> = BTreeMap::new();
-    for turn in export.turns {
-        threads.entry(turn.thread.clone()).or_default().push(turn);
-    }
-    Ok(threads)
-}
-
 fn search_form(csrf: &str) -> Markup {
     html! {
         form method="post" action="/ui/search" {
@@ -609,6 +662,23 @@ fn search_form(csrf: &str) -> Markup {
     }
 }
 
+/// The page `n` (0-based) of a list [`PAGE_SIZE`] long.
+fn page_of(n: usize) -> PageRequest {
+    PageRequest {
+        offset: n.saturating_mul(PAGE_SIZE),
+        limit: PAGE_SIZE,
+    }
+}
+
+/// Links to `names`' threads: their handles in the session.
+fn thread_handles(ui: &Ui, visit: &Visit, names: &[&str]) -> Vec<usize> {
+    let mut handles = Vec::new();
+    ui.sessions.update(&visit.id, |s| {
+        handles = names.iter().map(|name| s.thread_handle(name)).collect();
+    });
+    handles
+}
+
 pub(super) async fn threads(
     State(ui): State<Ui>,
     headers: HeaderMap,
@@ -616,23 +686,24 @@ pub(super) async fn threads(
 ) -> Response {
     let visit = try_page!(ui.visit(&headers));
     let caller = try_page!(principal(&ui, &visit, "Threads"));
-    let threads = match turns_by_thread(&ui, &caller).await {
-        Ok(threads) => threads,
+    let list = match ui.backend.list_threads(&caller, page_of(paging.page)).await {
+        Ok(list) => list,
         Err(e) => {
             let body = html! { (search_form(&visit.session.csrf)) (view::problem(ui.backend.name(), "Listing captured threads", &e)) };
             return ui.render(&visit, status_of(&e), "Threads", body);
         }
     };
-    let names: Vec<String> = threads.keys().cloned().collect();
-    ui.sessions
-        .update(&visit.id, |s| s.threads.clone_from(&names));
+    let names: Vec<&str> = list.threads.iter().map(|t| t.thread.as_str()).collect();
+    let handles = thread_handles(&ui, &visit, &names);
+    let total = usize::try_from(list.total).unwrap_or(usize::MAX);
     let body = html! {
         (search_form(&visit.session.csrf))
-        p { (threads.len()) " captured threads." }
-        (pager("/ui/threads", paging.page, threads.len()))
+        p { (list.total) " captured threads." }
+        (pager("/ui/threads", paging.page, total))
         ul.threads {
-            @for (n, (name, turns)) in threads.iter().enumerate().skip(paging.page * PAGE_SIZE).take(PAGE_SIZE) {
-                li { a href={ "/ui/threads/" (n) } { (name) } " · " (turns.len()) " turns" }
+            @for (t, n) in list.threads.iter().zip(&handles) {
+                li { a href={ "/ui/threads/" (n) } { (t.thread) } " · " (t.turns) " turns · "
+                     span.at { (t.first_captured_at) } " – " span.at { (t.last_captured_at) } }
             }
         }
     };
@@ -651,33 +722,111 @@ fn thread_of(ui: &Ui, visit: &Visit, n: usize) -> Result<String, Refusal> {
     })
 }
 
+/// One captured turn; its element id is its citation, so a fact's source
+/// link lands on it.
+fn turn(turn: &ThreadTurn, cited: bool) -> Markup {
+    html! {
+        li.turn.cited[cited] id=(turn.citation) {
+            span.role { (turn.role) } " " span.at { (turn.captured_at) } " " span.citation { (turn.citation) }
+            p.text { (turn.text) }
+        }
+    }
+}
+
 pub(super) async fn thread(
     State(ui): State<Ui>,
     headers: HeaderMap,
     Path(n): Path<usize>,
+    Query(paging): Query<Paging>,
 ) -> Response {
     let visit = try_page!(ui.visit(&headers));
     let caller = try_page!(principal(&ui, &visit, "Thread"));
     let name = try_page!(thread_of(&ui, &visit, n));
-    let mut threads = match turns_by_thread(&ui, &caller).await {
-        Ok(threads) => threads,
+    let page = match ui
+        .backend
+        .read_thread(&caller, &name, page_of(paging.page))
+        .await
+    {
+        Ok(page) => page,
         Err(e) => return ui.failed(&visit, "Thread", "Reading the thread", &e),
     };
-    let turns = threads.remove(&name).unwrap_or_default();
+    let path = format!("/ui/threads/{n}");
+    let total = usize::try_from(page.total).unwrap_or(usize::MAX);
     let body = html! {
-        p { "Thread " b #thread-name { (name) } ": " (turns.len()) " turns, redacted as stored." }
-        ol.turns {
-            @for turn in &turns {
-                li.turn {
-                    span.role { (turn.role) }
-                    @if let Some(at) = &turn.captured_at { " " span.at { (at) } }
-                    p.text { (turn.text) }
-                }
-            }
+        p { "Thread " b #thread-name { (name) } ": " (page.total) " turns, redacted as stored." }
+        (pager(&path, paging.page, total))
+        ol.turns start=(paging.page.saturating_mul(PAGE_SIZE) + 1) {
+            @for t in &page.turns { (turn(t, false)) }
         }
-        p { a href={ "/ui/threads/" (n) "/forget" } { "Forget this thread" } }
+        (pager(&path, paging.page, total))
+        p { a href={ (path) "/forget" } { "Forget this thread" } }
     };
     ui.render(&visit, StatusCode::OK, "Thread", body)
+}
+
+/// How many pages of a thread the sources page reads looking for a fact's
+/// cited turns, at most.
+const MAX_SOURCE_PAGES: usize = 100;
+
+/// The turns a fact cites, each linked to its place in its thread.
+pub(super) async fn fact_sources(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let visit = try_page!(ui.visit(&headers));
+    let caller = try_page!(principal(&ui, &visit, "Sources"));
+    let fact = match ui.backend.get_fact(&caller, &id).await {
+        Ok(fact) => fact,
+        Err(e) => return ui.failed(&visit, "Sources", "Reading the fact", &e),
+    };
+    let Some(thread) = fact.thread.clone().filter(|_| !fact.sources.is_empty()) else {
+        let body = html! { (view::fact(&fact, true)) p #no-sources { "This fact cites no captured turns." } };
+        return ui.render(&visit, StatusCode::OK, "Sources", body);
+    };
+    // (turn, page of the thread it is on), in the fact's order.
+    let mut found: Vec<(ThreadTurn, usize)> = Vec::new();
+    for n in 0..MAX_SOURCE_PAGES {
+        let request = PageRequest {
+            offset: n.saturating_mul(PAGE_SIZE),
+            limit: PAGE_SIZE,
+        };
+        let page = match ui.backend.read_thread(&caller, &thread, request).await {
+            Ok(page) => page,
+            Err(e) => return ui.failed(&visit, "Sources", "Reading the cited thread", &e),
+        };
+        let last = page.turns.len() < PAGE_SIZE;
+        found.extend(
+            page.turns
+                .into_iter()
+                .filter(|t| fact.sources.contains(&t.citation))
+                .map(|t| (t, n)),
+        );
+        if last || found.len() == fact.sources.len() {
+            break;
+        }
+    }
+    let handle = thread_handles(&ui, &visit, &[thread.as_str()])[0];
+    let missing: Vec<&String> = fact
+        .sources
+        .iter()
+        .filter(|c| !found.iter().any(|(t, _)| &t.citation == *c))
+        .collect();
+    let body = html! {
+        (view::fact(&fact, true))
+        h2 { "The turns it rests on" }
+        p { "From thread " a #source-thread href={ "/ui/threads/" (handle) } { (thread) } "." }
+        ol.turns {
+            @for (t, page) in &found {
+                (turn(t, true))
+                p { a.in-thread href={ "/ui/threads/" (handle) "?page=" (page) "#" (t.citation) } { "Open " (t.citation) " in its thread" } }
+            }
+        }
+        @if !missing.is_empty() {
+            p.problem { "No longer stored (forgotten): " (missing.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")) }
+        }
+    };
+    ui.render(&visit, StatusCode::OK, "Sources", body)
 }
 
 pub(super) async fn confirm_forget_thread(
@@ -913,8 +1062,27 @@ pub(super) async fn import(
 
 pub(super) async fn health(State(ui): State<Ui>, headers: HeaderMap) -> Response {
     let visit = try_page!(ui.visit(&headers));
-    let gates = ui.backend.gates();
+    health_page(&ui, &visit, None).await
+}
+
+/// Runs the start-up check on request: on `local` it reads the whole file
+/// (`PRAGMA quick_check`), so viewing the health page never does.
+pub(super) async fn health_check(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Form(form): Form<CsrfOnly>,
+) -> Response {
+    let visit = try_page!(ui.submit(&headers, &form.csrf));
     let warm = ui.backend.warm().await;
+    health_page(&ui, &visit, Some(warm)).await
+}
+
+async fn health_page(
+    ui: &Ui,
+    visit: &Visit,
+    warm: Option<Result<WarmStatus, MemoryError>>,
+) -> Response {
+    let gates = ui.backend.gates();
     let diagnostics = ui.backend.diagnose().await;
     let figures = ui.backend.figures();
     let body = html! {
@@ -922,12 +1090,23 @@ pub(super) async fn health(State(ui): State<Ui>, headers: HeaderMap) -> Response
             h2 { "Backend" }
             p { "backend " b #backend { (ui.backend.name()) } " · memory " (if gates.enabled { "on" } else { "off" })
                 " · injection " (if gates.injection_enabled { "on" } else { "off" }) }
-            p #warm { "start-up check: " @match &warm {
-                Ok(WarmStatus::Ready) => "ready",
-                Ok(WarmStatus::NothingToWarm) => "nothing to check (embedded)",
-                Ok(WarmStatus::Degraded { reason }) => { "degraded: " (reason) },
-                Err(e) => { "failed: " (e.to_string()) },
-            } }
+            @match &warm {
+                None => {
+                    form method="post" action="/ui/health" {
+                        (view::csrf_field(&visit.session.csrf))
+                        "start-up check (on local it reads the whole file): "
+                        button type="submit" { "Run it now" }
+                    }
+                }
+                Some(warm) => {
+                    p #warm { "start-up check: " @match warm {
+                        Ok(WarmStatus::Ready) => "ready",
+                        Ok(WarmStatus::NothingToWarm) => "nothing to check (embedded)",
+                        Ok(WarmStatus::Degraded { reason }) => { "degraded: " (reason) },
+                        Err(e) => { "failed: " (e.to_string()) },
+                    } }
+                }
+            }
             (capabilities(&ui.backend.capabilities()))
         }
         section {
@@ -947,5 +1126,5 @@ pub(super) async fn health(State(ui): State<Ui>, headers: HeaderMap) -> Response
             }
         }
     };
-    ui.render(&visit, StatusCode::OK, "Health", body)
+    ui.render(visit, StatusCode::OK, "Health", body)
 }

@@ -45,9 +45,27 @@ pub struct Session {
     /// True once the bearer token was presented (or when none is set).
     pub signed_in: bool,
     pub principal: Option<Principal>,
-    /// Thread ids shown on the threads page; pages link to their index.
+    /// Thread ids this session was shown; pages link to their index.
     pub threads: Vec<String>,
     last_seen: Instant,
+}
+
+/// At most this many thread handles per session; past it the list starts
+/// again (older links then say "open it from the threads page").
+const MAX_THREAD_HANDLES: usize = 10_000;
+
+impl Session {
+    /// The handle that links to thread `name`, made when missing.
+    pub fn thread_handle(&mut self, name: &str) -> usize {
+        if let Some(n) = self.threads.iter().position(|t| t == name) {
+            return n;
+        }
+        if self.threads.len() >= MAX_THREAD_HANDLES {
+            self.threads.clear();
+        }
+        self.threads.push(name.to_owned());
+        self.threads.len() - 1
+    }
 }
 
 /// Every live session, by id.
@@ -111,14 +129,18 @@ impl Sessions {
     }
 }
 
-/// The `Set-Cookie` value that hands a browser its session id.
-pub fn set_cookie(id: &str) -> String {
-    format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict")
+/// The `Set-Cookie` value that hands a browser its session id; `secure`
+/// when the server is reached over TLS, so the browser never sends it in
+/// clear.
+pub fn set_cookie(id: &str, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}={id}; Path=/ui; HttpOnly; SameSite=Strict{secure}")
 }
 
 /// The `Set-Cookie` value that ends a browser's session.
-pub fn clear_cookie() -> String {
-    format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0")
+pub fn clear_cookie(secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
 }
 
 fn cookie_value(headers: &HeaderMap) -> Option<String> {

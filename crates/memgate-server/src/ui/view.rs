@@ -64,6 +64,23 @@ pub fn page(title: &str, frame: &Frame<'_>, body: Markup) -> Markup {
 
 /// The sign-in page (the bearer token, posted once; a session cookie after).
 pub fn login(csrf: &str, refused: bool) -> Markup {
+    let notice = refused
+        .then(|| html! { p.problem #login-refused { "That is not the server's bearer token." } });
+    login_page(csrf, notice)
+}
+
+/// The sign-in page while too many wrong tokens keep it closed.
+pub fn login_closed(csrf: &str, wait_seconds: u64) -> Markup {
+    let notice = html! {
+        p.problem #login-closed {
+            "Too many wrong tokens: sign-in is closed for " (wait_seconds) " s (at most "
+            (super::throttle::MAX_FAILURES) " wrong tokens per " (super::throttle::WINDOW.as_secs()) " s)."
+        }
+    };
+    login_page(csrf, Some(notice))
+}
+
+fn login_page(csrf: &str, notice: Option<Markup>) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -76,7 +93,7 @@ pub fn login(csrf: &str, refused: bool) -> Markup {
             body {
                 main {
                     h1 { "Sign in" }
-                    @if refused { p.problem #login-refused { "That is not the server's bearer token." } }
+                    @if let Some(notice) = notice { (notice) }
                     p { "This memgate server is guarded by a bearer token. Enter it once; the browser keeps an HttpOnly session cookie." }
                     form method="post" action="/ui/login" {
                         (csrf_field(csrf))

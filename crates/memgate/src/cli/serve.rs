@@ -56,6 +56,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         max_body_bytes: config.server.max_body_bytes,
         mcp,
         ui: config.server.ui,
+        public_https: config.server.public_https(),
         ..ServerState::new(Arc::clone(&backend))
     };
     let requests = Arc::clone(&state.requests);
