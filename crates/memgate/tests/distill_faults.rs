@@ -121,7 +121,7 @@ fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 
 /// What `memgate doctor`'s distill line says: (queued, parked, done).
 fn queue(home: &Path) -> (u64, u64, u64) {
-    let out = String::from_utf8_lossy(&run(home, &["doctor"]).stdout).into_owned();
+    let out = String::from_utf8_lossy(&common::memgate(home, &["doctor"]).stdout).into_owned();
     let line = out
         .lines()
         .find(|l| l.starts_with("distill"))
