@@ -36,7 +36,9 @@ A rule may also say "times": N (it answers at most N requests, then later
 requests fall through to the next rules: a model that fails, then answers),
 and a reply may be {"status": 429} (or any HTTP error status: answered with
 an error body and nothing else) and may carry "usage": {"prompt_tokens": P,
-"completion_tokens": C} (reported as given; default zeros).
+"completion_tokens": C} (reported as given; default zeros), or "usage":
+"estimated": characters of the request's messages and of the answer over 4
+(a tokenizer's rough rate), so a prompt that grows shows as growing tokens.
 
 No rule matching is an HTTP 400 with an error naming the latest user text.
 With --require-key, requests without `Authorization: Bearer KEY` get a 401
@@ -119,8 +121,11 @@ def fill(template, messages):
     )
 
 
-def usage(reply):
+def usage(reply, messages=(), content=None):
     given = reply.get("usage", {})
+    if given == "estimated":
+        sent = sum(len(m.get("content") or "") for m in messages if isinstance(m, dict))
+        given = {"prompt_tokens": sent // 4, "completion_tokens": len(content or "") // 4}
     prompt, completion = int(given.get("prompt_tokens", 0)), int(given.get("completion_tokens", 0))
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}
@@ -209,7 +214,7 @@ class Handler(JsonHandler):
                 "model": body.get("model", MODEL_ID),
                 "choices": [{"index": 0, "message": message,
                              "finish_reason": "tool_calls" if calls else "stop"}],
-                "usage": usage(reply),
+                "usage": usage(reply, messages, content),
             })
 
     def stream(self, content, calls, chunk_chars, pause=0.0):

@@ -9,6 +9,7 @@
 use crate::assembled::{AssembledBackend, Gates};
 use crate::config::{resolve_storage_path, runtime_home, ManagerClass, MemoryConfig};
 use memgate_core::capture::host_default_keep_hidden;
+use memgate_core::distill::DistillQueue;
 use memgate_core::noop::NoopBackend;
 use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::{
@@ -103,20 +104,69 @@ pub fn assemble(
     Ok(Arc::new(assembled(backend, memory)))
 }
 
+/// The distillation queue of the configured store, with the store itself
+/// (to shut it down): what `memgate distill` runs on demand. Refused for a
+/// backend that does not distil, or with `memory.distill` off.
+pub fn open_distill_queue(
+    memory: &MemoryConfig,
+    setup: &BackendSetup,
+) -> Result<(Arc<dyn MemoryBackend>, Arc<dyn DistillQueue>)> {
+    let distill = memory.distill_settings()?;
+    if !distill.enabled {
+        return Err(MemoryError::Config(
+            "memory.distill.enabled is false: nothing distils".to_owned(),
+        ));
+    }
+    match build_store(memory, setup, &distill)? {
+        (backend, Some(queue)) => Ok((backend, queue)),
+        (_, None) => Err(not_distilling(memory)),
+    }
+}
+
+fn not_distilling(memory: &MemoryConfig) -> MemoryError {
+    MemoryError::Config(format!(
+        "memory.distill.enabled: distillation works with the stores memgate owns \
+         (local, postgres), and manager_class is {}",
+        memory.manager_class
+    ))
+}
+
 /// The backend, and the distillation worker over it when `memory.distill`
-/// is on (the local store only, for now).
+/// is on (the stores memgate owns: `local` and `postgres`).
 fn build(
     memory: &MemoryConfig,
     setup: &BackendSetup,
 ) -> Result<(Arc<dyn MemoryBackend>, Option<memgate_distill::Worker>)> {
     let distill = memory.distill_settings()?;
-    if distill.enabled && memory.manager_class != ManagerClass::Local {
+    let (backend, queue) = build_store(memory, setup, &distill)?;
+    if distill.enabled && queue.is_none() {
+        return Err(not_distilling(memory));
+    }
+    if memory.mode == MemoryMode::Tool && !backend.capabilities().search {
         return Err(MemoryError::Config(format!(
-            "memory.distill.enabled: distillation works with the local backend only \
-             (manager_class is {})",
-            memory.manager_class
+            "memory.mode: tool mode requires a backend that implements search, and {} does not",
+            backend.name()
         )));
     }
+    let distiller = match queue {
+        Some(queue) if distill.enabled && setup.runs_distiller => {
+            let run = memgate_distill::distiller(queue, &distill, &setup.env)?;
+            Some(memgate_distill::Worker::start(Arc::new(run))?)
+        }
+        _ => None,
+    };
+    Ok((backend, distiller))
+}
+
+type Queue = Arc<dyn DistillQueue>;
+
+/// The backend named by `manager_class`, and its distillation queue when it
+/// is a store memgate owns.
+fn build_store(
+    memory: &MemoryConfig,
+    setup: &BackendSetup,
+    distill: &memgate_distill::DistillSettings,
+) -> Result<(Arc<dyn MemoryBackend>, Option<Queue>)> {
     let storage = setup.storage_path(memory)?;
     let mut backend_config = memory.backend_config.clone();
     backend_config.insert(
@@ -134,15 +184,11 @@ fn build(
                 .unwrap_or_else(|| Arc::new(host_default_keep_hidden)),
         )
         .with_distill(distill.queue_limits());
-    let mut distiller = None;
+    let mut queue: Option<Queue> = None;
     let backend: Arc<dyn MemoryBackend> = match memory.manager_class {
         ManagerClass::Local => {
             let local = Arc::new(LocalBackend::from_backend_config(&backend_config, &ctx)?);
-            if distill.enabled && setup.runs_distiller {
-                let queue: Arc<dyn memgate_core::distill::DistillQueue> = local.clone();
-                let run = memgate_distill::distiller(queue, &distill, &setup.env)?;
-                distiller = Some(memgate_distill::Worker::start(Arc::new(run))?);
-            }
+            queue = Some(local.clone());
             local
         }
         ManagerClass::OpenViking => Arc::new(OpenVikingBackend::from_backend_config(
@@ -156,18 +202,16 @@ fn build(
             reject_keys("noop", &backend_config)?;
             Arc::new(NoopBackend)
         }
-        ManagerClass::Postgres => Arc::new(memgate_postgres::PostgresBackend::from_backend_config(
-            &backend_config,
-            &ctx,
-        )?),
+        ManagerClass::Postgres => {
+            let postgres = Arc::new(memgate_postgres::PostgresBackend::from_backend_config(
+                &backend_config,
+                &ctx,
+            )?);
+            queue = Some(postgres.clone());
+            postgres
+        }
     };
-    if memory.mode == MemoryMode::Tool && !backend.capabilities().search {
-        return Err(MemoryError::Config(format!(
-            "memory.mode: tool mode requires a backend that implements search, and {} does not",
-            backend.name()
-        )));
-    }
-    Ok((backend, distiller))
+    Ok((backend, queue))
 }
 
 /// The noop backend takes no settings besides the injected storage root.

@@ -9,8 +9,9 @@
 //! transaction (and marks the job done in it) or none; a job that cannot be
 //! applied is parked with its reason, never dropped.
 
-use crate::facts::Fact;
-use crate::{Caller, Result};
+use crate::facts::{check_confidence, Fact, FactOrigin};
+use crate::redaction::redact_remember;
+use crate::{Caller, MemoryError, Redactor, RememberRequest, Result};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +85,103 @@ pub enum Operation {
     },
 }
 
+/// A proposal as a store writes it: checked like an explicit save
+/// (normalised, bounded, redacted: a text that is a secret is refused), its
+/// confidence in 0..1, every source a turn of the job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckedProposal {
+    pub request: RememberRequest,
+    pub confidence: f64,
+    /// The cited turns' row ids, sorted, without repeats.
+    pub sources: Vec<i64>,
+    /// When the latest cited turn was said.
+    pub said_at: String,
+}
+
+/// Checks operation `i`'s proposal against its job; errors name
+/// `operations[i].<field>`. Both stores apply proposals through this, so
+/// one answer is accepted or refused alike on either.
+pub fn check_proposal(
+    i: usize,
+    proposal: &ProposedFact,
+    job: &DistillJob,
+    redactor: &Redactor,
+) -> Result<CheckedProposal> {
+    let at = |field: &str| format!("operations[{i}].{field}");
+    let request = RememberRequest::new(&proposal.kind, &proposal.text).map_err(|e| match e {
+        MemoryError::InvalidInput { field, rule } => MemoryError::invalid(at(&field), rule),
+        other => other,
+    })?;
+    let request = redact_remember(redactor, &request).map_err(|_| {
+        MemoryError::invalid(at("text"), "is a secret; memory does not keep secrets")
+    })?;
+    let confidence = check_confidence(&at("confidence"), proposal.confidence)?;
+    if proposal.sources.is_empty() {
+        return Err(MemoryError::invalid(
+            at("sources"),
+            "must cite at least one turn of the job",
+        ));
+    }
+    let mut sources = Vec::new();
+    let mut said_at = String::new();
+    for source in &proposal.sources {
+        let turn = job.turns.iter().find(|t| &t.id == source).ok_or_else(|| {
+            MemoryError::invalid(
+                at("sources"),
+                format!("`{source}` is not a turn of this job"),
+            )
+        })?;
+        sources.push(
+            source
+                .strip_prefix("turn_")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_default(),
+        );
+        if turn.said_at > said_at {
+            said_at.clone_from(&turn.said_at);
+        }
+    }
+    sources.sort_unstable();
+    sources.dedup();
+    Ok(CheckedProposal {
+        request,
+        confidence,
+        sources,
+        said_at,
+    })
+}
+
+/// A stored fact as a supersede sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SupersedeTarget {
+    pub active: bool,
+    pub origin: FactOrigin,
+    /// It names a successor already.
+    pub superseded: bool,
+}
+
+/// Why operation `i` may not supersede `named`, stored as `target` (`None`:
+/// not in the scope): only a current, distilled fact is superseded by a
+/// model.
+pub fn check_supersedable(i: usize, named: &str, target: Option<SupersedeTarget>) -> Result<()> {
+    let field = format!("operations[{i}].fact");
+    match target {
+        None => Err(MemoryError::invalid(
+            field,
+            format!("`{named}` is not a fact of this scope"),
+        )),
+        Some(t) if !t.active || t.superseded => Err(MemoryError::invalid(
+            field,
+            format!("`{named}` is no longer current"),
+        )),
+        Some(t) if t.origin != FactOrigin::Distilled => Err(MemoryError::invalid(
+            field,
+            format!("`{named}` is explicit; a distilled fact never overrides an explicit one"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// What applying a job did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
@@ -114,6 +212,29 @@ pub struct QueueFigures {
     pub done: u64,
     /// Tokens the endpoint reported today (UTC day).
     pub tokens_today: u64,
+}
+
+/// The `distill` line of `doctor` for `queue`: the queue, parked jobs (a
+/// problem: each waits for an operator), tokens used today.
+pub async fn doctor_line(queue: &dyn DistillQueue) -> crate::Diagnostic {
+    let day = crate::time::now_rfc3339()[..10].to_owned();
+    match queue.queue_figures(&day).await {
+        Ok(f) => {
+            let detail = format!(
+                "{} queued, {} parked, {} done; {} tokens today",
+                f.queued, f.parked, f.done, f.tokens_today
+            );
+            if f.parked > 0 {
+                crate::Diagnostic::problem(
+                    "distill",
+                    format!("{detail} (`memgate distill --parked` lists why)"),
+                )
+            } else {
+                crate::Diagnostic::ok("distill", detail)
+            }
+        }
+        Err(e) => crate::Diagnostic::problem("distill", format!("cannot read the queue: {e}")),
+    }
 }
 
 /// The store side of distillation (see the module doc).
@@ -152,4 +273,8 @@ pub trait DistillQueue: Send + Sync {
     async fn retry_parked(&self, job: Option<i64>) -> Result<usize>;
 
     async fn queue_figures(&self, day: &str) -> Result<QueueFigures>;
+
+    /// Queues every captured turn no job covers yet (threads captured
+    /// before distillation was turned on); how many threads got work.
+    async fn queue_backfill(&self) -> Result<usize>;
 }

@@ -1,20 +1,25 @@
-//! Distillation end to end: a real local store (SQLite) queues jobs with
-//! its captures, and the worker runs them against testkit's scripted model
-//! (a real HTTP server on loopback speaking the OpenAI chat protocol from a
-//! script, logging every request body).
+//! Distillation end to end, on both stores memgate owns: a real store
+//! (`local`'s SQLite file, or a schema of its own on the real PostgreSQL of
+//! `testkit/postgres-up`) queues jobs with its captures, and the worker
+//! runs them against testkit's scripted model (a real HTTP server on
+//! loopback speaking the OpenAI chat protocol from a script, logging every
+//! request body). Each behaviour runs as `local::<name>` and
+//! `postgres::<name>` (ignored without the cluster).
 
 use memgate_core::distill::{DistillQueue, QueueLimits};
 use memgate_core::setup::EnvSource;
 use memgate_core::{
-    Caller, CaptureKind, CaptureRequest, FactOrigin, FactState, ForgetTarget, MemoryBackend,
+    Caller, CaptureKind, CaptureRequest, Fact, FactOrigin, FactState, ForgetTarget, MemoryBackend,
     Message, RecallRequest, RememberOutcome, RememberRequest, SearchQuery,
 };
 use memgate_distill::{DistillSettings, Distiller, Worker};
+use memgate_postgres::{PostgresBackend, PostgresConfig};
 use memgate_store::config::LocalConfig;
 use memgate_store::LocalBackend;
 use memgate_testsupport::scripted_model::ScriptedModel;
 use serde_json::{json, Value};
-use std::path::Path;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,12 +28,91 @@ const LIMITS: QueueLimits = QueueLimits {
     max_queued_jobs: 100,
 };
 
-fn open(dir: &Path) -> Arc<LocalBackend> {
-    let config = LocalConfig {
-        distill: Some(LIMITS),
-        ..LocalConfig::default()
+/// A store that distils, with what a test reads beyond the contract.
+trait Subject: MemoryBackend + DistillQueue {
+    /// Every recorded version of fact `id`, oldest first.
+    fn history<'a>(
+        &'a self,
+        caller: &'a Caller,
+        id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Vec<Fact>> + Send + 'a>>;
+}
+
+impl Subject for LocalBackend {
+    fn history<'a>(
+        &'a self,
+        caller: &'a Caller,
+        id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Vec<Fact>> + Send + 'a>> {
+        Box::pin(async move { self.store().fact_history(caller, id).unwrap() })
+    }
+}
+
+impl Subject for PostgresBackend {
+    fn history<'a>(
+        &'a self,
+        caller: &'a Caller,
+        id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Vec<Fact>> + Send + 'a>> {
+        Box::pin(async move { self.fact_history(caller, id).await.unwrap() })
+    }
+}
+
+/// Where a test's store lives; [`Place::open`] opens it (again).
+enum Place {
+    Local(tempfile::TempDir),
+    Postgres { dsn: String, schema: String },
+}
+
+impl Place {
+    fn local() -> Self {
+        Self::Local(tempfile::tempdir().unwrap())
+    }
+
+    fn postgres() -> Self {
+        Self::Postgres {
+            dsn: memgate_testsupport::real::postgres_dsn(),
+            schema: memgate_testsupport::real::unique_schema("distill"),
+        }
+    }
+
+    async fn open(&self) -> Arc<dyn Subject> {
+        match self {
+            Self::Local(dir) => {
+                let config = LocalConfig {
+                    distill: Some(LIMITS),
+                    ..LocalConfig::default()
+                };
+                Arc::new(LocalBackend::open(dir.path().join("memgate.sqlite3"), config).unwrap())
+            }
+            Self::Postgres { dsn, schema } => {
+                let config = PostgresConfig::for_dsn(dsn)
+                    .unwrap()
+                    .with_schema(schema)
+                    .unwrap();
+                Arc::new(PostgresBackend::new(config).unwrap().with_distill(LIMITS))
+            }
+        }
+    }
+}
+
+/// Each named behaviour as `local::<name>` and `postgres::<name>`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::Place::local()).await
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test]
+            #[ignore = "needs PostgreSQL: testkit/postgres-up, then MEMGATE_TEST_POSTGRES_DSN"]
+            async fn $name() {
+                super::$name(super::Place::postgres()).await
+            })*
+        }
     };
-    Arc::new(LocalBackend::open(dir.join("memgate.sqlite3"), config).unwrap())
 }
 
 fn settings(model: &ScriptedModel) -> DistillSettings {
@@ -46,7 +130,7 @@ fn no_env() -> EnvSource {
     Arc::new(|_| None)
 }
 
-fn distiller(backend: &Arc<LocalBackend>, settings: &DistillSettings) -> Arc<Distiller> {
+fn distiller(backend: &Arc<dyn Subject>, settings: &DistillSettings) -> Arc<Distiller> {
     let queue: Arc<dyn DistillQueue> = backend.clone();
     Arc::new(
         memgate_distill::distiller(queue, settings, &no_env())
@@ -59,7 +143,7 @@ fn dana(thread: &str) -> Caller {
     Caller::new("dana").with_thread(thread)
 }
 
-async fn capture(backend: &LocalBackend, thread: &str, said: &[&str]) {
+async fn capture(backend: &dyn Subject, thread: &str, said: &[&str]) {
     let request = CaptureRequest {
         caller: dana(thread),
         messages: said.iter().map(|t| Message::human(*t)).collect(),
@@ -84,8 +168,7 @@ fn rule(needle: &str, content: String) -> Value {
            "usage": {"prompt_tokens": 120, "completion_tokens": 30}}})
 }
 
-#[tokio::test]
-async fn a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance() {
+async fn a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance(place: Place) {
     let model = ScriptedModel::start(
         json!([rule(
             "Lisbon",
@@ -93,9 +176,13 @@ async fn a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance(
         )]),
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
-    capture(&backend, "t1", &["Hi, I'm Dana and I live in Lisbon."]).await;
+    let backend = place.open().await;
+    capture(
+        backend.as_ref(),
+        "t1",
+        &["Hi, I'm Dana and I live in Lisbon."],
+    )
+    .await;
     // The capture committed a job and called no model.
     assert!(model.requests().is_empty());
     let figures = backend.queue_figures("2000-01-01").await.unwrap();
@@ -167,8 +254,7 @@ async fn a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance(
     );
 }
 
-#[tokio::test]
-async fn supersede_closes_the_old_version_and_keeps_it_in_history() {
+async fn supersede_closes_the_old_version_and_keeps_it_in_history(place: Place) {
     let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
         "text": "Dana lives in Porto", "confidence": 0.8, "sources": ["turn_2"]});
     let model = ScriptedModel::start(
@@ -181,13 +267,12 @@ async fn supersede_closes_the_old_version_and_keeps_it_in_history() {
         ]),
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
+    let backend = place.open().await;
     let run = distiller(&backend, &settings(&model));
-    capture(&backend, "t1", &["I live in Lisbon."]).await;
+    capture(backend.as_ref(), "t1", &["I live in Lisbon."]).await;
     run.run_until_idle().await.unwrap();
     capture(
-        &backend,
+        backend.as_ref(),
         "t1",
         &[
             "I live in Lisbon.",
@@ -208,7 +293,7 @@ async fn supersede_closes_the_old_version_and_keeps_it_in_history() {
     assert!(new.is_current());
     assert_eq!(new.valid_to, None);
     // The old fact's whole history is kept: the model closed it, never deleted it.
-    let history = backend.store().fact_history(&caller, "mem_1").unwrap();
+    let history = backend.history(&caller, "mem_1").await;
     assert_eq!(history.len(), 2);
     assert_eq!(history[0].text, "Dana lives in Lisbon");
     assert_eq!(history[1].state, FactState::Retired);
@@ -237,8 +322,9 @@ async fn supersede_closes_the_old_version_and_keeps_it_in_history() {
     assert!(!block.text.contains("[mem_1]"), "{}", block.text);
 }
 
-#[tokio::test]
-async fn answers_that_cannot_be_used_are_parked_with_their_reason_and_nothing_is_half_applied() {
+async fn answers_that_cannot_be_used_are_parked_with_their_reason_and_nothing_is_half_applied(
+    place: Place,
+) {
     let two_ops = |turn: &str, last: Value| answer(vec![add("Dana plays chess", &[turn]), last]);
     let model = ScriptedModel::start(
         json!([
@@ -271,8 +357,7 @@ async fn answers_that_cannot_be_used_are_parked_with_their_reason_and_nothing_is
         ]),
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
+    let backend = place.open().await;
     for (thread, text) in [
         ("garbage", "GARBAGE I play chess."),
         ("chatter", "CHATTER I bake bread."),
@@ -280,7 +365,7 @@ async fn answers_that_cannot_be_used_are_parked_with_their_reason_and_nothing_is
         ("unknown", "UNKNOWN-TURN I play chess."),
         ("missing", "MISSING-FACT I play chess."),
     ] {
-        capture(&backend, thread, &[text]).await;
+        capture(backend.as_ref(), thread, &[text]).await;
     }
     let report = distiller(&backend, &settings(&model))
         .run_until_idle()
@@ -329,8 +414,7 @@ async fn answers_that_cannot_be_used_are_parked_with_their_reason_and_nothing_is
     assert_eq!(backend.queue_figures("x").await.unwrap().queued, 4);
 }
 
-#[tokio::test]
-async fn a_distilled_fact_never_overrides_an_explicit_one() {
+async fn a_distilled_fact_never_overrides_an_explicit_one(place: Place) {
     let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
         "text": "Dana lives in Porto", "confidence": 0.8, "sources": ["turn_1"]});
     let model = ScriptedModel::start(
@@ -340,8 +424,7 @@ async fn a_distilled_fact_never_overrides_an_explicit_one() {
         )]),
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
+    let backend = place.open().await;
     let saved = backend
         .remember(
             &dana("t1"),
@@ -350,7 +433,12 @@ async fn a_distilled_fact_never_overrides_an_explicit_one() {
         .await
         .unwrap();
     assert!(matches!(saved, RememberOutcome::Stored { .. }));
-    capture(&backend, "t1", &["Dana moved from Lisbon to Porto."]).await;
+    capture(
+        backend.as_ref(),
+        "t1",
+        &["Dana moved from Lisbon to Porto."],
+    )
+    .await;
     let report = distiller(&backend, &settings(&model))
         .run_until_idle()
         .await
@@ -370,8 +458,7 @@ async fn a_distilled_fact_never_overrides_an_explicit_one() {
     );
 }
 
-#[tokio::test]
-async fn transient_failures_are_retried_then_parked_and_a_hang_is_cut_at_the_timeout() {
+async fn transient_failures_are_retried_then_parked_and_a_hang_is_cut_at_the_timeout(place: Place) {
     let model = ScriptedModel::start(
         json!([
             {"when": {"user_contains": "RATE"}, "times": 1, "reply": {"status": 429}},
@@ -381,11 +468,10 @@ async fn transient_failures_are_retried_then_parked_and_a_hang_is_cut_at_the_tim
         ]),
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
-    capture(&backend, "rate", &["RATE I run every morning."]).await;
-    capture(&backend, "down", &["DOWN I like jazz."]).await;
-    capture(&backend, "hang", &["HANG I like rain."]).await;
+    let backend = place.open().await;
+    capture(backend.as_ref(), "rate", &["RATE I run every morning."]).await;
+    capture(backend.as_ref(), "down", &["DOWN I like jazz."]).await;
+    capture(backend.as_ref(), "hang", &["HANG I like rain."]).await;
     let started = Instant::now();
     let report = distiller(&backend, &settings(&model))
         .run_until_idle()
@@ -428,8 +514,7 @@ async fn transient_failures_are_retried_then_parked_and_a_hang_is_cut_at_the_tim
     );
 }
 
-#[tokio::test]
-async fn a_job_replayed_after_a_crash_adds_nothing_twice() {
+async fn a_job_replayed_after_a_crash_adds_nothing_twice(place: Place) {
     let model = ScriptedModel::start(
         json!([rule(
             "chess",
@@ -437,9 +522,8 @@ async fn a_job_replayed_after_a_crash_adds_nothing_twice() {
         )]),
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
-    capture(&backend, "t1", &["I play chess."]).await;
+    let backend = place.open().await;
+    capture(backend.as_ref(), "t1", &["I play chess."]).await;
     let job = backend.next_jobs(1, &[]).await.unwrap().remove(0);
     let run = distiller(&backend, &settings(&model));
     assert_eq!(run.run_until_idle().await.unwrap().applied, 1);
@@ -465,8 +549,7 @@ async fn a_job_replayed_after_a_crash_adds_nothing_twice() {
     assert_eq!(model.requests().len(), calls);
 }
 
-#[tokio::test]
-async fn a_store_reopened_with_jobs_queued_runs_them_in_the_background() {
+async fn a_store_reopened_with_jobs_queued_runs_them_in_the_background(place: Place) {
     let model = ScriptedModel::start(
         json!([rule(
             "tea",
@@ -474,13 +557,12 @@ async fn a_store_reopened_with_jobs_queued_runs_them_in_the_background() {
         )]),
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
     {
-        let backend = open(dir.path());
-        capture(&backend, "t1", &["I prefer tea."]).await;
+        let backend = place.open().await;
+        capture(backend.as_ref(), "t1", &["I prefer tea."]).await;
         assert!(backend.shutdown(Duration::from_secs(5)).await);
     }
-    let backend = open(dir.path());
+    let backend = place.open().await;
     assert_eq!(backend.queue_figures("x").await.unwrap().queued, 1);
     let mut worker = Worker::start(distiller(&backend, &settings(&model))).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -503,18 +585,18 @@ async fn a_store_reopened_with_jobs_queued_runs_them_in_the_background() {
     assert_eq!(backend.queue_figures("x").await.unwrap().queued, 0);
 }
 
-#[tokio::test]
-async fn secrets_in_a_captured_turn_and_the_endpoint_key_never_reach_the_prompt_or_a_reason() {
+async fn secrets_in_a_captured_turn_and_the_endpoint_key_never_reach_the_prompt_or_a_reason(
+    place: Place,
+) {
     const SECRET: &str = "sk-proj-q8Zt3LmN0vXr5YpK2wHc9JbD4sFg7TaE1uQi6oWx-Rk_VnM3hPz8LcB2yAd5GfS0";
     const KEY: &str = "sk-distill-wrong-key-7781";
     let model = ScriptedModel::start(
         json!([rule("deploy", answer(vec![]))]),
         &["--require-key", "the-right-key"],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
+    let backend = place.open().await;
     capture(
-        &backend,
+        backend.as_ref(),
         "t1",
         &[&format!("Use {SECRET} to deploy the billing service.")],
     )
@@ -537,8 +619,7 @@ async fn secrets_in_a_captured_turn_and_the_endpoint_key_never_reach_the_prompt_
     assert!(body.contains("[redacted:api_key]"), "{body}");
 }
 
-#[tokio::test]
-async fn erasure_follows_provenance() {
+async fn erasure_follows_provenance(place: Place) {
     let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
         "text": "Dana's dog is called Rex and is two", "confidence": 0.8, "sources": ["turn_3"]});
     let model = ScriptedModel::start(
@@ -555,14 +636,13 @@ async fn erasure_follows_provenance() {
         ]),
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
+    let backend = place.open().await;
     let run = distiller(&backend, &settings(&model));
-    capture(&backend, "pets", &["My dog is called Rex."]).await;
-    capture(&backend, "music", &["I play the violin."]).await;
+    capture(backend.as_ref(), "pets", &["My dog is called Rex."]).await;
+    capture(backend.as_ref(), "music", &["I play the violin."]).await;
     run.run_until_idle().await.unwrap();
     capture(
-        &backend,
+        backend.as_ref(),
         "pets",
         &["My dog is called Rex.", "Rex is two now."],
     )
@@ -594,11 +674,9 @@ async fn erasure_follows_provenance() {
     assert!(backend.get_fact(&dana("music"), &id).await.is_err());
 }
 
-#[tokio::test]
-async fn the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store() {
+async fn the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store(place: Place) {
     let model = ScriptedModel::start(json!([rule("garden", answer(vec![]))]), &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
+    let backend = place.open().await;
     for i in 0..40 {
         let text = format!("Dana's garden plot {i} grows tomatoes");
         let request = RememberRequest::new("fact", &text).unwrap();
@@ -609,7 +687,7 @@ async fn the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store
         let request = RememberRequest::new("fact", &text).unwrap();
         backend.remember(&dana("t1"), &request).await.unwrap();
     }
-    capture(&backend, "t1", &["My garden tomatoes are ripe."]).await;
+    capture(backend.as_ref(), "t1", &["My garden tomatoes are ripe."]).await;
     let mut settings = settings(&model);
     settings.related_facts = 5;
     distiller(&backend, &settings)
@@ -629,18 +707,16 @@ async fn the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store
     );
 }
 
-#[tokio::test]
-async fn the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day() {
+async fn the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day(place: Place) {
     let model = ScriptedModel::start(
         json!([{"when": {"always": true}, "reply": {"content": answer(vec![]),
                 "usage": {"prompt_tokens": 1500, "completion_tokens": 0}}}]),
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = open(dir.path());
-    capture(&backend, "big", &[&"word ".repeat(3_000)]).await;
-    capture(&backend, "small1", &["I like tea."]).await;
-    capture(&backend, "small2", &["I like cake."]).await;
+    let backend = place.open().await;
+    capture(backend.as_ref(), "big", &[&"word ".repeat(3_000)]).await;
+    capture(backend.as_ref(), "small1", &["I like tea."]).await;
+    capture(backend.as_ref(), "small2", &["I like cake."]).await;
     let mut settings = settings(&model);
     settings.max_job_tokens = 1_000;
     settings.max_daily_tokens = 1_000;
@@ -662,3 +738,17 @@ async fn the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_d
     assert_eq!(model.requests().len(), 1);
     assert_eq!(backend.queue_figures("x").await.unwrap().queued, 1);
 }
+
+on_both_stores!(
+    a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance,
+    supersede_closes_the_old_version_and_keeps_it_in_history,
+    answers_that_cannot_be_used_are_parked_with_their_reason_and_nothing_is_half_applied,
+    a_distilled_fact_never_overrides_an_explicit_one,
+    transient_failures_are_retried_then_parked_and_a_hang_is_cut_at_the_timeout,
+    a_job_replayed_after_a_crash_adds_nothing_twice,
+    a_store_reopened_with_jobs_queued_runs_them_in_the_background,
+    secrets_in_a_captured_turn_and_the_endpoint_key_never_reach_the_prompt_or_a_reason,
+    erasure_follows_provenance,
+    the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store,
+    the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day,
+);

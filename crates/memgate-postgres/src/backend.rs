@@ -43,6 +43,11 @@ pub struct PostgresBackend {
     pub(crate) pool: Pool,
     /// The embedder of hybrid recall, if configured ([`crate::vectors`]).
     pub(crate) vectors: Option<Arc<Vectors>>,
+    /// `memory.distill`'s queue limits: a capture queues its new turns
+    /// (`None`: distillation is off, nothing is queued).
+    pub(crate) distill: Option<memgate_core::distill::QueueLimits>,
+    /// Captures whose new turns were not queued because the queue was full.
+    pub(crate) distill_skipped: std::sync::atomic::AtomicU64,
     /// Set once the background vector indexer runs.
     indexer_started: AtomicBool,
     /// Set once the schema is known to be current.
@@ -112,6 +117,7 @@ impl PostgresBackend {
         let embedder = settings.embedder.as_ref().map(|e| e.build()).transpose()?;
         let mut backend = Self::new(settings)?.with_keep_hidden(ctx.keep_hidden.clone());
         backend.redactor = ctx.redactor.clone();
+        backend.distill = ctx.distill;
         if let Some(embedder) = embedder {
             backend = backend.with_embedder(embedder);
         }
@@ -127,6 +133,8 @@ impl PostgresBackend {
             redactor: memgate_core::Redactor::shared_default(),
             pool,
             vectors: None,
+            distill: None,
+            distill_skipped: std::sync::atomic::AtomicU64::new(0),
             indexer_started: AtomicBool::new(false),
             migrated: OnceCell::new(),
             closing: AtomicBool::new(false),
@@ -138,6 +146,13 @@ impl PostgresBackend {
     /// starts the background indexer.
     pub fn with_embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
         self.vectors = Some(Arc::new(Vectors::new(embedder)));
+        self
+    }
+
+    /// Queues captured turns for distillation within `limits` (what
+    /// `memory.distill` sets through the factory).
+    pub fn with_distill(mut self, limits: memgate_core::distill::QueueLimits) -> Self {
+        self.distill = Some(limits);
         self
     }
 
@@ -335,6 +350,9 @@ impl PostgresBackend {
             ),
         ];
         lines.extend(vectors);
+        if self.distill.is_some() {
+            lines.push(memgate_core::distill::doctor_line(self).await);
+        }
         lines
     }
 

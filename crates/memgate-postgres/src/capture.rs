@@ -9,7 +9,8 @@
 //! captures of one thread take turns, so positions (`seq`, which neighbour
 //! smoothing reads) stay dense and in order; captures of different threads
 //! never wait for each other. A capture is one transaction, committed
-//! before the report is returned.
+//! before the report is returned; with `memory.distill` on, the new turns'
+//! distillation job commits in it too ([`crate::distill`]).
 
 use crate::backend::{PostgresBackend, Scope};
 use crate::terms::{fold, search_vector};
@@ -52,14 +53,15 @@ impl PostgresBackend {
     }
 
     /// Stores `turns` (in order) at the end of `thread` in `scope_id`, inside
-    /// the caller's transaction; returns (stored, already known).
+    /// the caller's transaction; returns (the new turns' ids, ascending, and
+    /// how many were already known).
     pub(crate) async fn store_turns(
         &self,
         c: &impl GenericClient,
         scope_id: i64,
         thread: &str,
         turns: &[NewTurn],
-    ) -> Result<(usize, usize)> {
+    ) -> Result<(Vec<i64>, usize)> {
         self.lock_thread(c, scope_id, thread).await?;
         // Signatures already in the thread (or repeated in this batch) take no
         // position; the insert's ON CONFLICT stays the guarantee.
@@ -81,7 +83,7 @@ impl PostgresBackend {
             .filter(|t| !known.contains(&t.signature) && batch_seen.insert(t.signature.as_str()))
             .collect();
         if new.is_empty() {
-            return Ok((0, turns.len()));
+            return Ok((Vec::new(), turns.len()));
         }
         let next: i64 = self
             .row(
@@ -121,7 +123,10 @@ impl PostgresBackend {
                 ],
             )
             .await?;
-        Ok((rows.len(), turns.len() - rows.len()))
+        let mut ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        ids.sort_unstable();
+        let known = turns.len() - ids.len();
+        Ok((ids, known))
     }
 
     /// Stores the new turns of a snapshot (or compaction head) in one
@@ -147,8 +152,23 @@ impl PostgresBackend {
             let tx = client.transaction().await.map_err(|e| self.err(e))?;
             let scope_id = self.ensure_scope(&tx, &scope).await?;
             let (stored, known) = self.store_turns(&tx, scope_id, thread, &turns).await?;
+            // The new turns' distillation job commits with them.
+            let queued = match self.distill {
+                Some(limits) if !stored.is_empty() => Some(
+                    self.queue_new_turns(&tx, scope_id, thread, &stored, limits)
+                        .await?,
+                ),
+                _ => None,
+            };
             tx.commit().await.map_err(|e| self.err(e))?;
-            report.stored = stored;
+            if queued == Some(crate::distill::Queued::Skipped) {
+                self.distill_skipped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    "distillation queue full: new turns were not queued (`memgate distill` queues them later)"
+                );
+            }
+            report.stored = stored.len();
             report.already_known = known;
         }
         report.filtered = request.messages.len() - report.stored - report.already_known;

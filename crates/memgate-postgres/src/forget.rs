@@ -1,6 +1,9 @@
 //! Erasure on PostgreSQL: `forget` a memory with its history, a thread, a
 //! whole (user, agent) scope or every scope of a user — `local`'s levels,
-//! reports and errors.
+//! reports and errors. Erasure follows provenance as on `local`: a thread
+//! takes the distilled facts resting only on its turns (and its queued
+//! distillation jobs) with it, and a fact takes the earlier facts it
+//! superseded.
 //!
 //! Each forget is one transaction of `DELETE`s; the scope's row goes too for
 //! a scope or a user, so the user id itself is gone. What is guaranteed once
@@ -72,6 +75,15 @@ impl PostgresBackend {
                 (Some(scope_id), ForgetTarget::Thread) => {
                     let thread = thread.as_deref().unwrap_or_default();
                     self.lock_thread(&tx, scope_id, thread).await?;
+                    (report.facts, report.versions) = self
+                        .erase_facts_resting_on_thread(&tx, scope_id, thread)
+                        .await?;
+                    self.exec(
+                        &tx,
+                        "DELETE FROM distill_jobs WHERE scope_id = $1 AND thread = $2",
+                        &[&scope_id, &thread],
+                    )
+                    .await?;
                     report.turns = self
                         .exec(
                             &tx,
@@ -94,7 +106,9 @@ impl PostgresBackend {
         Ok(report)
     }
 
-    /// Memory `n` (any state) of `scope_id` with every recorded version.
+    /// Memory `n` (any state) of `scope_id` with every recorded version,
+    /// and the earlier facts it superseded (directly or through others):
+    /// they are its past versions.
     async fn erase_fact(
         &self,
         c: &impl GenericClient,
@@ -102,30 +116,39 @@ impl PostgresBackend {
         n: Option<i64>,
     ) -> Result<ForgetReport> {
         let id = n.unwrap_or_default();
-        let mine = self
-            .row_opt(
+        let chain: Vec<i64> = self
+            .rows(
                 c,
-                "SELECT id FROM memories WHERE id = $1 AND scope_id = $2 FOR UPDATE",
+                "WITH RECURSIVE chain(id) AS (
+                     SELECT id FROM memories WHERE id = $1 AND scope_id = $2
+                     UNION SELECT m.id FROM memories m JOIN chain ON m.superseded_by = chain.id
+                 )
+                 SELECT m.id FROM memories m JOIN chain USING (id) ORDER BY m.id FOR UPDATE OF m",
                 &[&id, &scope_id],
             )
-            .await?;
-        if mine.is_none() {
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if chain.is_empty() {
             return Err(not_found(n));
         }
-        let versions = self
-            .exec(c, "DELETE FROM memory_history WHERE memory_id = $1", &[&id])
-            .await?;
-        self.exec(c, "DELETE FROM memories WHERE id = $1", &[&id])
-            .await?;
+        let (facts, versions) = self.erase_memories(c, &chain).await?;
         Ok(ForgetReport {
-            facts: 1,
-            versions: versions as usize,
+            facts,
+            versions,
             turns: 0,
         })
     }
 
     /// Everything of `scope_id`: memories with history, turns, the scope row.
     async fn erase_scope(&self, c: &impl GenericClient, scope_id: i64) -> Result<ForgetReport> {
+        self.exec(
+            c,
+            "DELETE FROM distill_jobs WHERE scope_id = $1",
+            &[&scope_id],
+        )
+        .await?;
         let versions = self
             .exec(
                 c,

@@ -21,11 +21,13 @@
 //! [`capture`], [`plan`] (which query terms are worth scoring), [`recall`],
 //! [`first_turn`] (the block without a query),
 //! [`vectors`] (pgvector: storage, indexer, nearest items),
-//! [`transfer`], [`forget`] (erasure), [`backend`].
+//! [`transfer`], [`forget`] (erasure), [`distill`] (the distillation
+//! queue and the transaction that applies a job), [`backend`].
 
 pub mod backend;
 pub mod capture;
 pub mod config;
+pub mod distill;
 pub mod facts;
 pub mod first_turn;
 pub mod forget;

@@ -538,11 +538,12 @@ impl PostgresBackend {
             ),
             self.rows(&client, &standing_sql, &standing_params),
         )?;
-        drop(client);
         add_standing(
             &mut ranked,
             standing.iter().map(crate::facts::fact_from_row),
         );
+        self.name_sources(&client, &mut ranked).await?;
+        drop(client);
         Ok(assemble(&ranked, settings.max_injection_chars))
     }
 
@@ -571,7 +572,7 @@ impl PostgresBackend {
         let scope = Scope::of(caller);
         let vector = self.query_vector(&query.query).await;
         let client = self.client().await?;
-        let ranked = self
+        let mut ranked = self
             .rank(
                 &client,
                 &scope,
@@ -581,6 +582,7 @@ impl PostgresBackend {
                 category,
             )
             .await?;
+        self.name_sources(&client, &mut ranked).await?;
         Ok(ranked.into_iter().map(SearchHit::from).collect())
     }
 }

@@ -109,7 +109,40 @@ const MIGRATIONS: &[Migration] = &[
         name: "facts with provenance, time and confidence",
         sql: FACT_PROVENANCE,
     },
+    Migration {
+        name: "the distillation queue and the endpoint's token usage",
+        sql: DISTILL_QUEUE,
+    },
 ];
+
+/// Migration 5: `distill_jobs` is the durable distillation queue, one row
+/// per thread's run of new turns (turn ids `first_turn..=last_turn` of that
+/// thread), committed with the capture that stored them; `done` and
+/// `parked` rows stay so a replay adds nothing and a parked job keeps its
+/// reason. `distill_usage` keeps the endpoint's reported tokens per UTC
+/// day (the daily budget). `local`'s schema 7 holds the same tables.
+const DISTILL_QUEUE: &str = "
+CREATE TABLE distill_jobs (
+    id         bigserial PRIMARY KEY,
+    scope_id   bigint NOT NULL REFERENCES scopes(id),
+    thread     text NOT NULL,
+    first_turn bigint NOT NULL,
+    last_turn  bigint NOT NULL,
+    state      text NOT NULL CHECK (state IN ('queued', 'done', 'parked')),
+    attempts   integer NOT NULL DEFAULT 0,
+    reason     text,
+    created_at text NOT NULL,
+    updated_at text NOT NULL
+);
+CREATE INDEX distill_jobs_by_state ON distill_jobs (state, id);
+CREATE INDEX distill_jobs_by_thread ON distill_jobs (scope_id, thread, state);
+CREATE TABLE distill_usage (
+    day               text PRIMARY KEY,
+    calls             bigint NOT NULL,
+    prompt_tokens     bigint NOT NULL,
+    completion_tokens bigint NOT NULL
+);
+";
 
 /// Migration 4: facts carry where they came from (`origin`, the turns they
 /// rest on in `memory_sources`, their thread, when they were said), their

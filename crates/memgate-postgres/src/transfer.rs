@@ -180,6 +180,7 @@ impl PostgresBackend {
         }
         for (thread, turns) in &threads {
             let (stored, known) = self.store_turns(&tx, scope_id, thread, turns).await?;
+            let stored = stored.len();
             report.turns_imported += stored;
             report.turns_already_present += known;
         }

@@ -22,6 +22,17 @@ pub fn turn_citation(id: i64) -> String {
     format!("turn_{id}")
 }
 
+/// A distilled fact's text naming the turns it rests on (`… (from turn_3,
+/// turn_4)`), so a reader can check it against what was said; unchanged
+/// without sources.
+pub fn cited_from(text: &str, turns: &[i64]) -> String {
+    if turns.is_empty() {
+        return text.to_owned();
+    }
+    let cited: Vec<String> = turns.iter().copied().map(turn_citation).collect();
+    format!("{text} (from {})", cited.join(", "))
+}
+
 /// The citation of recall-index row `item` (turn `n`, memory `-n`).
 pub fn item_citation(item: i64) -> String {
     if item > 0 {

@@ -302,3 +302,63 @@ async fn an_offered_forget_on_a_backend_without_erasure_says_unsupported() {
     assert!(is_error, "{body}");
     assert_eq!(body["error"]["code"], "unsupported", "{body}");
 }
+
+#[tokio::test]
+async fn search_names_a_facts_origin_and_the_turns_a_distilled_one_rests_on() {
+    use memgate_core::distill::{DistillQueue, Operation, ProposedFact, QueueLimits};
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = BackendContext::new(dir.path()).with_distill(Some(QueueLimits {
+        max_turns_per_job: 32,
+        max_queued_jobs: 100,
+    }));
+    let store = Arc::new(LocalBackend::from_backend_config(&Map::new(), &ctx).unwrap());
+    let alice = Caller::new("alice");
+    store
+        .remember(
+            &alice,
+            &RememberRequest::new("fact", "Alice's garden has tomatoes").unwrap(),
+        )
+        .await
+        .unwrap();
+    store
+        .capture(&CaptureRequest {
+            caller: alice.clone().with_thread("t1"),
+            messages: vec![Message::human("My garden also has basil now.")],
+            kind: CaptureKind::AfterTurn,
+            trace_id: None,
+        })
+        .await
+        .unwrap();
+    // The job applied as the worker applies a model's answer.
+    let job = store.next_jobs(1, &[]).await.unwrap().remove(0);
+    let add = Operation::Add(ProposedFact {
+        kind: "fact".into(),
+        text: "Alice's garden has basil".into(),
+        confidence: 0.8,
+        sources: vec![job.turns[0].id.clone()],
+    });
+    assert_eq!(store.apply(&job, &[add]).await.unwrap().added, 1);
+
+    let client = connect(MemoryMcp::new(
+        AssembledBackend::with_defaults(store),
+        alice.clone(),
+    ))
+    .await;
+    let (is_error, found) = call(&client, "search", json!({"query": "garden", "top_k": 5})).await;
+    assert!(!is_error, "{found}");
+    let results = found["results"].as_array().unwrap();
+    let by_text = |needle: &str| {
+        results
+            .iter()
+            .find(|r| r["content"].as_str().unwrap().contains(needle))
+            .unwrap_or_else(|| panic!("{needle} not in {found}"))
+    };
+    assert_eq!(by_text("tomatoes")["source"], "explicit");
+    assert!(by_text("tomatoes").get("source_turns").is_none());
+    let distilled = by_text("Alice's garden has basil");
+    assert_eq!(distilled["source"], "distilled");
+    assert_eq!(distilled["source_turns"], json!([job.turns[0].id]));
+    assert_eq!(distilled["thread"], "t1");
+    // A captured turn still names its thread.
+    assert_eq!(by_text("also has basil now")["source"], "thread:t1");
+}

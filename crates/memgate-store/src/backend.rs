@@ -209,29 +209,6 @@ impl LocalBackend {
             .await
     }
 
-    /// The `distill` line of `doctor`: the queue, parked jobs (a problem:
-    /// each waits for an operator), tokens used today.
-    async fn distill_line(&self) -> Diagnostic {
-        let day = memgate_core::time::now_rfc3339()[..10].to_owned();
-        match self.queue_figures(&day).await {
-            Ok(f) => {
-                let detail = format!(
-                    "{} queued, {} parked, {} done; {} tokens today",
-                    f.queued, f.parked, f.done, f.tokens_today
-                );
-                if f.parked > 0 {
-                    Diagnostic::problem(
-                        "distill",
-                        format!("{detail} (`memgate distill --parked` lists why)"),
-                    )
-                } else {
-                    Diagnostic::ok("distill", detail)
-                }
-            }
-            Err(e) => Diagnostic::problem("distill", format!("cannot read the queue: {e}")),
-        }
-    }
-
     /// Runs `work` against the store on the blocking pool.
     async fn run<T, F>(&self, work: F) -> Result<T>
     where
@@ -379,7 +356,7 @@ impl MemoryBackend for LocalBackend {
         };
         let mut lines = vec![line];
         if self.store.config().distill.is_some() {
-            lines.push(self.distill_line().await);
+            lines.push(memgate_core::distill::doctor_line(self).await);
         }
         lines
     }
@@ -540,5 +517,9 @@ impl DistillQueue for LocalBackend {
     async fn queue_figures(&self, day: &str) -> Result<QueueFigures> {
         let day = day.to_owned();
         self.run(move |s| s.distill_figures(&day)).await
+    }
+
+    async fn queue_backfill(&self) -> Result<usize> {
+        self.run(|s| s.queue_backfill()).await
     }
 }

@@ -13,12 +13,12 @@ use crate::error::db_error;
 use crate::facts::{self, find_active, state_name};
 use crate::index::IndexWrites;
 use memgate_core::distill::{
-    Applied, DistillJob, JobTurn, Operation, ParkedJob, ProposedFact, QueueFigures, QueueLimits,
+    check_proposal, check_supersedable, Applied, CheckedProposal, DistillJob, JobTurn, Operation,
+    ParkedJob, QueueFigures, QueueLimits, SupersedeTarget,
 };
-use memgate_core::facts::{check_confidence, ChangedBy, FactOrigin, NewFact};
-use memgate_core::redaction::redact_remember;
+use memgate_core::facts::{ChangedBy, FactOrigin, NewFact};
 use memgate_core::time::now_rfc3339;
-use memgate_core::{FactState, MemoryError, Redactor, RememberRequest, Result};
+use memgate_core::{FactState, MemoryError, Redactor, Result};
 use memgate_recall::citation::{parse_memory_citation, turn_citation};
 use memgate_recall::scope::ScopeKey;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -246,61 +246,6 @@ fn job_turns(
     .map_err(db_error)
 }
 
-/// A proposal checked like an explicit save (normalised, bounded, redacted:
-/// a text that is a secret is refused), its confidence in 0..1 and every
-/// source a turn of the job; errors name `operations[i]`.
-struct Checked {
-    request: RememberRequest,
-    confidence: f64,
-    sources: Vec<i64>,
-    said_at: String,
-}
-
-fn check(
-    i: usize,
-    proposal: &ProposedFact,
-    job: &DistillJob,
-    redactor: &Redactor,
-) -> Result<Checked> {
-    let at = |field: &str| format!("operations[{i}].{field}");
-    let request = RememberRequest::new(&proposal.kind, &proposal.text).map_err(|e| match e {
-        MemoryError::InvalidInput { field, rule } => MemoryError::invalid(at(&field), rule),
-        other => other,
-    })?;
-    let request = redact_remember(redactor, &request).map_err(|_| {
-        MemoryError::invalid(at("text"), "is a secret; memory does not keep secrets")
-    })?;
-    let confidence = check_confidence(&at("confidence"), proposal.confidence)?;
-    if proposal.sources.is_empty() {
-        return Err(MemoryError::invalid(
-            at("sources"),
-            "must cite at least one turn of the job",
-        ));
-    }
-    let mut sources = Vec::new();
-    let mut said_at = String::new();
-    for source in &proposal.sources {
-        let turn = job.turns.iter().find(|t| &t.id == source).ok_or_else(|| {
-            MemoryError::invalid(
-                at("sources"),
-                format!("`{source}` is not a turn of this job"),
-            )
-        })?;
-        sources.push(source["turn_".len()..].parse().unwrap_or_default());
-        if turn.said_at > said_at {
-            said_at.clone_from(&turn.said_at);
-        }
-    }
-    sources.sort_unstable();
-    sources.dedup();
-    Ok(Checked {
-        request,
-        confidence,
-        sources,
-        said_at,
-    })
-}
-
 /// Inserts a distilled fact resting on `checked.sources`, or finds the
 /// identical current one (then nothing is written). True when inserted.
 fn add_fact(
@@ -308,7 +253,7 @@ fn add_fact(
     index: &mut IndexWrites,
     scope: i64,
     job: &DistillJob,
-    checked: &Checked,
+    checked: &CheckedProposal,
 ) -> Result<(i64, bool)> {
     if let Some(id) = find_active(tx, scope, &checked.request.kind, &checked.request.text)? {
         return Ok((id, false));
@@ -388,9 +333,11 @@ fn close(
 /// The current, distilled fact a supersede names, or why it cannot be
 /// superseded.
 fn supersedable(tx: &Connection, scope: i64, i: usize, fact: &str) -> Result<i64> {
-    let field = format!("operations[{i}].fact");
     let id = parse_memory_citation(fact).ok_or_else(|| {
-        MemoryError::invalid(&field, format!("`{fact}` is not a fact id (`mem_<n>`)"))
+        MemoryError::invalid(
+            format!("operations[{i}].fact"),
+            format!("`{fact}` is not a fact id (`mem_<n>`)"),
+        )
     })?;
     let row: Option<(String, String, Option<i64>)> = tx
         .prepare_cached(
@@ -403,22 +350,13 @@ fn supersedable(tx: &Connection, scope: i64, i: usize, fact: &str) -> Result<i64
             .optional()
         })
         .map_err(db_error)?;
-    match row {
-        None => Err(MemoryError::invalid(
-            field,
-            format!("`{fact}` is not a fact of this scope"),
-        )),
-        Some((state, _, superseded)) if state != "active" || superseded.is_some() => Err(
-            MemoryError::invalid(field, format!("`{fact}` is no longer current")),
-        ),
-        Some((_, origin, _)) if origin != FactOrigin::Distilled.as_str() => {
-            Err(MemoryError::invalid(
-                field,
-                format!("`{fact}` is explicit; a distilled fact never overrides an explicit one"),
-            ))
-        }
-        Some(_) => Ok(id),
-    }
+    let target = row.map(|(state, origin, superseded)| SupersedeTarget {
+        active: state == "active",
+        origin: FactOrigin::from_name(&origin),
+        superseded: superseded.is_some(),
+    });
+    check_supersedable(i, fact, target)?;
+    Ok(id)
 }
 
 /// Applies a job's operations and marks it done, in `tx` (see the module
@@ -453,7 +391,7 @@ pub(crate) fn apply(
     for (i, operation) in operations.iter().enumerate() {
         match operation {
             Operation::Add(proposal) => {
-                let checked = check(i, proposal, job, redactor)?;
+                let checked = check_proposal(i, proposal, job, redactor)?;
                 if add_fact(tx, index, scope, job, &checked)?.1 {
                     applied.added += 1;
                 } else {
@@ -462,7 +400,7 @@ pub(crate) fn apply(
             }
             Operation::Supersede { fact, by } => {
                 let old = supersedable(tx, scope, i, fact)?;
-                let checked = check(i, by, job, redactor)?;
+                let checked = check_proposal(i, by, job, redactor)?;
                 let (new, inserted) = add_fact(tx, index, scope, job, &checked)?;
                 if new == old {
                     applied.already_present += 1;

@@ -68,13 +68,7 @@ pub(crate) fn name_sources(conn: &Connection, ranked: &mut [Ranked]) -> Result<(
             )
             .and_then(|mut s| s.query_map([id], |r| r.get(0))?.collect())
             .map_err(db_error)?;
-        if !turns.is_empty() {
-            let cited: Vec<String> = turns
-                .into_iter()
-                .map(memgate_recall::citation::turn_citation)
-                .collect();
-            item.text = format!("{} (from {})", item.text, cited.join(", "));
-        }
+        item.text = memgate_recall::citation::cited_from(&item.text, &turns);
     }
     Ok(())
 }

@@ -221,3 +221,71 @@ fn a_distill_killed_mid_job_loses_nothing_and_the_next_run_applies_it_once() {
     assert_eq!(facts.as_array().unwrap().len(), 1, "{facts}");
     assert_eq!(model.requests().len(), 2);
 }
+
+#[test]
+fn a_chat_session_distils_what_it_captures_in_the_background() {
+    let add = json!({"operations": [{"op": "add", "fact": null, "kind": "fact",
+        "text": "Dana keeps bees on the roof", "confidence": 0.9, "sources": ["turn_1"]}]});
+    let distiller = ScriptedModel::start(
+        json!([{"when": {"user_contains": "bees"}, "reply": {"content": add.to_string()}}]),
+        &[],
+    );
+    // The chat model takes its time over the second line, so the session
+    // is still open while the first turn's job runs.
+    let chat = ScriptedModel::start(
+        json!([
+            {"when": {"user_contains": "anything else"},
+             "reply": {"content": "Not yet.", "pause_seconds": 4}},
+            {"when": {"always": true}, "reply": {"content": "Noted."}},
+        ]),
+        &[],
+    );
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    config(h, &distiller);
+    let mut session = std::process::Command::new(common::BIN)
+        .arg("chat")
+        .current_dir(h)
+        .env("MEMGATE_HOME", h.join("state"))
+        .env("MEMGATE_USER", "dana")
+        .env("MEMGATE_CHAT_BASE_URL", &chat.url)
+        .env("MEMGATE_CHAT_MODEL", "scripted")
+        .env_remove("MEMGATE_CONFIG")
+        .env_remove("MEMGATE_URL")
+        .env_remove("MEMGATE_AGENT")
+        .env_remove("MEMGATE_CHAT_API_KEY")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = session.stdin.take().unwrap();
+        stdin
+            .write_all(b"I keep bees on the roof.\nAnything else to do today?\n")
+            .unwrap();
+    }
+    let out = session.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The session's own worker asked the distillation endpoint, and the
+    // fact is stored, resting on the turn that said it.
+    assert_eq!(distiller.requests().len(), 1);
+    let facts = std::process::Command::new(common::BIN)
+        .args(["facts", "list", "--json"])
+        .current_dir(h)
+        .env("MEMGATE_HOME", h.join("state"))
+        .env("MEMGATE_USER", "dana")
+        .env_remove("MEMGATE_CONFIG")
+        .env_remove("MEMGATE_URL")
+        .env_remove("MEMGATE_AGENT")
+        .output()
+        .unwrap();
+    let facts: Value = serde_json::from_slice(&facts.stdout).unwrap();
+    assert_eq!(facts[0]["text"], "Dana keeps bees on the roof", "{facts}");
+    assert_eq!(facts[0]["origin"], "distilled", "{facts}");
+}

@@ -63,11 +63,13 @@ pub async fn run(cli: Cli) -> Result<ExitCode> {
             super::migrate::run(cli.config.as_deref(), &from, &to, &postgres_dsn_env, json).await?,
         ),
         command @ Command::Capture { .. } => {
-            let (backend, timeout) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
+            let (backend, timeout) =
+                open(cli.config.as_deref(), cli.url.as_deref(), Setup::OneShot).await?;
             capture_until_terminated(backend, timeout, caller, command).await
         }
         command => {
-            let (backend, budget) = open(cli.config.as_deref(), cli.url.as_deref()).await?;
+            let (backend, budget) =
+                open(cli.config.as_deref(), cli.url.as_deref(), Setup::OneShot).await?;
             let result = operate(&*backend, caller, command).await;
             backend.drain(budget).await;
             Ok(result.map(|()| ExitCode::SUCCESS)?)
@@ -172,7 +174,8 @@ async fn chat(
         injection_enabled: config.memory.injection_enabled,
         ..Default::default()
     };
-    let (backend, budget) = open(config_path, url).await?;
+    // A chat session is long-running: it distils what it captures.
+    let (backend, budget) = open(config_path, url, Setup::LongRunning).await?;
     let result = super::chat::run_with_settings(args, backend.clone(), caller, settings).await;
     backend.drain(budget).await;
     result.map(|()| ExitCode::SUCCESS)
@@ -182,13 +185,24 @@ fn shutdown_budget(config: &Config) -> Duration {
     Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds)
 }
 
+/// How long the command using a backend runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    /// One operation: distillation work is only queued.
+    OneShot,
+    /// A session (`chat`): runs the distillation worker while it lasts
+    /// (stopped by the drain), when `memory.distill` is on.
+    LongRunning,
+}
+
 /// Opens the configured backend here, or connects to `--url`; either way
 /// assembled with this config's gates and deadlines. With `--url` the bearer
 /// token is read from the variable `server.bearer_token_env` names, as
-/// `memgate serve` does.
+/// `memgate serve` does (the service distils, not this process).
 async fn open(
     config: Option<&Path>,
     url: Option<&str>,
+    setup: Setup,
 ) -> Result<(Arc<AssembledBackend>, Duration)> {
     let (config, _) = Config::discover(config, None)?;
     let backend = match url {
@@ -203,7 +217,13 @@ async fn open(
             let remote = HttpBackend::connect(url, token, limit).await?;
             assemble(Arc::new(remote), &config.memory)?
         }
-        None => open_backend(&config.memory, &BackendSetup::from_process()?)?,
+        None => {
+            let mut here = BackendSetup::from_process()?;
+            if setup == Setup::LongRunning {
+                here = here.running_distiller();
+            }
+            open_backend(&config.memory, &here)?
+        }
     };
     Ok((backend, shutdown_budget(&config)))
 }

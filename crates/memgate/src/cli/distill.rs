@@ -1,16 +1,17 @@
-//! `memgate distill`: distillation as an operator's step (local store,
-//! `memory.distill` on). Without options it queues every captured turn no
-//! job covers yet (threads captured before distillation was turned on) and
-//! runs the queue until it is empty, printing progress to stderr;
+//! `memgate distill`: distillation as an operator's step (`local` or
+//! `postgres`, `memory.distill` on). Without options it queues every
+//! captured turn no job covers yet (threads captured before distillation
+//! was turned on) and runs the queue until it is empty, printing progress
+//! to stderr (a bar redrawn in place on a terminal, plain lines otherwise);
 //! `--parked` lists the jobs parked with their reasons, `--retry [JOB]`
 //! queues parked jobs again and runs them.
 
 use super::error::{CliError, Result};
 use super::output::print_json;
-use memgate_assembly::config::{Config, ManagerClass};
-use memgate_assembly::factory::BackendSetup;
-use memgate_core::distill::DistillQueue;
-use memgate_distill::RunReport;
+use memgate_assembly::config::Config;
+use memgate_assembly::factory::{open_distill_queue, BackendSetup};
+use memgate_distill::{DistillStats, RunReport};
+use std::io::IsTerminal;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -27,31 +28,17 @@ pub enum Action {
 pub async fn run(config_path: Option<&Path>, action: Action, json: bool) -> Result<ExitCode> {
     let (config, _) = Config::discover(config_path, None)?;
     let settings = config.memory.distill_settings()?;
-    if config.memory.manager_class != ManagerClass::Local {
-        return Err(CliError::Setting(format!(
-            "memgate distill: distillation works with the local store, and manager_class is {}",
-            config.memory.manager_class
-        )));
-    }
     if !settings.enabled {
         return Err(CliError::Setting(
             "memgate distill: memory.distill.enabled is false (nothing distils)".to_owned(),
         ));
     }
     let setup = BackendSetup::from_process()?;
-    let opened = crate::migrate::Store::open(
-        crate::migrate::StoreKind::Local,
-        &config.memory,
-        &setup,
-        "MEMGATE_POSTGRES_DSN",
-    )?;
-    let crate::migrate::Store::Local(local) = opened else {
-        return Err(CliError::Internal("expected the local store".to_owned()));
-    };
-    let local = Arc::new(local);
+    let (backend, queue) = open_distill_queue(&config.memory, &setup)
+        .map_err(|e| CliError::Setting(format!("memgate distill: {e}")))?;
     match action {
         Action::Parked => {
-            let parked = local.parked_jobs().await?;
+            let parked = queue.parked_jobs().await?;
             if json {
                 print_json(&parked);
             } else if parked.is_empty() {
@@ -64,39 +51,51 @@ pub async fn run(config_path: Option<&Path>, action: Action, json: bool) -> Resu
                     );
                 }
             }
+            backend.shutdown(SHUTDOWN).await;
             return Ok(ExitCode::SUCCESS);
         }
         Action::Retry(job) => {
-            let queued = local.retry_parked(job).await?;
+            let queued = queue.retry_parked(job).await?;
             eprintln!("queued {queued} parked job(s) again");
         }
         Action::Backfill => {
-            let store = Arc::clone(local.store());
-            let threads = tokio::task::spawn_blocking(move || store.queue_backfill())
-                .await
-                .map_err(|e| CliError::Internal(e.to_string()))??;
+            let threads = queue.queue_backfill().await?;
             eprintln!("queued the not yet distilled turns of {threads} thread(s)");
         }
     }
-    let queue: Arc<dyn DistillQueue> = local.clone();
-    let distiller = Arc::new(memgate_distill::distiller(queue, &settings, &setup.env)?);
+    let total = queue.queue_figures(&today()).await?.queued;
+    let distiller = Arc::new(memgate_distill::distiller(
+        Arc::clone(&queue),
+        &settings,
+        &setup.env,
+    )?);
     let stats = Arc::clone(distiller.stats());
+    let terminal = std::io::stderr().is_terminal();
     let progress = tokio::spawn(async move {
+        // A terminal gets one line redrawn in place; a log gets a line now
+        // and then.
+        let every = if terminal {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(5)
+        };
         loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            eprintln!(
-                "distilling: {} applied, {} parked, {} retried, {} model calls",
-                stats.applied.load(Ordering::Relaxed),
-                stats.parked.load(Ordering::Relaxed),
-                stats.retried.load(Ordering::Relaxed),
-                stats.calls.load(Ordering::Relaxed),
-            );
+            tokio::time::sleep(every).await;
+            let line = progress_line(&Progress::of(&stats), total);
+            if terminal {
+                eprint!("\r\x1b[2K{line}");
+            } else {
+                eprintln!("{line}");
+            }
         }
     });
     let report = distiller.run_until_idle().await;
     progress.abort();
+    if terminal {
+        eprint!("\r\x1b[2K");
+    }
     let report: RunReport = report?;
-    local.store().checkpoint()?;
+    backend.shutdown(SHUTDOWN).await;
     if json {
         print_json(&serde_json::json!({
             "applied": report.applied,
@@ -124,4 +123,72 @@ pub async fn run(config_path: Option<&Path>, action: Action, json: bool) -> Resu
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long the store gets to close after the run.
+const SHUTDOWN: Duration = Duration::from_secs(10);
+
+fn today() -> String {
+    memgate_core::time::now_rfc3339()[..10].to_owned()
+}
+
+/// The worker's counts at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Progress {
+    applied: u64,
+    parked: u64,
+    retried: u64,
+    calls: u64,
+}
+
+impl Progress {
+    fn of(stats: &DistillStats) -> Self {
+        Self {
+            applied: stats.applied.load(Ordering::Relaxed),
+            parked: stats.parked.load(Ordering::Relaxed),
+            retried: stats.retried.load(Ordering::Relaxed),
+            calls: stats.calls.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// `[#####-----] 12/40 jobs: 11 applied, 1 parked, 0 retried, 13 model
+/// calls`; the bar counts finished jobs (applied or parked) out of those
+/// queued when the run started (more may join while it runs).
+fn progress_line(p: &Progress, total: u64) -> String {
+    const WIDTH: u64 = 20;
+    let finished = p.applied + p.parked;
+    let shown = total.max(finished);
+    let filled = (finished * WIDTH).checked_div(shown).unwrap_or(WIDTH);
+    format!(
+        "[{}{}] {finished}/{shown} jobs: {} applied, {} parked, {} retried, {} model calls",
+        "#".repeat(filled as usize),
+        "-".repeat((WIDTH - filled) as usize),
+        p.applied,
+        p.parked,
+        p.retried,
+        p.calls
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_line_fills_its_bar_with_finished_jobs() {
+        let p = Progress {
+            applied: 9,
+            parked: 1,
+            retried: 2,
+            calls: 12,
+        };
+        assert_eq!(
+            progress_line(&p, 40),
+            "[#####---------------] 10/40 jobs: 9 applied, 1 parked, 2 retried, 12 model calls"
+        );
+        // Jobs that joined after the start never overflow the bar.
+        assert!(progress_line(&p, 4).starts_with("[####################] 10/10 jobs"));
+        assert!(progress_line(&Progress::default(), 0).starts_with("[####################] 0/0"));
+    }
 }

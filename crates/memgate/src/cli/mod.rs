@@ -122,9 +122,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Distil captured turns into facts now (local store, `memory.distill`
-    /// on): queues the turns no job covers yet and runs the queue, printing
-    /// progress to stderr; `--parked` lists parked jobs and why, `--retry`
+    /// Distil captured turns into facts now (local or postgres,
+    /// `memory.distill` on): queues the turns no job covers yet and runs the
+    /// queue, printing progress to stderr; `--parked` lists parked jobs and why, `--retry`
     /// queues them again.
     Distill {
         /// List the parked jobs with their reasons instead.

@@ -1,0 +1,678 @@
+//! Distillation on PostgreSQL: the queue (`distill_jobs`, `distill_usage`,
+//! schema migration 5) and the one transaction that applies a model's
+//! operations — `local`'s rules, checked by the same functions
+//! ([`check_proposal`], [`check_supersedable`]).
+//!
+//! A capture queues its new turns in its own transaction, under the
+//! thread's capture lock ([`PostgresBackend::queue_new_turns`]): they join
+//! the thread's queued job while it has room (`UPDATE … WHERE state =
+//! 'queued'`, so a job a worker closed meanwhile is never joined), else
+//! start new jobs. [`DistillQueue::apply`] locks the job's row first
+//! (`FOR UPDATE`): of two workers (replicas) that ran the same job, the
+//! second finds it done and writes nothing.
+
+use crate::backend::{PostgresBackend, Scope};
+use crate::facts::{fact_from_row, FACT_COLUMNS};
+use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
+use memgate_core::distill::{
+    check_proposal, check_supersedable, Applied, CheckedProposal, DistillJob, DistillQueue,
+    JobTurn, Operation, ParkedJob, QueueFigures, QueueLimits, SupersedeTarget,
+};
+use memgate_core::facts::{ChangedBy, FactOrigin, NewFact};
+use memgate_core::time::now_rfc3339;
+use memgate_core::{Fact, FactState, MemoryError, Result, SearchQuery};
+use memgate_recall::block::MAX_SEARCH_TOP_K;
+use memgate_recall::citation::{cited_from, parse_memory_citation, turn_citation};
+use memgate_recall::ranked::{Origin, Ranked};
+use memgate_recall::scope::ScopeKey;
+use std::collections::HashMap;
+
+/// Characters of the job's turns used as the related-facts query.
+const QUERY_CHARS: usize = 1_000;
+
+/// What [`PostgresBackend::queue_new_turns`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Queued {
+    Joined,
+    NewJob,
+    /// The queue was full: the turns wait for a backfill.
+    Skipped,
+}
+
+impl PostgresBackend {
+    /// Queues `new` (this capture's turn ids of `thread`, ascending) as
+    /// distillation work, inside the capture's transaction.
+    pub(crate) async fn queue_new_turns(
+        &self,
+        c: &impl GenericClient,
+        scope_id: i64,
+        thread: &str,
+        new: &[i64],
+        limits: QueueLimits,
+    ) -> Result<Queued> {
+        let (Some(&first), Some(&last)) = (new.first(), new.last()) else {
+            return Ok(Queued::Joined);
+        };
+        let now = now_rfc3339();
+        let open = self
+            .row_opt(
+                c,
+                "SELECT j.id, (SELECT count(*) FROM turns t WHERE t.scope_id = j.scope_id
+                               AND t.thread = j.thread AND t.id BETWEEN j.first_turn AND j.last_turn)
+                 FROM distill_jobs j WHERE j.scope_id = $1 AND j.thread = $2 AND j.state = 'queued'
+                 ORDER BY j.id DESC LIMIT 1",
+                &[&scope_id, &thread],
+            )
+            .await?;
+        if let Some(open) = open {
+            let (job, held): (i64, i64) = (open.get(0), open.get(1));
+            if held as usize + new.len() <= limits.max_turns_per_job {
+                let joined = self
+                    .exec(
+                        c,
+                        "UPDATE distill_jobs SET last_turn = $2, updated_at = $3
+                         WHERE id = $1 AND state = 'queued'",
+                        &[&job, &last, &now],
+                    )
+                    .await?;
+                if joined == 1 {
+                    return Ok(Queued::Joined);
+                }
+            }
+        }
+        let queued: i64 = self
+            .row(
+                c,
+                "SELECT count(*) FROM distill_jobs WHERE state = 'queued'",
+                &[],
+            )
+            .await?
+            .get(0);
+        if queued as usize >= limits.max_queued_jobs {
+            return Ok(Queued::Skipped);
+        }
+        debug_assert!(first <= last);
+        // A capture longer than a job holds becomes several jobs, in order.
+        for chunk in new.chunks(limits.max_turns_per_job.max(1)) {
+            self.exec(
+                c,
+                "INSERT INTO distill_jobs (scope_id, thread, first_turn, last_turn, state,
+                                           created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, 'queued', $5, $5)",
+                &[&scope_id, &thread, &chunk[0], &chunk[chunk.len() - 1], &now],
+            )
+            .await?;
+        }
+        Ok(Queued::NewJob)
+    }
+
+    /// Queues every turn no job covers yet (threads captured before
+    /// distillation was turned on): per thread, the turns after its newest
+    /// job. Returns how many threads got work.
+    async fn backfill(&self) -> Result<usize> {
+        let limits = self.distill.ok_or_else(|| {
+            MemoryError::Config("memory.distill.enabled is false: nothing distils".to_owned())
+        })?;
+        let unbounded = QueueLimits {
+            max_queued_jobs: usize::MAX,
+            ..limits
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| self.err(e))?;
+        let threads = self
+            .rows(
+                &tx,
+                "SELECT t.scope_id, t.thread,
+                        coalesce((SELECT max(j.last_turn) FROM distill_jobs j
+                                  WHERE j.scope_id = t.scope_id AND j.thread = t.thread), 0)
+                 FROM turns t GROUP BY t.scope_id, t.thread ORDER BY 1, 2",
+                &[],
+            )
+            .await?;
+        let mut queued = 0;
+        for row in &threads {
+            let (scope_id, thread, after): (i64, String, i64) =
+                (row.get(0), row.get(1), row.get(2));
+            self.lock_thread(&tx, scope_id, &thread).await?;
+            let new: Vec<i64> = self
+                .rows(
+                    &tx,
+                    "SELECT id FROM turns WHERE scope_id = $1 AND thread = $2 AND id > $3
+                     ORDER BY id",
+                    &[&scope_id, &thread, &after],
+                )
+                .await?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            if !new.is_empty() {
+                self.queue_new_turns(&tx, scope_id, &thread, &new, unbounded)
+                    .await?;
+                queued += 1;
+            }
+        }
+        tx.commit().await.map_err(|e| self.err(e))?;
+        Ok(queued)
+    }
+
+    async fn job_turns(
+        &self,
+        c: &impl GenericClient,
+        scope_id: i64,
+        thread: &str,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<JobTurn>> {
+        Ok(self
+            .rows(
+                c,
+                "SELECT id, role, speaker, coalesce(occurred_at, captured_at), text FROM turns
+                 WHERE scope_id = $1 AND thread = $2 AND id BETWEEN $3 AND $4 ORDER BY seq",
+                &[&scope_id, &thread, &first, &last],
+            )
+            .await?
+            .iter()
+            .map(|r| JobTurn {
+                id: turn_citation(r.get(0)),
+                role: r.get(1),
+                speaker: r.get(2),
+                said_at: r.get(3),
+                text: r.get(4),
+            })
+            .collect())
+    }
+
+    /// Inserts a distilled fact resting on `checked.sources`, or finds the
+    /// identical current one (then nothing is written). True when inserted.
+    async fn add_distilled(
+        &self,
+        c: &impl GenericClient,
+        scope_id: i64,
+        job: &DistillJob,
+        checked: &CheckedProposal,
+    ) -> Result<(i64, bool)> {
+        let (kind, text) = (&checked.request.kind, &checked.request.text);
+        if let Some(id) = self.find_active(c, scope_id, kind, text).await? {
+            return Ok((id, false));
+        }
+        let now = now_rfc3339();
+        let fact = NewFact {
+            kind,
+            text,
+            state: FactState::Active,
+            created_at: &now,
+            updated_at: &now,
+            origin: FactOrigin::Distilled,
+            confidence: checked.confidence,
+            thread: Some(job.thread()),
+            said_at: Some(&checked.said_at),
+            changed_by: ChangedBy::Model,
+        };
+        let Some(id) = self.insert_fact(c, scope_id, &fact).await? else {
+            // An identical copy was committed meanwhile (another writer).
+            let id = self.find_active(c, scope_id, kind, text).await?;
+            return id.map(|id| (id, false)).ok_or_else(|| {
+                MemoryError::Conflict("an identical fact changed while it was added".to_owned())
+            });
+        };
+        self.exec(
+            c,
+            "INSERT INTO memory_sources (memory_id, turn_id) SELECT $1, unnest($2::bigint[])",
+            &[&id, &checked.sources],
+        )
+        .await?;
+        Ok((id, true))
+    }
+
+    /// The current, distilled fact a supersede names (its row locked), or
+    /// why it cannot be superseded.
+    async fn supersedable(
+        &self,
+        c: &impl GenericClient,
+        scope_id: i64,
+        i: usize,
+        fact: &str,
+    ) -> Result<i64> {
+        let id = parse_memory_citation(fact).ok_or_else(|| {
+            MemoryError::invalid(
+                format!("operations[{i}].fact"),
+                format!("`{fact}` is not a fact id (`mem_<n>`)"),
+            )
+        })?;
+        let row = self
+            .row_opt(
+                c,
+                "SELECT state, origin, superseded_by FROM memories
+                 WHERE id = $1 AND scope_id = $2 FOR UPDATE",
+                &[&id, &scope_id],
+            )
+            .await?;
+        let target = row.map(|r| SupersedeTarget {
+            active: r.get::<_, &str>(0) == "active",
+            origin: FactOrigin::from_name(r.get(1)),
+            superseded: r.get::<_, Option<i64>>(2).is_some(),
+        });
+        check_supersedable(i, fact, target)?;
+        Ok(id)
+    }
+
+    /// Closes current fact `old` as replaced by `new` from `valid_to` on: a
+    /// new retired version, written by the model, that names its successor.
+    async fn close(
+        &self,
+        c: &impl GenericClient,
+        old: i64,
+        new: i64,
+        valid_to: &str,
+    ) -> Result<()> {
+        let now = now_rfc3339();
+        self.exec(
+            c,
+            "UPDATE memories SET state = 'retired', version = version + 1, updated_at = $2,
+                                 valid_to = $3, superseded_by = $4
+             WHERE id = $1",
+            &[&old, &now, &valid_to, &new],
+        )
+        .await?;
+        self.exec(
+            c,
+            "INSERT INTO memory_history
+                 (memory_id, version, kind, text, state, recorded_at, confidence, changed_by)
+             SELECT id, version, kind, text, state, $2, confidence, 'model'
+             FROM memories WHERE id = $1",
+            &[&old, &now],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Erases the distilled facts resting only on the turns of `thread`
+    /// (about to be erased), with their history; facts that also rest on
+    /// other turns lose these sources and stay. Returns (facts, versions).
+    pub(crate) async fn erase_facts_resting_on_thread(
+        &self,
+        c: &impl GenericClient,
+        scope_id: i64,
+        thread: &str,
+    ) -> Result<(usize, usize)> {
+        let touched: Vec<i64> = self
+            .rows(
+                c,
+                "DELETE FROM memory_sources s USING turns t
+                 WHERE s.turn_id = t.id AND t.scope_id = $1 AND t.thread = $2
+                 RETURNING s.memory_id",
+                &[&scope_id, &thread],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let bare: Vec<i64> = self
+            .rows(
+                c,
+                "SELECT m.id FROM memories m WHERE m.id = ANY($1) AND m.origin = 'distilled'
+                 AND NOT EXISTS (SELECT 1 FROM memory_sources s WHERE s.memory_id = m.id)",
+                &[&touched],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        self.erase_memories(c, &bare).await
+    }
+
+    /// Erases memories `ids` (any state) with their history; facts they
+    /// superseded no longer name them. Returns (facts, versions).
+    pub(crate) async fn erase_memories(
+        &self,
+        c: &impl GenericClient,
+        ids: &[i64],
+    ) -> Result<(usize, usize)> {
+        if ids.is_empty() {
+            return Ok((0, 0));
+        }
+        let versions = self
+            .exec(
+                c,
+                "DELETE FROM memory_history WHERE memory_id = ANY($1)",
+                &[&ids],
+            )
+            .await?;
+        self.exec(
+            c,
+            "UPDATE memories SET superseded_by = NULL WHERE superseded_by = ANY($1)",
+            &[&ids],
+        )
+        .await?;
+        let facts = self
+            .exec(c, "DELETE FROM memories WHERE id = ANY($1)", &[&ids])
+            .await?;
+        Ok((facts as usize, versions as usize))
+    }
+
+    /// A distilled fact's line (and search hit) names the turns it rests
+    /// on, as on `local`: one statement for all of `ranked`'s facts.
+    pub(crate) async fn name_sources(
+        &self,
+        c: &impl GenericClient,
+        ranked: &mut [Ranked],
+    ) -> Result<()> {
+        let facts: Vec<i64> = ranked
+            .iter()
+            .filter(|r| r.origin == Origin::Memory)
+            .filter_map(|r| parse_memory_citation(&r.citation))
+            .collect();
+        if facts.is_empty() {
+            return Ok(());
+        }
+        let sources: HashMap<i64, Vec<i64>> = self
+            .rows(
+                c,
+                "SELECT memory_id, array_agg(turn_id ORDER BY turn_id) FROM memory_sources
+                 WHERE memory_id = ANY($1) GROUP BY memory_id",
+                &[&facts],
+            )
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        for item in ranked.iter_mut().filter(|r| r.origin == Origin::Memory) {
+            let turns = parse_memory_citation(&item.citation).and_then(|id| sources.get(&id));
+            if let Some(turns) = turns {
+                item.text = cited_from(&item.text, turns);
+            }
+        }
+        Ok(())
+    }
+
+    async fn count_jobs(&self, c: &impl GenericClient, state: &str) -> Result<u64> {
+        let n: i64 = self
+            .row(
+                c,
+                "SELECT count(*) FROM distill_jobs WHERE state = $1",
+                &[&state],
+            )
+            .await?
+            .get(0);
+        Ok(n as u64)
+    }
+}
+
+#[async_trait]
+impl DistillQueue for PostgresBackend {
+    async fn next_jobs(&self, limit: usize, running: &[i64]) -> Result<Vec<DistillJob>> {
+        let client = self.client().await?;
+        let busy: Vec<(i64, String)> = self
+            .rows(
+                &client,
+                "SELECT scope_id, thread FROM distill_jobs WHERE id = ANY($1)",
+                &[&running],
+            )
+            .await?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let rows = self
+            .rows(
+                &client,
+                "SELECT j.id, j.scope_id, j.thread, j.first_turn, j.last_turn, j.attempts,
+                        s.user_id, s.peer
+                 FROM distill_jobs j JOIN scopes s ON s.id = j.scope_id
+                 WHERE j.state = 'queued' ORDER BY j.id LIMIT 256",
+                &[],
+            )
+            .await?;
+        let mut seen = busy;
+        let mut jobs = Vec::new();
+        for r in &rows {
+            if jobs.len() >= limit {
+                break;
+            }
+            let place: (i64, String) = (r.get(1), r.get(2));
+            if seen.contains(&place) {
+                continue;
+            }
+            let (first, last): (i64, i64) = (r.get(3), r.get(4));
+            let turns = self
+                .job_turns(&client, place.0, &place.1, first, last)
+                .await?;
+            let caller = ScopeKey {
+                user: r.get(6),
+                peer: r.get(7),
+            }
+            .caller()
+            .with_thread(place.1.as_str());
+            seen.push(place);
+            jobs.push(DistillJob {
+                id: r.get(0),
+                caller,
+                turns,
+                attempts: r.get::<_, i32>(5) as u32,
+                through: last,
+            });
+        }
+        Ok(jobs)
+    }
+
+    async fn related_facts(&self, job: &DistillJob, limit: usize) -> Result<Vec<Fact>> {
+        let mut query = String::new();
+        for turn in &job.turns {
+            query.extend(
+                turn.text
+                    .chars()
+                    .take(QUERY_CHARS.saturating_sub(query.len())),
+            );
+            query.push(' ');
+        }
+        if query.trim().is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut search = SearchQuery::new(query);
+        search.top_k = memgate_recall::ranked::candidate_pool(limit).clamp(1, MAX_SEARCH_TOP_K);
+        let ids: Vec<i64> = self
+            .search_hits(&job.caller, &search)
+            .await?
+            .iter()
+            .filter_map(|hit| parse_memory_citation(&hit.id))
+            .take(limit)
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let scope = Scope::of(&job.caller);
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT {FACT_COLUMNS} FROM memories
+             WHERE id = ANY($1) AND scope_id = (SELECT id FROM scopes WHERE user_id = $2 AND peer = $3)
+             AND state = 'active' AND superseded_by IS NULL"
+        );
+        let mut facts: Vec<Fact> = self
+            .rows(&client, &sql, &[&ids, &scope.user, &scope.peer])
+            .await?
+            .iter()
+            .map(fact_from_row)
+            .collect();
+        // In the ranking's order.
+        facts.sort_by_key(|f| {
+            parse_memory_citation(&f.id).and_then(|n| ids.iter().position(|i| *i == n))
+        });
+        Ok(facts)
+    }
+
+    async fn apply(&self, job: &DistillJob, operations: &[Operation]) -> Result<Applied> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| self.err(e))?;
+        let row = self
+            .row_opt(
+                &tx,
+                "SELECT scope_id, state, first_turn, last_turn FROM distill_jobs
+                 WHERE id = $1 FOR UPDATE",
+                &[&job.id],
+            )
+            .await?;
+        let mut applied = Applied::default();
+        // Done, gone, or moved past what was read (applied, then joined by
+        // newer turns): a replay.
+        let Some(row) =
+            row.filter(|r| r.get::<_, &str>(1) != "done" && r.get::<_, i64>(2) <= job.through)
+        else {
+            applied.replayed = true;
+            return Ok(applied);
+        };
+        let (scope_id, last_turn): (i64, i64) = (row.get(0), row.get(3));
+        for (i, operation) in operations.iter().enumerate() {
+            match operation {
+                Operation::Add(proposal) => {
+                    let checked = check_proposal(i, proposal, job, &self.redactor)?;
+                    if self.add_distilled(&tx, scope_id, job, &checked).await?.1 {
+                        applied.added += 1;
+                    } else {
+                        applied.already_present += 1;
+                    }
+                }
+                Operation::Supersede { fact, by } => {
+                    let old = self.supersedable(&tx, scope_id, i, fact).await?;
+                    let checked = check_proposal(i, by, job, &self.redactor)?;
+                    let (new, inserted) = self.add_distilled(&tx, scope_id, job, &checked).await?;
+                    if new == old {
+                        applied.already_present += 1;
+                        continue;
+                    }
+                    self.close(&tx, old, new, &checked.said_at).await?;
+                    applied.superseded += 1;
+                    if inserted {
+                        applied.added += 1;
+                    }
+                }
+            }
+        }
+        let now = now_rfc3339();
+        if last_turn > job.through {
+            // Turns joined the job while it ran: they stay queued.
+            let next = job.through + 1;
+            self.exec(
+                &tx,
+                "UPDATE distill_jobs SET first_turn = $2, attempts = 0, updated_at = $3
+                 WHERE id = $1",
+                &[&job.id, &next, &now],
+            )
+            .await?;
+        } else {
+            self.exec(
+                &tx,
+                "UPDATE distill_jobs SET state = 'done', reason = NULL, updated_at = $2
+                 WHERE id = $1",
+                &[&job.id, &now],
+            )
+            .await?;
+        }
+        tx.commit().await.map_err(|e| self.err(e))?;
+        Ok(applied)
+    }
+
+    async fn park(&self, job: i64, reason: &str) -> Result<()> {
+        let client = self.client().await?;
+        self.exec(
+            &client,
+            "UPDATE distill_jobs SET state = 'parked', reason = $2, attempts = attempts + 1,
+                                     updated_at = $3
+             WHERE id = $1 AND state = 'queued'",
+            &[&job, &reason, &now_rfc3339()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn attempt_failed(&self, job: i64, reason: &str) -> Result<()> {
+        let client = self.client().await?;
+        self.exec(
+            &client,
+            "UPDATE distill_jobs SET attempts = attempts + 1, reason = $2, updated_at = $3
+             WHERE id = $1 AND state = 'queued'",
+            &[&job, &reason, &now_rfc3339()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn record_usage(&self, day: &str, prompt: u64, completion: u64) -> Result<()> {
+        let client = self.client().await?;
+        self.exec(
+            &client,
+            "INSERT INTO distill_usage AS u (day, calls, prompt_tokens, completion_tokens)
+             VALUES ($1, 1, $2, $3)
+             ON CONFLICT (day) DO UPDATE SET calls = u.calls + 1,
+                 prompt_tokens = u.prompt_tokens + excluded.prompt_tokens,
+                 completion_tokens = u.completion_tokens + excluded.completion_tokens",
+            &[&day, &(prompt as i64), &(completion as i64)],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn tokens_used(&self, day: &str) -> Result<u64> {
+        let client = self.client().await?;
+        let n: i64 = self
+            .row(
+                &client,
+                "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0)::bigint
+                 FROM distill_usage WHERE day = $1",
+                &[&day],
+            )
+            .await?
+            .get(0);
+        Ok(n.max(0) as u64)
+    }
+
+    async fn parked_jobs(&self) -> Result<Vec<ParkedJob>> {
+        let client = self.client().await?;
+        Ok(self
+            .rows(
+                &client,
+                "SELECT j.id, j.thread, (SELECT count(*) FROM turns t WHERE t.scope_id = j.scope_id
+                        AND t.thread = j.thread AND t.id BETWEEN j.first_turn AND j.last_turn),
+                        j.attempts, coalesce(j.reason, ''), j.updated_at
+                 FROM distill_jobs j WHERE j.state = 'parked' ORDER BY j.id",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| ParkedJob {
+                id: r.get(0),
+                thread: r.get(1),
+                turns: r.get::<_, i64>(2) as usize,
+                attempts: r.get::<_, i32>(3) as u32,
+                reason: r.get(4),
+                parked_at: r.get(5),
+            })
+            .collect())
+    }
+
+    async fn retry_parked(&self, job: Option<i64>) -> Result<usize> {
+        let client = self.client().await?;
+        let n = self
+            .exec(
+                &client,
+                "UPDATE distill_jobs SET state = 'queued', attempts = 0, updated_at = $2
+                 WHERE state = 'parked' AND ($1::bigint IS NULL OR id = $1)",
+                &[&job, &now_rfc3339()],
+            )
+            .await?;
+        Ok(n as usize)
+    }
+
+    async fn queue_figures(&self, day: &str) -> Result<QueueFigures> {
+        let client = self.client().await?;
+        Ok(QueueFigures {
+            queued: self.count_jobs(&client, "queued").await?,
+            parked: self.count_jobs(&client, "parked").await?,
+            done: self.count_jobs(&client, "done").await?,
+            tokens_today: self.tokens_used(day).await?,
+        })
+    }
+
+    async fn queue_backfill(&self) -> Result<usize> {
+        self.backfill().await
+    }
+}
