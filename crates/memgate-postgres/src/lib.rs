@@ -21,7 +21,8 @@
 //! [`capture`], [`plan`] (which query terms are worth scoring), [`recall`],
 //! [`first_turn`] (the block without a query),
 //! [`vectors`] (pgvector: storage, indexer, nearest items),
-//! [`transfer`], [`forget`] (erasure), [`backend`].
+//! [`transfer`], [`forget`] (erasure), [`handoff`] (handoffs in flight),
+//! [`backend`].
 
 pub mod backend;
 pub mod capture;
@@ -29,6 +30,7 @@ pub mod config;
 pub mod facts;
 pub mod first_turn;
 pub mod forget;
+pub mod handoff;
 pub mod plan;
 pub mod pool;
 pub mod recall;

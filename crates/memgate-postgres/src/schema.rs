@@ -109,7 +109,24 @@ const MIGRATIONS: &[Migration] = &[
         name: "facts with provenance, time and confidence",
         sql: FACT_PROVENANCE,
     },
+    Migration {
+        name: "handoffs held until they expire",
+        sql: HANDOFFS,
+    },
 ];
+
+/// Migration 5: handoffs in flight ([`crate::handoff`]), shared by every
+/// replica; a row is one user's draft or prepared handoff, never memory.
+const HANDOFFS: &str = "
+CREATE TABLE handoffs (
+    id         text PRIMARY KEY,
+    user_id    text NOT NULL,
+    body       text NOT NULL,
+    expires_ms bigint NOT NULL
+);
+CREATE INDEX handoffs_by_user ON handoffs (user_id);
+CREATE INDEX handoffs_by_expiry ON handoffs (expires_ms);
+";
 
 /// Migration 4: facts carry where they came from (`origin`, the turns they
 /// rest on in `memory_sources`, their thread, when they were said), their
