@@ -26,6 +26,8 @@ pub enum Operation {
     Forget,
     /// The scopes a store holds (the memory browser's "who").
     Scopes,
+    /// What one scope holds, counted (the host's memory page).
+    Holdings,
     Warm,
     /// `memgate doctor`'s look at the backend's own state.
     Diagnose,
@@ -55,6 +57,7 @@ impl Operation {
             Self::Import => "import",
             Self::Forget => "forget",
             Self::Scopes => "stored_scopes",
+            Self::Holdings => "holdings",
             Self::Warm => "warm",
             Self::Diagnose => "diagnose",
             Self::HandoffPrepare => "handoff_prepare",

@@ -114,6 +114,7 @@ macro_rules! conformance_tests {
             search_filters_by_kind_before_the_cut_and_validates,
             scopes_are_isolated_by_user_and_peer,
             stored_scopes_list_users_and_agents_in_order,
+            holdings_count_what_the_export_holds,
             export_import_merges_and_never_duplicates,
             bad_import_names_the_entry_and_stores_nothing,
             concurrent_captures_of_one_thread_store_each_turn_once,

@@ -439,6 +439,10 @@ impl MemoryBackend for PostgresBackend {
 
     /// Ready once the server answers and the schema is current (migrating
     /// it if needed); a foreign or newer schema is an error.
+    async fn holdings(&self, caller: &Caller) -> Result<memgate_core::Holdings> {
+        self.count_holdings(caller).await
+    }
+
     async fn prepare_handoff(&self, caller: &Caller, content: &HandoffContent) -> Result<Handoff> {
         self.hold_handoff(caller, content).await
     }

@@ -353,6 +353,11 @@ impl MemoryBackend for LocalBackend {
         self.run(move |s| s.stored_scopes(limit)).await
     }
 
+    async fn holdings(&self, caller: &Caller) -> Result<memgate_core::Holdings> {
+        let caller = caller.clone();
+        self.run(move |s| s.holdings(&caller)).await
+    }
+
     /// The vector indexer's progress (`vectors` line), so an operator sees
     /// how much of the file hybrid recall covers and a pending model change.
     async fn diagnose(&self) -> Vec<Diagnostic> {
