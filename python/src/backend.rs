@@ -16,9 +16,9 @@ use memgate_core::intake::{
 use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::tool::call_remember;
 use memgate_core::{
-    Caller, CaptureKind, CaptureReport, FactPatch, ForgetTarget, KeepHiddenHook, KnownHead,
-    MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, RememberRequest, SearchQuery,
-    UserId, WarmStatus,
+    Caller, CaptureKind, CaptureReport, FactPatch, ForgetTarget, Holdings, KeepHiddenHook,
+    KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, RememberRequest,
+    SearchQuery, UserId, WarmStatus,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -688,27 +688,16 @@ impl Backend {
         agent: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let who = caller(user, agent, None);
-        let export = self.run(py, self.inner.export(&who))?;
-        let threads: std::collections::HashSet<&str> =
-            export.turns.iter().map(|t| t.thread.as_str()).collect();
-        let last_captured = export
-            .turns
-            .iter()
-            .filter_map(|t| t.captured_at.as_deref())
-            .max();
-        let last_changed = export
-            .facts
-            .iter()
-            .map(|f| f.updated_at.as_str())
-            .chain(last_captured)
-            .max();
-        let holdings = serde_json::json!({
-            "turns": export.turns.len(),
-            "threads": threads.len(),
-            "last_captured_at": last_captured,
-            "last_changed_at": last_changed,
-        });
-        convert::to_py(py, &holdings)
+        // The store counts when it can; a backend without the count (a
+        // server's memory) is counted from its export.
+        let counted = py.detach(|| runtime().block_on(self.inner.holdings(&who)));
+        let holdings = match counted {
+            Err(memgate_core::MemoryError::Unsupported { .. }) => {
+                Holdings::of_export(&self.run(py, self.inner.export(&who))?)
+            }
+            other => other.map_err(errors::to_py)?,
+        };
+        convert::serialize_to_py(py, &holdings)
     }
 
     /// Start-up health: `("ready", None)`, `("degraded", reason)` or

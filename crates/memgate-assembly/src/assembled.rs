@@ -500,6 +500,11 @@ impl MemoryBackend for AssembledBackend {
         .await
     }
 
+    async fn holdings(&self, caller: &Caller) -> Result<memgate_core::Holdings> {
+        self.run(Operation::Holdings, self.inner.holdings(caller))
+            .await
+    }
+
     async fn prepare_handoff(&self, caller: &Caller, content: &HandoffContent) -> Result<Handoff> {
         self.run(
             Operation::HandoffPrepare,

@@ -32,6 +32,8 @@ pub enum Operation {
     ListThreads,
     /// A page of one thread's turns.
     ReadThread,
+    /// What one scope holds, counted (the host's memory page).
+    Holdings,
     Warm,
     /// `memgate doctor`'s look at the backend's own state.
     Diagnose,
@@ -64,6 +66,7 @@ impl Operation {
             Self::FactHistory => "facts_history",
             Self::ListThreads => "threads_list",
             Self::ReadThread => "threads_read",
+            Self::Holdings => "holdings",
             Self::Warm => "warm",
             Self::Diagnose => "diagnose",
             Self::HandoffPrepare => "handoff_prepare",

@@ -849,3 +849,57 @@ pub async fn shutdown_refuses_new_work(s: &impl Subject) {
         MemoryError::Closed(_)
     ));
 }
+
+/// The holdings count what an export holds (turns, threads, the newest
+/// capture and change), a retirement counts as a change, and another
+/// user's scope is counted apart.
+pub async fn holdings_count_what_the_export_holds(s: &impl Subject) {
+    let b = s.fresh().await.backend;
+    let caller = alice();
+    assert_eq!(
+        b.holdings(&caller).await.unwrap(),
+        memgate_core::Holdings::default()
+    );
+    b.capture(&capture(&caller, "t-1", conversation("one", 4)))
+        .await
+        .unwrap();
+    b.capture(&capture(&caller, "t-2", conversation("two", 2)))
+        .await
+        .unwrap();
+    b.capture(&capture(&Caller::new("bob"), "t-9", conversation("bob", 3)))
+        .await
+        .unwrap();
+    let id = stored(&*b, &caller, "the deploy window is friday").await;
+    b.retire_fact(&caller, &id).await.unwrap();
+
+    let export = b.export(&caller).await.unwrap();
+    let threads: HashSet<&str> = export.turns.iter().map(|t| t.thread.as_str()).collect();
+    let last_captured = export
+        .turns
+        .iter()
+        .filter_map(|t| t.captured_at.clone())
+        .max();
+    let last_changed = export
+        .facts
+        .iter()
+        .map(|f| f.updated_at.clone())
+        .chain(last_captured.clone())
+        .max();
+    let held = b.holdings(&caller).await.unwrap();
+    assert_eq!(
+        held,
+        memgate_core::Holdings {
+            turns: export.turns.len() as u64,
+            threads: threads.len() as u64,
+            last_captured_at: last_captured,
+            last_changed_at: last_changed,
+        }
+    );
+    assert_eq!((held.turns, held.threads), (6, 2), "{held:?}");
+    let retired = b.get_fact(&caller, &id).await.unwrap().updated_at;
+    assert!(
+        held.last_changed_at.as_deref() >= Some(retired.as_str()),
+        "{held:?}"
+    );
+    assert_eq!(b.holdings(&Caller::new("bob")).await.unwrap().turns, 3);
+}

@@ -27,6 +27,7 @@ use std::sync::Arc;
 pub mod behaviour;
 pub mod first_turn;
 pub mod forget;
+pub mod handoff;
 pub mod hybrid;
 pub mod redaction;
 
@@ -115,6 +116,7 @@ macro_rules! conformance_tests {
             stored_scopes_list_users_and_agents_in_order,
             fact_history_lists_every_version_with_who_changed_it,
             threads_list_and_read_a_page_at_a_time,
+            holdings_count_what_the_export_holds,
             export_import_merges_and_never_duplicates,
             bad_import_names_the_entry_and_stores_nothing,
             concurrent_captures_of_one_thread_store_each_turn_once,
@@ -132,6 +134,12 @@ macro_rules! conformance_tests {
             forget_scope_erases_one_agent_and_leaves_the_rest,
             forget_user_erases_every_agent_of_that_user_only,
             forget_is_seen_by_another_handle,
+        );
+        $crate::conformance_tests!(@each [$(#[$attr])*] $subject; handoff;
+            a_handoff_goes_from_draft_to_a_committed_milestone_only_on_request,
+            another_user_cannot_read_continue_or_commit_a_handoff,
+            a_draft_cannot_be_continued_or_committed_and_secrets_are_not_held,
+            forgetting_a_user_drops_their_handoffs,
         );
         $crate::conformance_tests!(@each [$(#[$attr])*] $subject; hybrid;
             hybrid_recall_finds_what_shares_no_word_and_stays_in_its_scope,

@@ -47,6 +47,60 @@ pub struct StoredScope {
     pub agent: Option<String>,
 }
 
+/// What one scope holds, counted by the store instead of read whole (the
+/// host's memory page shows it on every visit).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Holdings {
+    /// Captured turns.
+    pub turns: u64,
+    /// Threads with at least one captured turn.
+    pub threads: u64,
+    /// RFC 3339, the newest turn's capture.
+    pub last_captured_at: Option<String>,
+    /// RFC 3339, the newest change of anything held: a capture, or a
+    /// fact's save, revision or retirement.
+    pub last_changed_at: Option<String>,
+}
+
+impl Holdings {
+    /// Counted from an export, for a backend without its own count.
+    pub fn of_export(export: &crate::MemoryExport) -> Self {
+        let threads: std::collections::HashSet<&str> =
+            export.turns.iter().map(|t| t.thread.as_str()).collect();
+        let last_captured_at = export
+            .turns
+            .iter()
+            .filter_map(|t| t.captured_at.clone())
+            .max();
+        let last_fact_change = export.facts.iter().map(|f| f.updated_at.clone()).max();
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        Self::counted(
+            count(export.turns.len()),
+            count(threads.len()),
+            last_captured_at,
+            last_fact_change,
+        )
+    }
+
+    /// From a store's counts; the last change is the later of the newest
+    /// capture and the newest fact change.
+    pub fn counted(
+        turns: i64,
+        threads: i64,
+        last_captured_at: Option<String>,
+        last_fact_change: Option<String>,
+    ) -> Self {
+        let last_changed_at = last_captured_at.clone().max(last_fact_change);
+        Self {
+            turns: u64::try_from(turns).unwrap_or(0),
+            threads: u64::try_from(threads).unwrap_or(0),
+            last_captured_at,
+            last_changed_at,
+        }
+    }
+}
+
 /// The result of a start-up health check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -266,6 +320,13 @@ pub trait MemoryBackend: Send + Sync + 'static {
     ) -> Result<ThreadTurns> {
         let _ = (caller, thread, page);
         Err(self.unsupported("read_thread"))
+    }
+
+    /// What the caller's scope holds, counted without reading it all.
+    /// Optional: a caller may fall back to counting an export.
+    async fn holdings(&self, caller: &Caller) -> Result<Holdings> {
+        let _ = caller;
+        Err(self.unsupported("holdings"))
     }
 
     /// Prepares a handoff draft of the caller's running task. Held

@@ -13,7 +13,7 @@
 //! retried blindly: `Unknown` means the milestone may have been stored.
 
 use crate::redaction::Redactor;
-use crate::remember::{normalize_text, Citation};
+use crate::remember::{normalize_text, Citation, RememberOutcome};
 use crate::{MemoryError, Result};
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,13 @@ use serde::{Deserialize, Serialize};
 pub const MAX_HANDOFF_FIELD_BYTES: usize = 4096;
 /// Upper bound of the items of one list field (progress, blockers, evidence).
 pub const MAX_HANDOFF_ITEMS: usize = 32;
+/// How long a store holds a handoff unless configured otherwise.
+pub const DEFAULT_HANDOFF_LIFETIME: std::time::Duration =
+    std::time::Duration::from_secs(24 * 60 * 60);
+/// `handoff_lifetime_secs`, the stores' setting: at least a minute (a
+/// receiver needs time to continue), at most 30 days (a handoff is
+/// temporary, never memory).
+pub const HANDOFF_LIFETIME_SECS: std::ops::RangeInclusive<u64> = 60..=30 * 24 * 60 * 60;
 /// The memory kind a committed handoff is stored under.
 pub const MILESTONE_KIND: &str = "task-outcome";
 
@@ -275,6 +282,76 @@ pub struct Handoff {
     pub milestone: Option<Citation>,
 }
 
+impl Handoff {
+    /// Replaces the draft's content (already redacted); only a draft.
+    pub fn correct(&mut self, content: HandoffContent) -> Result<()> {
+        self.require(&[HandoffStage::Draft], "corrected")?;
+        self.content = content;
+        self.revision += 1;
+        Ok(())
+    }
+
+    /// Freezes the draft into what a receiver continues from.
+    pub fn finalize(&mut self) -> Result<()> {
+        self.require(&[HandoffStage::Draft], "finalized")?;
+        self.stage = HandoffStage::Prepared;
+        Ok(())
+    }
+
+    /// What a receiving task gets; only once finalized (a draft may still change).
+    pub fn continuation(&self) -> Result<Continuation> {
+        self.require(
+            &[HandoffStage::Prepared, HandoffStage::Acknowledged],
+            "continued",
+        )?;
+        Ok(Continuation {
+            block: continuation_block(self),
+            handoff: self.clone(),
+        })
+    }
+
+    /// Records the receiver's answer; only to a prepared handoff.
+    pub fn acknowledge(&mut self, acknowledgement: &Acknowledgement) -> Result<()> {
+        self.require(&[HandoffStage::Prepared], "acknowledged")?;
+        self.stage = HandoffStage::Acknowledged;
+        self.acknowledgement = Some(acknowledgement.clone());
+        Ok(())
+    }
+
+    /// The content to commit, or the milestone already stored for it, so a
+    /// second commit stores nothing new.
+    pub fn to_commit(&self) -> Result<std::result::Result<HandoffContent, Citation>> {
+        if let Some(done) = &self.milestone {
+            return Ok(Err(done.clone()));
+        }
+        self.require(
+            &[HandoffStage::Prepared, HandoffStage::Acknowledged],
+            "committed",
+        )?;
+        Ok(Ok(self.content.clone()))
+    }
+
+    /// Marks the handoff committed as `milestone`.
+    pub fn committed(&mut self, milestone: Citation) {
+        self.stage = HandoffStage::Committed;
+        self.milestone = Some(milestone);
+    }
+
+    /// A step taken at the wrong stage is a conflict that names both.
+    fn require(&self, stages: &[HandoffStage], step: &str) -> Result<()> {
+        if stages.contains(&self.stage) {
+            return Ok(());
+        }
+        let allowed: Vec<&str> = stages.iter().map(|s| s.as_str()).collect();
+        Err(MemoryError::Conflict(format!(
+            "handoff {} is {}; only a {} handoff can be {step}",
+            self.id,
+            self.stage.as_str(),
+            allowed.join(" or ")
+        )))
+    }
+}
+
 /// What a receiving task gets: the prepared handoff and the block its first
 /// turn carries.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -299,6 +376,24 @@ pub enum CommitOutcome {
 }
 
 impl CommitOutcome {
+    /// The commit's outcome from the outcome of remembering its milestone:
+    /// an identical memory already stored counts as stored, one the store
+    /// cannot name is unknown (never an invented citation).
+    pub fn of_milestone(remembered: RememberOutcome) -> Self {
+        match remembered {
+            RememberOutcome::Stored { citation }
+            | RememberOutcome::AlreadyPresent {
+                citation: Some(citation),
+                ..
+            } => Self::Stored { citation },
+            RememberOutcome::AlreadyPresent { citation: None, .. } => Self::Unknown {
+                reason: "the store found an identical memory but named none".to_owned(),
+            },
+            RememberOutcome::Unknown { reason } => Self::Unknown { reason },
+            RememberOutcome::Failed { reason } => Self::Failed { reason },
+        }
+    }
+
     /// A short sentence for the user or the model.
     pub fn describe(&self) -> String {
         match self {

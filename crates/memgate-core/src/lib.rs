@@ -62,7 +62,7 @@ pub mod tool;
 pub mod work;
 
 pub use backend::{
-    Capabilities, Diagnostic, Figure, FigureKind, MemoryBackend, StoredScope, WarmStatus,
+    Capabilities, Diagnostic, Figure, FigureKind, Holdings, MemoryBackend, StoredScope, WarmStatus,
 };
 pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook, KnownHead};
 pub use error::{MemoryError, Result, WireError};

@@ -16,10 +16,11 @@ use crate::vectors::Vectors;
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object, Pool};
 use memgate_core::{
-    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact,
-    FactPatch, ForgetReport, ForgetTarget, ImportReport, KeepHiddenHook, MemoryBackend,
-    MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result,
-    SearchHit, SearchQuery, StoredScope, WarmStatus,
+    Acknowledgement, BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest,
+    CommitOutcome, Continuation, Diagnostic, Fact, FactPatch, ForgetReport, ForgetTarget, Handoff,
+    HandoffContent, ImportReport, KeepHiddenHook, MemoryBackend, MemoryError, MemoryExport, Recall,
+    RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, StoredScope,
+    WarmStatus,
 };
 use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_embed::Embedder;
@@ -474,6 +475,49 @@ impl MemoryBackend for PostgresBackend {
 
     /// Ready once the server answers and the schema is current (migrating
     /// it if needed); a foreign or newer schema is an error.
+    async fn holdings(&self, caller: &Caller) -> Result<memgate_core::Holdings> {
+        self.count_holdings(caller).await
+    }
+
+    async fn prepare_handoff(&self, caller: &Caller, content: &HandoffContent) -> Result<Handoff> {
+        self.hold_handoff(caller, content).await
+    }
+
+    async fn get_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.held_handoff(caller, id).await
+    }
+
+    async fn correct_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        content: &HandoffContent,
+    ) -> Result<Handoff> {
+        self.correct_held_handoff(caller, id, content).await
+    }
+
+    async fn finalize_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.change_handoff(caller, id, Handoff::finalize).await
+    }
+
+    async fn continue_handoff(&self, caller: &Caller, id: &str) -> Result<Continuation> {
+        self.continue_held_handoff(caller, id).await
+    }
+
+    async fn acknowledge_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        acknowledgement: &Acknowledgement,
+    ) -> Result<Handoff> {
+        self.acknowledge_held_handoff(caller, id, acknowledgement)
+            .await
+    }
+
+    async fn commit_handoff(&self, caller: &Caller, id: &str) -> Result<CommitOutcome> {
+        self.commit_held_handoff(caller, id).await
+    }
+
     async fn warm(&self) -> Result<WarmStatus> {
         let client = self.client().await?;
         client

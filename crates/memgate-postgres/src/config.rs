@@ -18,6 +18,7 @@
 //! The DSN's password is never echoed: errors name the key and the rule, and
 //! `Debug` shows `dsn: <redacted>`.
 
+use memgate_core::handoff::{DEFAULT_HANDOFF_LIFETIME, HANDOFF_LIFETIME_SECS};
 use memgate_core::{BackendContext, MemoryError, Result};
 use memgate_embed::EmbedderSettings;
 use memgate_recall::settings::{RecallSettings, RECALL_KEYS};
@@ -42,6 +43,7 @@ const OWN_KEYS: &[&str] = &[
     "statement_timeout_ms",
     "connect_timeout_ms",
     "tls_ca_file",
+    "handoff_lifetime_secs",
     // Injected by the factory for every backend; unused here.
     "storage_path",
 ];
@@ -60,6 +62,8 @@ pub struct PostgresConfig {
     /// True when the connection must use TLS (`sslmode=require`).
     pub tls: bool,
     pub tls_ca_file: Option<PathBuf>,
+    /// How long a handoff is held before it is gone (`handoff_lifetime_secs`).
+    pub handoff_lifetime: Duration,
     /// Recall settings, with `local`'s defaults and rules.
     pub recall: RecallSettings,
     /// The embedder of hybrid recall; `None` keeps recall lexical.
@@ -77,6 +81,7 @@ impl fmt::Debug for PostgresConfig {
             .field("statement_timeout", &self.statement_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("tls", &self.tls)
+            .field("handoff_lifetime", &self.handoff_lifetime)
             .field("recall", &self.recall)
             .field("embedder", &self.embedder)
             .finish()
@@ -246,6 +251,14 @@ impl PostgresConfig {
             )?),
         };
         let tls_ca_file = string_setting(config, "tls_ca_file")?.map(PathBuf::from);
+        let handoff_lifetime = match config.get("handoff_lifetime_secs") {
+            None => DEFAULT_HANDOFF_LIFETIME,
+            Some(_) => Duration::from_secs(integer_in(
+                config,
+                "handoff_lifetime_secs",
+                HANDOFF_LIFETIME_SECS,
+            )?),
+        };
         Ok(Self {
             connection,
             password,
@@ -255,6 +268,7 @@ impl PostgresConfig {
             connect_timeout,
             tls,
             tls_ca_file,
+            handoff_lifetime,
             recall,
             embedder: None,
         })

@@ -58,6 +58,13 @@ impl PostgresBackend {
                 report.versions += erased.versions;
                 report.turns += erased.turns;
             }
+            // Handoffs in flight carry the user's task too.
+            self.exec(
+                &tx,
+                "DELETE FROM handoffs WHERE user_id = $1",
+                &[&scope.user],
+            )
+            .await?;
         } else {
             let found = self
                 .row_opt(

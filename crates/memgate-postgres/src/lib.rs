@@ -22,7 +22,8 @@
 //! [`first_turn`] (the block without a query),
 //! [`vectors`] (pgvector: storage, indexer, nearest items),
 //! [`transfer`], [`forget`] (erasure), [`distill`] (the distillation
-//! queue and the transaction that applies a job), [`backend`].
+//! queue and the transaction that applies a job), [`handoff`] (handoffs in
+//! flight), [`backend`].
 
 pub mod backend;
 pub mod capture;
@@ -31,6 +32,7 @@ pub mod distill;
 pub mod facts;
 pub mod first_turn;
 pub mod forget;
+pub mod handoff;
 pub mod plan;
 pub mod pool;
 pub mod recall;

@@ -113,6 +113,10 @@ const MIGRATIONS: &[Migration] = &[
         name: "the distillation queue and the endpoint's token usage",
         sql: DISTILL_QUEUE,
     },
+    Migration {
+        name: "handoffs held until they expire",
+        sql: HANDOFFS,
+    },
 ];
 
 /// Migration 5: `distill_jobs` is the durable distillation queue, one row
@@ -142,6 +146,19 @@ CREATE TABLE distill_usage (
     prompt_tokens     bigint NOT NULL,
     completion_tokens bigint NOT NULL
 );
+";
+
+/// Migration 6: handoffs in flight ([`crate::handoff`]), shared by every
+/// replica; a row is one user's draft or prepared handoff, never memory.
+const HANDOFFS: &str = "
+CREATE TABLE handoffs (
+    id         text PRIMARY KEY,
+    user_id    text NOT NULL,
+    body       text NOT NULL,
+    expires_ms bigint NOT NULL
+);
+CREATE INDEX handoffs_by_user ON handoffs (user_id);
+CREATE INDEX handoffs_by_expiry ON handoffs (expires_ms);
 ";
 
 /// Migration 4: facts carry where they came from (`origin`, the turns they

@@ -10,7 +10,7 @@ use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
 use crate::facts::{fact_from_row, state_name, FACT_COLUMNS};
 use memgate_core::facts::{ExportedTurn, NewFact};
 use memgate_core::{
-    Caller, FactState, ImportReport, MemoryError, MemoryExport, RememberRequest, Result,
+    Caller, FactState, Holdings, ImportReport, MemoryError, MemoryExport, RememberRequest, Result,
     StoredScope,
 };
 use memgate_recall::turns::NewTurn;
@@ -52,6 +52,31 @@ impl PostgresBackend {
     }
 
     /// Everything the caller's scope holds, in storage order.
+    /// What the caller's scope holds, counted by the database (one
+    /// statement, so one snapshot) instead of exported.
+    pub(crate) async fn count_holdings(&self, caller: &Caller) -> Result<Holdings> {
+        let scope = Scope::of(caller);
+        let client = self.client().await?;
+        let row = self
+            .row(
+                &client,
+                &format!(
+                    "SELECT (SELECT count(*) FROM turns WHERE scope_id = {SCOPE_ID}),
+                            (SELECT count(DISTINCT thread) FROM turns WHERE scope_id = {SCOPE_ID}),
+                            (SELECT max(captured_at) FROM turns WHERE scope_id = {SCOPE_ID}),
+                            (SELECT max(updated_at) FROM memories WHERE scope_id = {SCOPE_ID})"
+                ),
+                &[&scope.user, &scope.peer],
+            )
+            .await?;
+        Ok(Holdings::counted(
+            row.get(0),
+            row.get(1),
+            row.get(2),
+            row.get(3),
+        ))
+    }
+
     pub(crate) async fn export_scope(&self, caller: &Caller) -> Result<MemoryExport> {
         let scope = Scope::of(caller);
         let mut client = self.client().await?;

@@ -81,3 +81,11 @@ memgate_conformance::conformance_tests!(
     Postgres,
     #[ignore = "real server: PostgreSQL (testkit/postgres-up; hybrid: testkit/postgres-up --pgvector)"]
 );
+
+/// Replicas share one database, so a handoff prepared on one is continued
+/// and committed on another (`local` holds handoffs per process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn a_handoff_is_continued_through_another_handle() {
+    memgate_conformance::handoff::a_handoff_is_continued_through_another_handle(&Postgres).await;
+}

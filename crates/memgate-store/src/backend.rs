@@ -16,7 +16,7 @@
 
 use crate::capture::Streamed;
 use crate::config::{LocalConfig, ResolvedConfig};
-use crate::handoff::{HandoffDesk, DEFAULT_HANDOFF_LIFETIME};
+use crate::handoff::HandoffDesk;
 use crate::store::MemoryStore;
 use crate::vectors::ModelState;
 use async_trait::async_trait;
@@ -174,16 +174,17 @@ impl LocalBackend {
             .config()
             .max_turn_age
             .map(|_| Arc::new(Retention::start(&store, RETENTION_SWEEP_INTERVAL)));
+        let handoffs = Arc::new(HandoffDesk::new(store.config().handoff_lifetime));
         Self {
             store,
             work: WorkTracker::new(),
             slots: Arc::new(Semaphore::new(MAX_CONCURRENT_WORK)),
             retention,
-            handoffs: Arc::new(HandoffDesk::new(DEFAULT_HANDOFF_LIFETIME)),
+            handoffs,
         }
     }
 
-    /// Holds handoffs for `lifetime` instead of the default day.
+    /// Holds handoffs for `lifetime` instead of the configured one (tests).
     pub fn with_handoff_lifetime(mut self, lifetime: Duration) -> Self {
         self.handoffs = Arc::new(HandoffDesk::new(lifetime));
         self
@@ -318,6 +319,10 @@ impl MemoryBackend for LocalBackend {
     }
 
     async fn forget(&self, caller: &Caller, target: &ForgetTarget) -> Result<ForgetReport> {
+        if *target == ForgetTarget::User {
+            // Handoffs in flight carry the user's task too.
+            self.handoffs.forget_user(caller.user.as_str());
+        }
         let (caller, target) = (caller.clone(), target.clone());
         self.run(move |s| s.forget(&caller, &target)).await
     }
@@ -345,6 +350,11 @@ impl MemoryBackend for LocalBackend {
         let (caller, thread) = (caller.clone(), thread.to_owned());
         self.run(move |s| s.read_thread(&caller, &thread, page))
             .await
+    }
+
+    async fn holdings(&self, caller: &Caller) -> Result<memgate_core::Holdings> {
+        let caller = caller.clone();
+        self.run(move |s| s.holdings(&caller)).await
     }
 
     /// The vector indexer's progress (`vectors` line), so an operator sees
@@ -415,21 +425,11 @@ impl MemoryBackend for LocalBackend {
         };
         let (who, remembered) = (caller.clone(), request);
         let outcome = self.run(move |s| s.remember(&who, &remembered)).await?;
-        Ok(match outcome {
-            RememberOutcome::Stored { citation }
-            | RememberOutcome::AlreadyPresent {
-                citation: Some(citation),
-                ..
-            } => {
-                self.handoffs.committed(caller, id, citation.clone());
-                CommitOutcome::Stored { citation }
-            }
-            RememberOutcome::AlreadyPresent { citation: None, .. } => CommitOutcome::Unknown {
-                reason: "the store found an identical memory but named none".to_owned(),
-            },
-            RememberOutcome::Unknown { reason } => CommitOutcome::Unknown { reason },
-            RememberOutcome::Failed { reason } => CommitOutcome::Failed { reason },
-        })
+        let outcome = CommitOutcome::of_milestone(outcome);
+        if let CommitOutcome::Stored { citation } = &outcome {
+            self.handoffs.committed(caller, id, citation.clone());
+        }
+        Ok(outcome)
     }
 
     async fn warm(&self) -> Result<WarmStatus> {

@@ -28,6 +28,7 @@
 //! typo never silently falls back to a default. Values are never echoed.
 
 use memgate_core::distill::QueueLimits;
+use memgate_core::handoff::{DEFAULT_HANDOFF_LIFETIME, HANDOFF_LIFETIME_SECS};
 use memgate_core::redaction::{redactor_from_config, Redactor};
 use memgate_core::setup::integer_setting;
 use memgate_core::{BackendContext, MemoryError, Result};
@@ -57,6 +58,7 @@ const KNOWN_KEYS: &[&str] = &[
     "redaction",
     "max_turn_age_days",
     "embedder",
+    "handoff_lifetime_secs",
 ];
 
 /// Validated settings of the local store.
@@ -72,6 +74,8 @@ pub struct LocalConfig {
     pub max_turn_age: Option<Duration>,
     /// The embedder of hybrid recall; `None` keeps recall lexical.
     pub embedder: Option<EmbedderSettings>,
+    /// How long a handoff is held before it is gone (`handoff_lifetime_secs`).
+    pub handoff_lifetime: Duration,
     /// Distillation jobs are queued with captures (`memory.distill` on).
     #[serde(skip)]
     pub distill: Option<QueueLimits>,
@@ -84,6 +88,7 @@ impl Default for LocalConfig {
             busy_timeout: Duration::from_millis(5_000),
             max_turn_age: None,
             embedder: None,
+            handoff_lifetime: DEFAULT_HANDOFF_LIFETIME,
             distill: None,
         }
     }
@@ -138,6 +143,13 @@ impl LocalConfig {
         if let Some(v) = config.get("embedder").filter(|v| !v.is_null()) {
             settings.embedder = Some(EmbedderSettings::parse(v)?);
         }
+        if let Some(v) = config.get("handoff_lifetime_secs") {
+            settings.handoff_lifetime = Duration::from_secs(integer_setting(
+                v,
+                "handoff_lifetime_secs",
+                HANDOFF_LIFETIME_SECS,
+            )?);
+        }
         if let Some(v) = config.get("max_turn_age_days") {
             settings.max_turn_age =
                 Some(DAY * integer_setting(v, "max_turn_age_days", MAX_TURN_AGE_DAYS)? as u32);
@@ -162,6 +174,24 @@ mod tests {
     fn parse(v: Value) -> Result<ResolvedConfig> {
         let map = v.as_object().cloned().unwrap();
         LocalConfig::from_backend_config(&map, &BackendContext::new("/srv/memgate"))
+    }
+
+    #[test]
+    fn the_handoff_lifetime_key_is_validated_by_name() {
+        let r = parse(json!({"handoff_lifetime_secs": 3600})).unwrap();
+        assert_eq!(r.settings.handoff_lifetime, Duration::from_secs(3600));
+        assert_eq!(
+            parse(json!({})).unwrap().settings.handoff_lifetime,
+            DEFAULT_HANDOFF_LIFETIME
+        );
+        for bad in [json!(59), json!(2_592_001), json!("1h"), json!(-5)] {
+            let e = parse(json!({ "handoff_lifetime_secs": bad })).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "backend_config.handoff_lifetime_secs must be an integer between 60 and 2592000",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

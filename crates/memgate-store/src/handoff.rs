@@ -8,7 +8,6 @@
 //! both are decided here before any database access. Another thread or
 //! agent of the same user may continue it: that is what a handoff is for.
 
-use memgate_core::handoff::continuation_block;
 use memgate_core::time::format_unix_millis;
 use memgate_core::{
     Acknowledgement, Caller, Citation, Continuation, Handoff, HandoffContent, HandoffStage,
@@ -21,8 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How long a handoff is held by default.
-pub const DEFAULT_HANDOFF_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
+pub use memgate_core::handoff::DEFAULT_HANDOFF_LIFETIME;
 /// The most open handoffs one user may hold, so no caller can grow the
 /// desk without bound.
 pub const MAX_HANDOFFS_PER_USER: usize = 64;
@@ -133,33 +131,20 @@ impl HandoffDesk {
 
     pub fn correct(&self, caller: &Caller, id: &str, content: HandoffContent) -> Result<Handoff> {
         self.with_own(caller, id, |h| {
-            require(h, &[HandoffStage::Draft], "corrected")?;
-            h.content = content;
-            h.revision += 1;
+            h.correct(content)?;
             Ok(h.clone())
         })
     }
 
     pub fn finalize(&self, caller: &Caller, id: &str) -> Result<Handoff> {
         self.with_own(caller, id, |h| {
-            require(h, &[HandoffStage::Draft], "finalized")?;
-            h.stage = HandoffStage::Prepared;
+            h.finalize()?;
             Ok(h.clone())
         })
     }
 
     pub fn continue_from(&self, caller: &Caller, id: &str) -> Result<Continuation> {
-        self.with_own(caller, id, |h| {
-            require(
-                h,
-                &[HandoffStage::Prepared, HandoffStage::Acknowledged],
-                "continued",
-            )?;
-            Ok(Continuation {
-                block: continuation_block(h),
-                handoff: h.clone(),
-            })
-        })
+        self.with_own(caller, id, |h| h.continuation())
     }
 
     pub fn acknowledge(
@@ -169,48 +154,27 @@ impl HandoffDesk {
         acknowledgement: &Acknowledgement,
     ) -> Result<Handoff> {
         self.with_own(caller, id, |h| {
-            require(h, &[HandoffStage::Prepared], "acknowledged")?;
-            h.stage = HandoffStage::Acknowledged;
-            h.acknowledgement = Some(acknowledgement.clone());
+            h.acknowledge(acknowledgement)?;
             Ok(h.clone())
         })
     }
 
     /// The content to commit, or the milestone already stored for it.
     pub fn to_commit(&self, caller: &Caller, id: &str) -> Result<Result<HandoffContent, Citation>> {
-        self.with_own(caller, id, |h| {
-            if let Some(done) = &h.milestone {
-                return Ok(Err(done.clone()));
-            }
-            require(
-                h,
-                &[HandoffStage::Prepared, HandoffStage::Acknowledged],
-                "committed",
-            )?;
-            Ok(Ok(h.content.clone()))
-        })
+        self.with_own(caller, id, |h| h.to_commit())
     }
 
     /// Marks the handoff committed as `milestone` (if it is still held).
     pub fn committed(&self, caller: &Caller, id: &str, milestone: Citation) {
         let _ = self.with_own(caller, id, |h| {
-            h.stage = HandoffStage::Committed;
-            h.milestone = Some(milestone);
+            h.committed(milestone);
             Ok(())
         });
     }
-}
 
-/// A step taken at the wrong stage is a conflict that names both.
-fn require(h: &Handoff, stages: &[HandoffStage], step: &str) -> Result<()> {
-    if stages.contains(&h.stage) {
-        return Ok(());
+    /// Drops every handoff `user` holds (the user's erasure).
+    pub fn forget_user(&self, user: &str) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.retain(|_, h| h.owner != user);
     }
-    let allowed: Vec<&str> = stages.iter().map(|s| s.as_str()).collect();
-    Err(MemoryError::Conflict(format!(
-        "handoff {} is {}; only a {} handoff can be {step}",
-        h.id,
-        h.stage.as_str(),
-        allowed.join(" or ")
-    )))
 }

@@ -441,6 +441,12 @@ impl MemoryStore {
         self.db.read(|conn| transfer::export(conn, &key))
     }
 
+    /// What the caller's scope holds, counted without reading it.
+    pub fn holdings(&self, caller: &Caller) -> Result<memgate_core::Holdings> {
+        let key = ScopeKey::of(caller);
+        self.db.read(|conn| transfer::holdings(conn, &key))
+    }
+
     /// Merges an export into the caller's scope in one transaction; nothing
     /// is written unless every entry is valid.
     pub fn import(&self, caller: &Caller, data: &MemoryExport) -> Result<ImportReport> {

@@ -20,8 +20,8 @@ use crate::index::IndexWrites;
 use crate::scope::ScopeRow;
 use memgate_core::facts::{check_confidence, ChangedBy, ExportedTurn, FactOrigin, NewFact};
 use memgate_core::{
-    FactState, ImportReport, MemoryError, MemoryExport, Redactor, RememberRequest, Result,
-    StoredScope,
+    FactState, Holdings, ImportReport, MemoryError, MemoryExport, Redactor, RememberRequest,
+    Result, StoredScope,
 };
 use memgate_recall::salience::SpeakerNames;
 use memgate_recall::scope::ScopeKey;
@@ -118,6 +118,34 @@ pub(crate) fn export(conn: &Connection, key: &ScopeKey) -> Result<MemoryExport> 
         })
         .map_err(db_error)?;
     Ok(MemoryExport::new(facts, turns))
+}
+
+/// What the scope holds, counted by SQLite: the export's figures without
+/// reading a single text.
+pub(crate) fn holdings(conn: &Connection, key: &ScopeKey) -> Result<Holdings> {
+    let Some(scope) = key.find(conn)? else {
+        return Ok(Holdings::default());
+    };
+    let (turns, threads, last_captured_at) = conn
+        .prepare_cached(
+            "SELECT count(*), count(DISTINCT thread), max(captured_at) FROM turns WHERE scope_id = ?1",
+        )
+        .and_then(|mut s| {
+            s.query_row([scope], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, Option<String>>(2)?))
+            })
+        })
+        .map_err(db_error)?;
+    let last_fact: Option<String> = conn
+        .prepare_cached("SELECT max(updated_at) FROM memories WHERE scope_id = ?1")
+        .and_then(|mut s| s.query_row([scope], |r| r.get(0)))
+        .map_err(db_error)?;
+    Ok(Holdings::counted(
+        turns,
+        threads,
+        last_captured_at,
+        last_fact,
+    ))
 }
 
 /// Validates every entry of `data` and redacts its texts with `redactor`;

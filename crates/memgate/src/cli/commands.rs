@@ -313,6 +313,7 @@ async fn operate(backend: &dyn MemoryBackend, caller: Caller, command: Command) 
         }
         Command::Facts { action } => facts(backend, &caller, action).await?,
         Command::Forget { what } => forget(backend, caller, what).await?,
+        Command::Handoff { step } => super::handoff::run(backend, caller, step).await?,
         _ => unreachable!("handled in run()"),
     }
     Ok(())

@@ -4,6 +4,7 @@ mod chat;
 mod commands;
 mod distill;
 mod error;
+mod handoff;
 #[cfg(feature = "lab")]
 mod lab;
 mod migrate;
@@ -107,6 +108,12 @@ enum Command {
     Forget {
         #[command(subcommand)]
         what: ForgetCommand,
+    },
+    /// Hand a running task to another thread: prepare, show, correct,
+    /// finalize, continue, acknowledge, commit (`postgres`, or `--url`).
+    Handoff {
+        #[command(subcommand)]
+        step: handoff::HandoffCommand,
     },
     /// Check configuration.
     Config {
