@@ -12,8 +12,9 @@
 //! (MiniLM), then the HNSW index is built (time and size printed). Each
 //! question (category 5 left out) is embedded by the query path recall
 //! uses and answered by the backend's own nearest-items statement twice:
-//! exactly (index scans off) and through the index (scans priced out, since
-//! at this size the planner would rightly scan), at each `ef_search`.
+//! exactly (index scans off) and through the index (scans and sorts priced
+//! out, since at this size the planner would rightly scan; the plan is
+//! printed), at each `ef_search`.
 //! Printed: recall@10 and recall@50 (50 is hybrid recall's dense pool at
 //! top-k 10) of the approximate lists against the exact ones, and the
 //! statement's p50/p99 from here. The schema is dropped at the end.
@@ -61,7 +62,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// `|approximate ∩ exact| / |exact|` over the first `k` of each.
 fn overlap(approximate: &[i64], exact: &[i64], k: usize) -> f64 {
     let exact: HashSet<i64> = exact.iter().take(k).copied().collect();
-    let found = approximate.iter().take(k).filter(|i| exact.contains(i)).count();
+    let found = approximate
+        .iter()
+        .take(k)
+        .filter(|i| exact.contains(i))
+        .count();
     found as f64 / exact.len().max(1) as f64
 }
 
@@ -101,7 +106,8 @@ async fn main() {
     let started = Instant::now();
     let embedded = backend.index_all_vectors(64).await.unwrap();
     println!(
-        "{embedded} turns of {} sessions embedded in {:.1}s",
+        "{} sessions captured; the last {embedded} turns embedded in {:.1}s \
+         (the background indexer embedded the rest meanwhile)",
         sessions.len(),
         started.elapsed().as_secs_f64()
     );
@@ -131,10 +137,7 @@ async fn main() {
     let (user, peer): (String, String) = (scope.get(0), scope.get(1));
     let key = memgate_recall::vectors::vector_key(embedder.model());
     let dims = embedder.embed_query("dimension").unwrap().len() as i32;
-    let statement = client
-        .prepare(&hnsw_nearest_sql(&key, dims))
-        .await
-        .unwrap();
+    let statement = client.prepare(&hnsw_nearest_sql(&key, dims)).await.unwrap();
     let queries: Vec<Vec<f32>> = questions
         .iter()
         .map(|q| embedder.embed_query(q).unwrap())
@@ -170,15 +173,31 @@ async fn main() {
     let exact = run("exact scan".to_owned()).await;
     client
         .batch_execute(
-            "RESET enable_indexscan; SET enable_seqscan = off; SET enable_bitmapscan = off",
+            "RESET enable_indexscan; SET enable_seqscan = off; SET enable_bitmapscan = off;
+             SET enable_sort = off",
         )
         .await
         .unwrap();
     println!(
         "{} questions, {} vectors of {dims} dimensions",
         queries.len(),
-        embedded
+        backend.vector_progress().await.unwrap().embedded
     );
+    // Which index serves the approximate run (the scope's btree would
+    // also avoid the scan, and then nothing approximate would be measured).
+    let plan = client
+        .query(
+            &format!("EXPLAIN {}", hnsw_nearest_sql(&key, dims)),
+            &[&user, &peer, &VectorParam(&queries[0]), &key, &50_i64],
+        )
+        .await
+        .unwrap();
+    let scan: Vec<String> = plan
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .filter(|l| l.contains("Scan"))
+        .collect();
+    println!("approximate plan: {}", scan.join(" | ").trim());
     for ef in efs {
         client
             .batch_execute(&format!("SET hnsw.ef_search = {ef}"))

@@ -148,8 +148,11 @@ pub(crate) async fn state(
     let name = index_name(key, dims);
     let progress = c
         .query_opt(
-            "SELECT p.phase, coalesce(nullif(p.tuples_done, 0), p.blocks_done),
-                    coalesce(nullif(p.tuples_total, 0), p.blocks_total)
+            // Tuples once their total is known, else blocks (pgvector's
+            // loading phase counts blocks).
+            "SELECT p.phase,
+                    CASE WHEN p.tuples_total > 0 THEN p.tuples_done ELSE p.blocks_done END,
+                    CASE WHEN p.tuples_total > 0 THEN p.tuples_total ELSE p.blocks_total END
              FROM pg_stat_progress_create_index p
              JOIN pg_class c ON c.oid = p.index_relid
              JOIN pg_namespace n ON n.oid = c.relnamespace
