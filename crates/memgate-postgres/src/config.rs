@@ -35,8 +35,9 @@ const POOL_SIZE: RangeInclusive<u64> = 1..=64;
 const STATEMENT_TIMEOUT_MS: RangeInclusive<u64> = 100..=600_000;
 const CONNECT_TIMEOUT_MS: RangeInclusive<u64> = 100..=60_000;
 const HNSW_EF_SEARCH: RangeInclusive<u64> = 10..=1_000;
-/// `hnsw_ef_search` unless set: recall@10 against the exact scan was 0.99+
-/// on MiniLM vectors of LoCoMo text here (`docs/design/hnsw.md`).
+/// `hnsw_ef_search` unless set: the nearest-items statement asks the index
+/// for 100 candidates, which one graph search then yields
+/// (`docs/design/hnsw.md`).
 pub const DEFAULT_EF_SEARCH: u64 = 100;
 /// Hybrid recall's embedder: `local`'s key and rules.
 const EMBEDDER_KEY: &str = "embedder";
