@@ -141,14 +141,7 @@ macro_rules! conformance_tests {
             a_draft_cannot_be_continued_or_committed_and_secrets_are_not_held,
             forgetting_a_user_drops_their_handoffs,
         );
-        $crate::conformance_tests!(@each [$(#[$attr])*] $subject; hybrid;
-            hybrid_recall_finds_what_shares_no_word_and_stays_in_its_scope,
-            hybrid_recall_prefers_the_speaker_a_question_names,
-            hybrid_vectors_follow_revise_and_retire,
-            hybrid_forget_erases_the_vectors_of_what_is_forgotten,
-            hybrid_model_change_keeps_recall_lexical_until_reembed,
-            hybrid_embedder_failure_falls_back_to_full_text,
-        );
+        $crate::hybrid_conformance_tests!($subject $(, #[$attr])*);
         $crate::conformance_tests!(@each [$(#[$attr])*] $subject; redaction;
             captured_secrets_are_stored_and_recalled_as_placeholders,
             remembering_a_secret_is_refused_and_a_mention_is_redacted,
@@ -165,5 +158,22 @@ macro_rules! conformance_tests {
         async fn $name() {
             $crate::$module::$name(&$subject).await;
         }
+    };
+}
+
+/// The [`hybrid`] behaviours alone, as [`conformance_tests!`] runs them: for
+/// a second configuration of one backend's dense search (e.g. `postgres`
+/// with its approximate index and with the exact scan).
+#[macro_export]
+macro_rules! hybrid_conformance_tests {
+    ($subject:expr $(, #[$attr:meta])* $(,)?) => {
+        $crate::conformance_tests!(@each [$(#[$attr])*] $subject; hybrid;
+            hybrid_recall_finds_what_shares_no_word_and_stays_in_its_scope,
+            hybrid_recall_prefers_the_speaker_a_question_names,
+            hybrid_vectors_follow_revise_and_retire,
+            hybrid_forget_erases_the_vectors_of_what_is_forgotten,
+            hybrid_model_change_keeps_recall_lexical_until_reembed,
+            hybrid_embedder_failure_falls_back_to_full_text,
+        );
     };
 }

@@ -251,11 +251,17 @@ impl PostgresBackend {
         Ok(client)
     }
 
-    /// Starts the background vector indexer once, after the migration.
+    /// Starts the background vector indexer and index builder once, after
+    /// the migration.
     fn start_indexer(&self) {
         if let Some(v) = &self.vectors {
             if !self.indexer_started.swap(true, Ordering::AcqRel) {
                 crate::vectors::spawn_indexer(
+                    self.pool.clone(),
+                    self.config.clone(),
+                    Arc::downgrade(v),
+                );
+                crate::hnsw::spawn_builder(
                     self.pool.clone(),
                     self.config.clone(),
                     Arc::downgrade(v),
@@ -353,6 +359,14 @@ impl PostgresBackend {
         lines.extend(vectors);
         if self.distill.is_some() {
             lines.push(memgate_core::distill::doctor_line(self).await);
+        }
+        if self.vectors.is_some() {
+            lines.push(match self.vector_index_state().await {
+                Ok(state) => state.diagnostic(),
+                Err(e) => {
+                    Diagnostic::problem("vector index", format!("cannot read the state: {e}"))
+                }
+            });
         }
         lines
     }

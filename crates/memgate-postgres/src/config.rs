@@ -11,6 +11,8 @@
 //! | `tls_ca_file` | — | PEM file of extra roots to trust (else the public web roots) |
 //! | `max_injection_chars`, `injection_query`, `recall_top_k`, `standing_memories` | as `local` | the same rules as `local` (one validator) |
 //! | `embedder` | none | as `local`: turns on hybrid recall, with vectors in pgvector (the server must have the `vector` extension) |
+//! | `vector_index` | `hnsw` | `hnsw` (an approximate index per model, built in the background; [`crate::hnsw`]) or `exact` (every recall scans the scope's vectors) |
+//! | `hnsw_ef_search` | 100 | integer 10–1000: the HNSW search's candidate list; larger is closer to exact and slower |
 //!
 //! TLS: a host that is not loopback (`localhost`, `127.0.0.0/8`, `::1`, a
 //! Unix socket) must be reached with `sslmode=require`; anything else is a
@@ -33,6 +35,11 @@ use tokio_postgres::config::{Host, SslMode};
 const POOL_SIZE: RangeInclusive<u64> = 1..=64;
 const STATEMENT_TIMEOUT_MS: RangeInclusive<u64> = 100..=600_000;
 const CONNECT_TIMEOUT_MS: RangeInclusive<u64> = 100..=60_000;
+const HNSW_EF_SEARCH: RangeInclusive<u64> = 10..=1_000;
+/// `hnsw_ef_search` unless set: the nearest-items statement asks the index
+/// for 100 candidates, which one graph search then yields
+/// (`docs/design/hnsw.md`).
+pub const DEFAULT_EF_SEARCH: u64 = 100;
 /// Hybrid recall's embedder: `local`'s key and rules.
 const EMBEDDER_KEY: &str = "embedder";
 const OWN_KEYS: &[&str] = &[
@@ -44,6 +51,8 @@ const OWN_KEYS: &[&str] = &[
     "connect_timeout_ms",
     "tls_ca_file",
     "handoff_lifetime_secs",
+    "vector_index",
+    "hnsw_ef_search",
     // Injected by the factory for every backend; unused here.
     "storage_path",
 ];
@@ -68,6 +77,26 @@ pub struct PostgresConfig {
     pub recall: RecallSettings,
     /// The embedder of hybrid recall; `None` keeps recall lexical.
     pub embedder: Option<EmbedderSettings>,
+    /// How the dense side of hybrid recall finds its nearest items.
+    pub vector_index: VectorIndex,
+}
+
+/// How hybrid recall's nearest items are found on PostgreSQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VectorIndex {
+    /// An HNSW index per model and dimension ([`crate::hnsw`]), searched
+    /// with this `ef_search`; the exact scan answers while it builds.
+    Hnsw { ef_search: u64 },
+    /// Every recall compares the query with each of the scope's vectors.
+    Exact,
+}
+
+impl Default for VectorIndex {
+    fn default() -> Self {
+        Self::Hnsw {
+            ef_search: DEFAULT_EF_SEARCH,
+        }
+    }
 }
 
 impl fmt::Debug for PostgresConfig {
@@ -83,6 +112,7 @@ impl fmt::Debug for PostgresConfig {
             .field("tls", &self.tls)
             .field("handoff_lifetime", &self.handoff_lifetime)
             .field("recall", &self.recall)
+            .field("vector_index", &self.vector_index)
             .field("embedder", &self.embedder)
             .finish()
     }
@@ -259,6 +289,25 @@ impl PostgresConfig {
                 HANDOFF_LIFETIME_SECS,
             )?),
         };
+        let vector_index = match string_setting(config, "vector_index")? {
+            None | Some("hnsw") => VectorIndex::Hnsw {
+                ef_search: match config.get("hnsw_ef_search") {
+                    None => DEFAULT_EF_SEARCH,
+                    Some(_) => integer_in(config, "hnsw_ef_search", HNSW_EF_SEARCH)?,
+                },
+            },
+            Some("exact") if config.contains_key("hnsw_ef_search") => {
+                return Err(config_error(
+                    "backend_config.hnsw_ef_search applies only with vector_index: hnsw",
+                ))
+            }
+            Some("exact") => VectorIndex::Exact,
+            Some(_) => {
+                return Err(config_error(
+                    "backend_config.vector_index must be hnsw or exact",
+                ))
+            }
+        };
         Ok(Self {
             connection,
             password,
@@ -271,6 +320,7 @@ impl PostgresConfig {
             handoff_lifetime,
             recall,
             embedder: None,
+            vector_index,
         })
     }
 
@@ -288,6 +338,12 @@ impl PostgresConfig {
         }
         schema.clone_into(&mut self.schema);
         Ok(self)
+    }
+
+    /// The same settings with another way of finding nearest vectors.
+    pub fn with_vector_index(mut self, index: VectorIndex) -> Self {
+        self.vector_index = index;
+        self
     }
 
     /// Replaces `text`'s copies of the password with `[redacted]` (errors
@@ -385,5 +441,38 @@ mod tests {
                 .contains("not a setting of the postgres backend"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn vector_index_settings_are_checked_and_named() {
+        let c = parse(json!({"dsn_env": "PG_DSN"})).unwrap();
+        assert_eq!(c.vector_index, VectorIndex::Hnsw { ef_search: 100 });
+        let c = parse(json!({"dsn_env": "PG_DSN", "hnsw_ef_search": 200})).unwrap();
+        assert_eq!(c.vector_index, VectorIndex::Hnsw { ef_search: 200 });
+        let c = parse(json!({"dsn_env": "PG_DSN", "vector_index": "exact"})).unwrap();
+        assert_eq!(c.vector_index, VectorIndex::Exact);
+        for (bad, named) in [
+            (
+                json!({"vector_index": "ivfflat"}),
+                "backend_config.vector_index must be hnsw or exact",
+            ),
+            (
+                json!({"hnsw_ef_search": 5}),
+                "backend_config.hnsw_ef_search must be an integer between 10 and 1000",
+            ),
+            (
+                json!({"hnsw_ef_search": "100"}),
+                "backend_config.hnsw_ef_search must be an integer between 10 and 1000",
+            ),
+            (
+                json!({"vector_index": "exact", "hnsw_ef_search": 100}),
+                "backend_config.hnsw_ef_search applies only with vector_index: hnsw",
+            ),
+        ] {
+            let mut config = bad.as_object().unwrap().clone();
+            config.insert("dsn_env".into(), json!("PG_DSN"));
+            let e = parse(Value::Object(config)).err().unwrap();
+            assert_eq!(e.to_string(), named);
+        }
     }
 }

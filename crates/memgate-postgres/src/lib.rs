@@ -20,7 +20,8 @@
 //! mapping), [`schema`] (recognition and migrations), [`terms`], [`facts`],
 //! [`capture`], [`plan`] (which query terms are worth scoring), [`recall`],
 //! [`first_turn`] (the block without a query),
-//! [`vectors`] (pgvector: storage, indexer, nearest items),
+//! [`vectors`] (pgvector: storage, indexer, nearest items), [`hnsw`] (the
+//! approximate index per model, built in the background),
 //! [`transfer`], [`forget`] (erasure), [`distill`] (the distillation
 //! queue and the transaction that applies a job), [`handoff`] (handoffs in
 //! flight), [`backend`].
@@ -33,6 +34,7 @@ pub mod facts;
 pub mod first_turn;
 pub mod forget;
 pub mod handoff;
+pub mod hnsw;
 pub mod plan;
 pub mod pool;
 pub mod recall;
@@ -43,5 +45,5 @@ pub mod transfer;
 pub mod vectors;
 
 pub use backend::{DoctorInfo, PoolState, PostgresBackend};
-pub use config::PostgresConfig;
+pub use config::{PostgresConfig, VectorIndex};
 pub use schema::SCHEMA_VERSION;

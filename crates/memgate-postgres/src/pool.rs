@@ -10,7 +10,7 @@
 //! never the password (scrubbed once more by [`PostgresConfig::redact`]), and
 //! never the DETAIL line, which can quote user text.
 
-use crate::config::PostgresConfig;
+use crate::config::{PostgresConfig, VectorIndex};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use memgate_core::{MemoryError, Result};
 use std::sync::Arc;
@@ -26,9 +26,18 @@ pub(crate) fn build(config: &PostgresConfig) -> Result<Pool> {
     // No parallel workers either: for a few hundred rows, starting them cost
     // more than the scan (a parallel bitmap heap scan of 1 200 turns: 59-122
     // ms, the same scan in the backend alone: 13-20 ms, on this 2-core box).
+    // The HNSW search (crate::hnsw): `ef_search` candidates, and an
+    // iterative scan, so a scope's filter still finds its nearest items
+    // when other scopes' vectors crowd the first candidates.
+    let hnsw = match config.vector_index {
+        VectorIndex::Hnsw { ef_search } => {
+            format!(" -c hnsw.ef_search={ef_search} -c hnsw.iterative_scan=relaxed_order")
+        }
+        VectorIndex::Exact => String::new(),
+    };
     connection.options(format!(
         "-c search_path={} -c statement_timeout={} -c plan_cache_mode=force_generic_plan \
-         -c jit=off -c max_parallel_workers_per_gather=0",
+         -c jit=off -c max_parallel_workers_per_gather=0{hnsw}",
         config.schema,
         config.statement_timeout.as_millis()
     ));

@@ -17,12 +17,14 @@
 //!   at a time. [`PostgresBackend`] runs it in the background.
 //! - Model change is explicit, as in `local`: vectors of another model keep
 //!   recall lexical and the indexer idle until [`PostgresBackend::reembed`].
-//! - Search: exact inner products (`<#>`, vectors are unit length: the
-//!   cosine) over the scope's vectors; the fusion is `local`'s own
-//!   ([`memgate_recall::fusion`]).
+//! - Search: inner products (`<#>`, vectors are unit length: the cosine)
+//!   of the scope's vectors, through the model's HNSW index once
+//!   [`crate::hnsw`] has built it (candidates re-ordered by their exact
+//!   inner product), else exact over every vector of the scope; the fusion
+//!   is `local`'s own ([`memgate_recall::fusion`]).
 
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
-use crate::config::PostgresConfig;
+use crate::config::{PostgresConfig, VectorIndex};
 use crate::pool::{db_error, pool_error};
 use bytes::{BufMut, BytesMut};
 use deadpool_postgres::{GenericClient, Pool};
@@ -59,6 +61,9 @@ pub struct Vectors {
     /// One indexer step at a time in this process (the background task and
     /// an explicit `reembed` or `index_all_vectors`).
     step: tokio::sync::Mutex<()>,
+    /// The dimension of this model's stored vectors, once seen (a key names
+    /// one model, so its dimension never changes).
+    dims: std::sync::OnceLock<i32>,
 }
 
 impl Vectors {
@@ -68,14 +73,20 @@ impl Vectors {
             embedder,
             stats: RetrievalStats::default(),
             step: tokio::sync::Mutex::new(()),
+            dims: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The key this backend's vectors are stored and searched under.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
     }
 }
 
 /// A query or item vector as a statement parameter, in pgvector's binary
 /// form (dimensions, a reserved zero, then big-endian float4s).
 #[derive(Debug)]
-pub(crate) struct VectorParam<'a>(pub &'a [f32]);
+pub struct VectorParam<'a>(pub &'a [f32]);
 
 impl ToSql for VectorParam<'_> {
     fn to_sql(
@@ -307,6 +318,27 @@ pub(crate) fn spawn_indexer(pool: Pool, config: PostgresConfig, vectors: Weak<Ve
     });
 }
 
+/// The nearest-items statement in the shape [`crate::hnsw`]'s index
+/// serves: ordered by the indexed expression, the model as the partial
+/// index's literal (`$4` stays a parameter so both shapes bind alike). The
+/// index's candidates (twice the limit: an iterative scan returns them in
+/// relaxed order) are re-ordered by their exact inner product. Parameters:
+/// `$1` user, `$2` peer, `$3` query vector, `$4` model, `$5` limit.
+pub fn hnsw_nearest_sql(model: &str, dims: i32) -> String {
+    let model = crate::hnsw::literal(model);
+    format!(
+        "SELECT id, score FROM (
+             SELECT coalesce(turn_id, -memory_id) AS id,
+                    (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4 AS score
+             FROM vectors WHERE scope_id = {SCOPE_ID} AND model = {model} AND model = $4
+             ORDER BY (embedding::public.vector({dims}))
+                      OPERATOR(public.<#>) ($3::public.vector({dims}))
+             LIMIT $5::int8 * 2) candidates
+         ORDER BY score DESC, id DESC
+         LIMIT $5"
+    )
+}
+
 /// Nearest items best first with their cosine, and the cosine of each
 /// other asked-for item that has a vector.
 type Neighbours = (Vec<(i64, f32)>, HashMap<i64, f32>);
@@ -350,6 +382,21 @@ impl PostgresBackend {
             .is_none_or(|m| m == v.key))
     }
 
+    /// The dimension of this backend's model's stored vectors, if any.
+    async fn model_dims(&self, c: &impl GenericClient) -> Result<Option<i32>> {
+        let Some(v) = &self.vectors else {
+            return Ok(None);
+        };
+        if let Some(d) = v.dims.get() {
+            return Ok(Some(*d));
+        }
+        let dims = crate::hnsw::stored_dims(c, &self.config, &v.key).await?;
+        if let Some(d) = dims {
+            let _ = v.dims.set(d);
+        }
+        Ok(dims)
+    }
+
     /// The `limit` items of the caller's scope nearest to `query`, best
     /// first, with their cosine; and the cosine of each of `also`.
     pub(crate) async fn nearest_items(
@@ -368,14 +415,17 @@ impl PostgresBackend {
         let limit = limit as i64;
         let (turns, memories): (Vec<i64>, Vec<i64>) = also.iter().partition(|i| **i > 0);
         let memories: Vec<i64> = memories.into_iter().map(|i| -i).collect();
-        let nearest_sql = format!(
-            "SELECT coalesce(turn_id, -memory_id),
-                    (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4
-             FROM vectors WHERE scope_id = {SCOPE_ID} AND model = $4
-             ORDER BY embedding OPERATOR(public.<#>) $3::public.vector,
-                      coalesce(turn_id, -memory_id) DESC
-             LIMIT $5"
-        );
+        let nearest_sql = match (self.config.vector_index, self.model_dims(c).await?) {
+            (VectorIndex::Hnsw { .. }, Some(dims)) => hnsw_nearest_sql(model, dims),
+            _ => format!(
+                "SELECT coalesce(turn_id, -memory_id),
+                        (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4
+                 FROM vectors WHERE scope_id = {SCOPE_ID} AND model = $4
+                 ORDER BY embedding OPERATOR(public.<#>) $3::public.vector,
+                          coalesce(turn_id, -memory_id) DESC
+                 LIMIT $5"
+            ),
+        };
         let also_sql = format!(
             "SELECT coalesce(turn_id, -memory_id),
                     (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4

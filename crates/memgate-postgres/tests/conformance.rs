@@ -1,18 +1,41 @@
 //! The shared backend conformance suite (`memgate-conformance`) on
 //! `postgres`: each behaviour gets a schema of its own; another handle is a
 //! second backend with its own pool on the same schema (another replica).
+//! The hybrid behaviours run twice: with the HNSW index built after each
+//! indexing step (the default, `Postgres`) and with the exact scan
+//! (`vector_index: exact`, module `exact_scan`).
 
 mod common;
 
 use memgate_conformance::{BoxFuture, HybridHandle, Storage, Subject, VectorIndex, VectorProgress};
 use memgate_core::MemoryBackend;
 use memgate_embed::Embedder;
-use memgate_postgres::PostgresBackend;
+use memgate_postgres::{PostgresBackend, VectorIndex as Search};
 use std::sync::Arc;
 
 /// The testkit clusters: Debian's PostgreSQL, and the pgvector one for the
 /// hybrid behaviours (each DSN read when a behaviour needs it).
 struct Postgres;
+
+/// The hybrid behaviours with `vector_index: exact`.
+struct ExactScan;
+
+impl Subject for ExactScan {
+    fn fresh(&self) -> BoxFuture<'_, Storage> {
+        Postgres.fresh()
+    }
+
+    fn hybrid(&self, embedder: Arc<dyn Embedder>) -> BoxFuture<'_, HybridHandle> {
+        Box::pin(async move {
+            hybrid_on(
+                common::pgvector_dsn(),
+                common::unique_schema("hybx"),
+                embedder,
+                Search::Exact,
+            )
+        })
+    }
+}
 
 impl Subject for Postgres {
     fn fresh(&self) -> BoxFuture<'_, Storage> {
@@ -36,20 +59,32 @@ impl Subject for Postgres {
                 common::pgvector_dsn(),
                 common::unique_schema("hyb"),
                 embedder,
+                Search::default(),
             )
         })
     }
 }
 
 /// A backend with hybrid recall on `schema` (another replica per call).
-fn hybrid_on(dsn: String, schema: String, embedder: Arc<dyn Embedder>) -> HybridHandle {
-    let backend = Arc::new(common::backend(&dsn, &schema).with_embedder(embedder));
+fn hybrid_on(
+    dsn: String,
+    schema: String,
+    embedder: Arc<dyn Embedder>,
+    index: Search,
+) -> HybridHandle {
+    let config = common::config(&dsn, &schema).with_vector_index(index);
+    let backend = Arc::new(
+        PostgresBackend::new(config)
+            .unwrap()
+            .with_embedder(embedder),
+    );
     HybridHandle {
         backend: backend.clone(),
         vectors: Arc::new(PgVectors(backend)),
         reopen: Arc::new(move |embedder| {
             let (dsn, schema) = (dsn.clone(), schema.clone());
-            Box::pin(async move { hybrid_on(dsn, schema, embedder) }) as BoxFuture<'static, _>
+            Box::pin(async move { hybrid_on(dsn, schema, embedder, index) })
+                as BoxFuture<'static, _>
         }),
     }
 }
@@ -57,8 +92,14 @@ fn hybrid_on(dsn: String, schema: String, embedder: Arc<dyn Embedder>) -> Hybrid
 struct PgVectors(Arc<PostgresBackend>);
 
 impl VectorIndex for PgVectors {
+    /// Embeds everything, then builds the HNSW index (a no-op when it is
+    /// built or the scan is exact), so the behaviours search through it.
     fn index_all(&self) -> BoxFuture<'_, memgate_core::Result<usize>> {
-        Box::pin(self.0.index_all_vectors(32))
+        Box::pin(async {
+            let written = self.0.index_all_vectors(32).await?;
+            self.0.build_vector_index().await?;
+            Ok(written)
+        })
     }
 
     fn reembed(&self) -> BoxFuture<'_, memgate_core::Result<usize>> {
@@ -88,4 +129,13 @@ memgate_conformance::conformance_tests!(
 #[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
 async fn a_handoff_is_continued_through_another_handle() {
     memgate_conformance::handoff::a_handoff_is_continued_through_another_handle(&Postgres).await;
+}
+
+mod exact_scan {
+    use super::ExactScan;
+
+    memgate_conformance::hybrid_conformance_tests!(
+        ExactScan,
+        #[ignore = "real server: PostgreSQL with pgvector (testkit/postgres-up --pgvector)"]
+    );
 }

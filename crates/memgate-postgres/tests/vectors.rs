@@ -13,6 +13,7 @@ use memgate_core::{
     Caller, CaptureKind, CaptureRequest, ForgetTarget, MemoryBackend, MemoryError, Message,
     RememberRequest,
 };
+use memgate_embed::Embedder;
 use memgate_postgres::PostgresBackend;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -194,5 +195,211 @@ async fn the_background_indexer_catches_up_by_itself() {
             "indexer stuck at {p:?}, {written} vectors counted"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Distinct unit vectors seeded by the text (no ties, unlike the concept
+/// embedder, so the nearest items are one list whichever way they are found).
+struct SeededEmbedder;
+
+impl Embedder for SeededEmbedder {
+    fn model(&self) -> &str {
+        "seeded/32"
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, memgate_embed::EmbedError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut state = t.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+                });
+                let mut v: Vec<f32> = (0..32)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        (state % 2001) as f32 / 1000.0 - 1.0
+                    })
+                    .collect();
+                memgate_embed::normalize(&mut v);
+                v
+            })
+            .collect())
+    }
+}
+
+/// The HNSW index of [`SeededEmbedder`]'s vectors.
+fn seeded_index() -> String {
+    memgate_postgres::hnsw::index_name(&memgate_recall::vectors::vector_key("seeded/32"), 32)
+}
+
+fn vector_index_line(lines: &[memgate_core::Diagnostic]) -> String {
+    lines
+        .iter()
+        .find(|d| d.check == "vector index")
+        .map(|d| d.detail.clone())
+        .expect("a vector index line")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real server: PostgreSQL with pgvector (testkit/postgres-up --pgvector)"]
+async fn the_hnsw_index_is_built_once_serves_the_nearest_statement_and_recall_matches_exact() {
+    let dsn = common::pgvector_dsn();
+    let schema = common::unique_schema("pghnsw");
+    let approximate = common::backend(&dsn, &schema).with_embedder(Arc::new(SeededEmbedder));
+    let exact = PostgresBackend::new(
+        common::config(&dsn, &schema).with_vector_index(memgate_postgres::VectorIndex::Exact),
+    )
+    .unwrap()
+    .with_embedder(Arc::new(SeededEmbedder));
+    let alice = Caller::new("alice");
+    let texts: Vec<String> = (0..400)
+        .map(|n| format!("note number {n} about pets"))
+        .collect();
+    approximate
+        .capture(&turns(&alice, "t", &texts))
+        .await
+        .unwrap();
+    // Another scope's vectors share the index and must never be recalled.
+    let bob = Caller::new("bob");
+    approximate
+        .capture(&turns(&bob, "t", &texts))
+        .await
+        .unwrap();
+    approximate.index_all_vectors(64).await.unwrap();
+    let before = vector_index_line(&approximate.diagnose().await);
+    assert!(before.contains("not built yet"), "{before}");
+    assert!(vector_index_line(&exact.diagnose().await).contains("vector_index: exact"));
+
+    assert!(approximate.build_vector_index().await.unwrap());
+    assert!(
+        !approximate.build_vector_index().await.unwrap(),
+        "built twice"
+    );
+    let name = seeded_index();
+    let definition: String = connect(&dsn)
+        .await
+        .query_one(
+            "SELECT pg_get_indexdef(c.oid) || ' valid=' || i.indisvalid FROM pg_class c
+             JOIN pg_index i ON i.indexrelid = c.oid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2",
+            &[&schema, &name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        definition.contains("USING hnsw")
+            && definition.contains("vector(32)")
+            && definition.contains("valid=true"),
+        "{definition}"
+    );
+    let ready = vector_index_line(&approximate.diagnose().await);
+    assert!(ready.contains("hnsw: ready"), "{ready}");
+
+    for query in ["note number 7", "pets of note 123", "number 399"] {
+        let request = memgate_core::RecallRequest {
+            caller: alice.clone(),
+            query: Some(query.to_owned()),
+        };
+        let (a, e) = (
+            approximate.recall(&request).await.unwrap(),
+            exact.recall(&request).await.unwrap(),
+        );
+        assert!(!a.items.is_empty());
+        assert_eq!(a.items, e.items, "{query}");
+        assert!(!a.text.contains("bob"));
+    }
+    // Small scopes are cheaper to scan, so the planner rightly scans them;
+    // with scans priced out, the statement must be one the index serves
+    // (its expression and partial predicate, under generic plans).
+    let c = connect(&dsn).await;
+    c.batch_execute(&format!(
+        "SET search_path = {schema}; SET plan_cache_mode = force_generic_plan;
+         SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off"
+    ))
+    .await
+    .unwrap();
+    let key = memgate_recall::vectors::vector_key("seeded/32");
+    let sql = memgate_postgres::vectors::hnsw_nearest_sql(&key, 32);
+    let statement = c.prepare(&format!("EXPLAIN {sql}")).await.unwrap();
+    let query = SeededEmbedder.embed(&["note number 7"]).unwrap().remove(0);
+    let (user, peer): (String, String) = {
+        let r = c
+            .query_one(
+                "SELECT user_id, peer FROM scopes WHERE user_id = 'alice'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let plan: Vec<String> = c
+        .query(
+            &statement,
+            &[
+                &user,
+                &peer,
+                &memgate_postgres::vectors::VectorParam(&query),
+                &key,
+                &50_i64,
+            ],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|l| l.contains(&format!("Index Scan using {name}"))),
+        "{plan:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real server: PostgreSQL with pgvector (testkit/postgres-up --pgvector)"]
+async fn the_background_builder_builds_the_hnsw_index_and_rebuilds_a_dead_build() {
+    let dsn = common::pgvector_dsn();
+    let schema = common::unique_schema("pghnswbg");
+    let b = common::backend(&dsn, &schema).with_embedder(Arc::new(SeededEmbedder));
+    let texts: Vec<String> = (0..50).map(|n| format!("line {n}")).collect();
+    b.capture(&turns(&Caller::new("alice"), "t", &texts))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = b.vector_index_state().await.unwrap();
+        if matches!(state, memgate_postgres::hnsw::IndexState::Ready { .. }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never built: {state:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A build that died leaves an invalid index (marked so here, as a
+    // cancelled CREATE INDEX CONCURRENTLY would): dropped and built again.
+    let name = seeded_index();
+    connect(&dsn)
+        .await
+        .execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass($1)",
+            &[&format!("{schema}.{name}")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        b.vector_index_state().await.unwrap(),
+        memgate_postgres::hnsw::IndexState::Missing
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = b.vector_index_state().await.unwrap();
+        if matches!(state, memgate_postgres::hnsw::IndexState::Ready { .. }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never rebuilt: {state:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
