@@ -16,7 +16,7 @@ use crate::terms::{fold, search_vector};
 use deadpool_postgres::GenericClient;
 use memgate_core::capture::is_captureable;
 use memgate_core::time::now_rfc3339;
-use memgate_core::{CaptureReport, CaptureRequest, MemoryError, Result};
+use memgate_core::{CaptureCut, CaptureReport, CaptureRequest, MemoryError, Result};
 use memgate_recall::turns::{storable, NewTurn};
 
 /// Inserts every new turn of `turns` in one statement at the end of
@@ -31,6 +31,15 @@ const INSERT_TURNS: &str = "INSERT INTO turns (scope_id, thread, seq, signature,
                               captured_at, body, context, ord)
     ON CONFLICT (scope_id, thread, signature) DO NOTHING
     RETURNING id";
+
+/// What [`PostgresBackend::store_turns`] wrote of a batch.
+#[derive(Default)]
+pub(crate) struct StoredTurns {
+    pub stored: usize,
+    pub already_known: usize,
+    /// The cuts of the turns it stored.
+    pub cut: Vec<CaptureCut>,
+}
 
 impl PostgresBackend {
     /// Takes the (scope, thread) lock until the caller's transaction ends:
@@ -52,14 +61,14 @@ impl PostgresBackend {
     }
 
     /// Stores `turns` (in order) at the end of `thread` in `scope_id`, inside
-    /// the caller's transaction; returns (stored, already known).
+    /// the caller's transaction.
     pub(crate) async fn store_turns(
         &self,
         c: &impl GenericClient,
         scope_id: i64,
         thread: &str,
         turns: &[NewTurn],
-    ) -> Result<(usize, usize)> {
+    ) -> Result<StoredTurns> {
         self.lock_thread(c, scope_id, thread).await?;
         // Signatures already in the thread (or repeated in this batch) take no
         // position; the insert's ON CONFLICT stays the guarantee.
@@ -81,7 +90,10 @@ impl PostgresBackend {
             .filter(|t| !known.contains(&t.signature) && batch_seen.insert(t.signature.as_str()))
             .collect();
         if new.is_empty() {
-            return Ok((0, turns.len()));
+            return Ok(StoredTurns {
+                already_known: turns.len(),
+                ..StoredTurns::default()
+            });
         }
         let next: i64 = self
             .row(
@@ -121,7 +133,12 @@ impl PostgresBackend {
                 ],
             )
             .await?;
-        Ok((rows.len(), turns.len() - rows.len()))
+        // The thread lock keeps every turn of `new` new until the commit.
+        Ok(StoredTurns {
+            stored: rows.len(),
+            already_known: turns.len() - rows.len(),
+            cut: new.iter().filter_map(|t| t.cut.clone()).collect(),
+        })
     }
 
     /// Stores the new turns of a snapshot (or compaction head) in one
@@ -133,8 +150,9 @@ impl PostgresBackend {
         let turns: Vec<NewTurn> = request
             .messages
             .iter()
-            .filter(|m| is_captureable(m, keep))
-            .filter_map(|m| storable(m, &captured_at, &self.redactor))
+            .enumerate()
+            .filter(|(_, m)| is_captureable(m, keep))
+            .filter_map(|(i, m)| storable(m, i, &captured_at, &self.redactor))
             .collect();
         let mut report = CaptureReport::default();
         if turns.is_empty() {
@@ -146,10 +164,11 @@ impl PostgresBackend {
             let mut client = self.client().await?;
             let tx = client.transaction().await.map_err(|e| self.err(e))?;
             let scope_id = self.ensure_scope(&tx, &scope).await?;
-            let (stored, known) = self.store_turns(&tx, scope_id, thread, &turns).await?;
+            let stored = self.store_turns(&tx, scope_id, thread, &turns).await?;
             tx.commit().await.map_err(|e| self.err(e))?;
-            report.stored = stored;
-            report.already_known = known;
+            report.stored = stored.stored;
+            report.already_known = stored.already_known;
+            report.cut = stored.cut;
         }
         report.filtered = request.messages.len() - report.stored - report.already_known;
         tracing::debug!(
