@@ -4,6 +4,7 @@ mod chat;
 mod commands;
 mod distill;
 mod error;
+mod heap;
 #[cfg(feature = "lab")]
 mod lab;
 mod migrate;
@@ -223,6 +224,9 @@ enum ConfigCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbose = matches!(cli.command, Command::Serve { .. });
+    if verbose {
+        heap::cap_arenas();
+    }
     output::init_logging(verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
