@@ -44,7 +44,7 @@ pub struct CaptureRequest {
 }
 
 /// What a capture did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CaptureReport {
     /// Messages newly stored (or sent to the server).
@@ -53,6 +53,26 @@ pub struct CaptureReport {
     pub already_known: usize,
     /// Messages the capture filter left out (hidden, injected, system…).
     pub filtered: usize,
+    /// Newly stored messages whose text memory keeps only the start of
+    /// (absent when none was cut): a host must not believe all of a long
+    /// message is recallable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut: Vec<CaptureCut>,
+}
+
+/// One message a capture stored only the start of: which one and how much.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct CaptureCut {
+    /// The message's position in the request's `messages` (from 0).
+    pub index: usize,
+    /// The message's own id, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    /// UTF-8 bytes of the message's text (trimmed, secrets replaced).
+    pub text_bytes: usize,
+    /// UTF-8 bytes memory kept: the limit, or less to end on a character.
+    pub kept_bytes: usize,
 }
 
 /// The head of a transcript that a backend's cursor already holds, handed

@@ -64,7 +64,9 @@ pub mod work;
 pub use backend::{
     Capabilities, Diagnostic, Figure, FigureKind, Holdings, MemoryBackend, StoredScope, WarmStatus,
 };
-pub use capture::{CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook, KnownHead};
+pub use capture::{
+    CaptureCut, CaptureKind, CaptureReport, CaptureRequest, KeepHiddenHook, KnownHead,
+};
 pub use error::{MemoryError, Result, WireError};
 pub use facts::{
     ChangedBy, Fact, FactOrigin, FactPatch, FactState, ImportReport, MemoryExport, SearchHit,

@@ -30,7 +30,7 @@ async fn after_turn_sends_the_full_snapshot() {
     let snapshot = transcript();
     let outcome = hooks.after_turn(&alice(), &snapshot).wait().await;
     assert!(
-        matches!(outcome, CaptureOutcome::Captured(r) if r.stored == 5),
+        matches!(&outcome, CaptureOutcome::Captured(r) if r.stored == 5),
         "{outcome:?}"
     );
     let captures = backend.calls.captures();

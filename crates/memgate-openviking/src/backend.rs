@@ -337,6 +337,7 @@ impl OpenVikingBackend {
             stored: outcome.sent,
             already_known: outcome.already_known,
             filtered,
+            cut: Vec::new(),
         };
         match outcome.failure {
             None => Ok(Some(report)),

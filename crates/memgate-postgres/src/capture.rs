@@ -17,7 +17,7 @@ use crate::terms::{fold, search_vector};
 use deadpool_postgres::GenericClient;
 use memgate_core::capture::is_captureable;
 use memgate_core::time::now_rfc3339;
-use memgate_core::{CaptureReport, CaptureRequest, MemoryError, Result};
+use memgate_core::{CaptureCut, CaptureReport, CaptureRequest, MemoryError, Result};
 use memgate_recall::turns::{storable, NewTurn};
 
 /// Inserts every new turn of `turns` in one statement at the end of
@@ -32,6 +32,16 @@ const INSERT_TURNS: &str = "INSERT INTO turns (scope_id, thread, seq, signature,
                               captured_at, body, context, ord)
     ON CONFLICT (scope_id, thread, signature) DO NOTHING
     RETURNING id";
+
+/// What [`PostgresBackend::store_turns`] wrote of a batch.
+#[derive(Default)]
+pub(crate) struct StoredTurns {
+    /// The new turns' ids, ascending (a distillation job names them).
+    pub ids: Vec<i64>,
+    pub already_known: usize,
+    /// The cuts of the turns it stored.
+    pub cut: Vec<CaptureCut>,
+}
 
 impl PostgresBackend {
     /// Takes the (scope, thread) lock until the caller's transaction ends:
@@ -53,15 +63,14 @@ impl PostgresBackend {
     }
 
     /// Stores `turns` (in order) at the end of `thread` in `scope_id`, inside
-    /// the caller's transaction; returns (the new turns' ids, ascending, and
-    /// how many were already known).
+    /// the caller's transaction.
     pub(crate) async fn store_turns(
         &self,
         c: &impl GenericClient,
         scope_id: i64,
         thread: &str,
         turns: &[NewTurn],
-    ) -> Result<(Vec<i64>, usize)> {
+    ) -> Result<StoredTurns> {
         self.lock_thread(c, scope_id, thread).await?;
         // Signatures already in the thread (or repeated in this batch) take no
         // position; the insert's ON CONFLICT stays the guarantee.
@@ -83,7 +92,10 @@ impl PostgresBackend {
             .filter(|t| !known.contains(&t.signature) && batch_seen.insert(t.signature.as_str()))
             .collect();
         if new.is_empty() {
-            return Ok((Vec::new(), turns.len()));
+            return Ok(StoredTurns {
+                already_known: turns.len(),
+                ..StoredTurns::default()
+            });
         }
         let next: i64 = self
             .row(
@@ -125,8 +137,12 @@ impl PostgresBackend {
             .await?;
         let mut ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
         ids.sort_unstable();
-        let known = turns.len() - ids.len();
-        Ok((ids, known))
+        // The thread lock keeps every turn of `new` new until the commit.
+        Ok(StoredTurns {
+            already_known: turns.len() - ids.len(),
+            ids,
+            cut: new.iter().filter_map(|t| t.cut.clone()).collect(),
+        })
     }
 
     /// Stores the new turns of a snapshot (or compaction head) in one
@@ -138,8 +154,9 @@ impl PostgresBackend {
         let turns: Vec<NewTurn> = request
             .messages
             .iter()
-            .filter(|m| is_captureable(m, keep))
-            .filter_map(|m| storable(m, &captured_at, &self.redactor))
+            .enumerate()
+            .filter(|(_, m)| is_captureable(m, keep))
+            .filter_map(|(i, m)| storable(m, i, &captured_at, &self.redactor))
             .collect();
         let mut report = CaptureReport::default();
         if turns.is_empty() {
@@ -151,11 +168,11 @@ impl PostgresBackend {
             let mut client = self.client().await?;
             let tx = client.transaction().await.map_err(|e| self.err(e))?;
             let scope_id = self.ensure_scope(&tx, &scope).await?;
-            let (stored, known) = self.store_turns(&tx, scope_id, thread, &turns).await?;
+            let stored = self.store_turns(&tx, scope_id, thread, &turns).await?;
             // The new turns' distillation job commits with them.
             let queued = match self.distill {
-                Some(limits) if !stored.is_empty() => Some(
-                    self.queue_new_turns(&tx, scope_id, thread, &stored, limits)
+                Some(limits) if !stored.ids.is_empty() => Some(
+                    self.queue_new_turns(&tx, scope_id, thread, &stored.ids, limits)
                         .await?,
                 ),
                 _ => None,
@@ -168,8 +185,9 @@ impl PostgresBackend {
                     "distillation queue full: new turns were not queued (`memgate distill` queues them later)"
                 );
             }
-            report.stored = stored.len();
-            report.already_known = known;
+            report.stored = stored.ids.len();
+            report.already_known = stored.already_known;
+            report.cut = stored.cut;
         }
         report.filtered = request.messages.len() - report.stored - report.already_known;
         tracing::debug!(

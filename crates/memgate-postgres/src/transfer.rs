@@ -204,10 +204,9 @@ impl PostgresBackend {
             }
         }
         for (thread, turns) in &threads {
-            let (stored, known) = self.store_turns(&tx, scope_id, thread, turns).await?;
-            let stored = stored.len();
-            report.turns_imported += stored;
-            report.turns_already_present += known;
+            let stored = self.store_turns(&tx, scope_id, thread, turns).await?;
+            report.turns_imported += stored.ids.len();
+            report.turns_already_present += stored.already_known;
         }
         tx.commit().await.map_err(|e| self.err(e))?;
         if report.facts_imported + report.turns_imported >= ANALYZE_AFTER_IMPORTED {

@@ -245,6 +245,7 @@ impl MemoryBackend for PowerContextBackend {
             stored: 0,
             already_known: 0,
             filtered: request.messages.len(),
+            cut: Vec::new(),
         };
         let Some(outbox) = &self.sources else {
             return Ok(nothing);

@@ -152,6 +152,7 @@ impl SourceOutbox {
             stored: handed.queued,
             already_known: handed.known,
             filtered: left_out + handed.changed,
+            cut: Vec::new(),
         })
     }
 

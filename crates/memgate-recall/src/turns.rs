@@ -6,7 +6,7 @@ use memgate_core::budget::prefix_bytes;
 use memgate_core::facts::{ExportedTurn, MemoryExport, EXPORT_FORMAT};
 use memgate_core::signature::message_signature;
 use memgate_core::time::{looks_like_rfc3339, now_rfc3339};
-use memgate_core::{MemoryError, Message, Redactor, Result, Role, RoleKind};
+use memgate_core::{CaptureCut, MemoryError, Message, Redactor, Result, Role, RoleKind};
 use serde_json::Value;
 
 /// Memory keeps the first 64 KiB of a message (the signature still covers
@@ -27,6 +27,8 @@ pub struct NewTurn {
     pub occurred_at: Option<String>,
     pub text: String,
     pub captured_at: String,
+    /// Set when `text` is only the start of the message's.
+    pub cut: Option<CaptureCut>,
 }
 
 fn bounded_context(value: Option<&str>) -> Option<String> {
@@ -37,8 +39,15 @@ fn bounded_context(value: Option<&str>) -> Option<String> {
 /// The storable form of a message that survived the host's hidden filter,
 /// or `None` when memory should not keep it. The signature covers the
 /// original message; the stored text has its secrets replaced.
-/// (Shared with the postgres backend: both stores keep the same turns.)
-pub fn storable(message: &Message, captured_at: &str, redactor: &Redactor) -> Option<NewTurn> {
+/// `index` is the message's position in its capture request, which a cut
+/// reports. (Shared with the postgres backend: both stores keep the same
+/// turns.)
+pub fn storable(
+    message: &Message,
+    index: usize,
+    captured_at: &str,
+    redactor: &Redactor,
+) -> Option<NewTurn> {
     let role = match message.role.kind() {
         RoleKind::Human => "human",
         RoleKind::Ai if message.tool_calls.is_empty() => "ai",
@@ -54,9 +63,16 @@ pub fn storable(message: &Message, captured_at: &str, redactor: &Redactor) -> Op
     if text.is_empty() {
         return None;
     }
+    let message_id = message.id.clone().filter(|id| !id.is_empty());
+    let cut = (text.len() < redacted.text.len()).then(|| CaptureCut {
+        index,
+        message_id: message_id.clone(),
+        text_bytes: redacted.text.len(),
+        kept_bytes: text.len(),
+    });
     Some(NewTurn {
         signature: message_signature(message),
-        message_id: message.id.clone().filter(|id| !id.is_empty()),
+        message_id,
         role,
         speaker: bounded_context(message.name.as_deref()),
         occurred_at: bounded_context(
@@ -67,6 +83,7 @@ pub fn storable(message: &Message, captured_at: &str, redactor: &Redactor) -> Op
         ),
         text: text.to_owned(),
         captured_at: captured_at.to_owned(),
+        cut,
     })
 }
 
@@ -137,6 +154,7 @@ pub fn validate_turn(i: usize, t: &ExportedTurn) -> Result<(String, NewTurn)> {
             occurred_at: None,
             text: text.to_owned(),
             captured_at: timestamp_or_now(t.captured_at.as_deref()),
+            cut: None,
         },
     ))
 }
@@ -148,7 +166,7 @@ mod tests {
     use serde_json::json;
 
     fn keeps(m: &Message) -> bool {
-        storable(m, "t", &Redactor::default()).is_some()
+        storable(m, 0, "t", &Redactor::default()).is_some()
     }
 
     #[test]
@@ -188,12 +206,12 @@ mod tests {
         let m = Message::human("I went hiking")
             .with_name("Caroline")
             .with_flag(TIMESTAMP_KEY, "1:56 pm on 8 May, 2023");
-        let t = storable(&m, "now", &Redactor::default()).unwrap();
+        let t = storable(&m, 0, "now", &Redactor::default()).unwrap();
         assert_eq!(t.speaker.as_deref(), Some("Caroline"));
         assert_eq!(t.occurred_at.as_deref(), Some("1:56 pm on 8 May, 2023"));
         let odd = Message::human("x").with_flag(TIMESTAMP_KEY, 17);
         assert_eq!(
-            storable(&odd, "now", &Redactor::default())
+            storable(&odd, 0, "now", &Redactor::default())
                 .unwrap()
                 .occurred_at,
             None
@@ -204,19 +222,33 @@ mod tests {
     fn secrets_are_redacted_but_the_signature_covers_the_original() {
         let key = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
         let m = Message::human(format!("push with {key} please"));
-        let t = storable(&m, "now", &Redactor::default()).unwrap();
+        let t = storable(&m, 0, "now", &Redactor::default()).unwrap();
         assert_eq!(t.text, "push with [redacted:token] please");
         assert_eq!(t.signature, message_signature(&m));
-        let off = storable(&m, "now", &Redactor::disabled()).unwrap();
+        let off = storable(&m, 0, "now", &Redactor::disabled()).unwrap();
         assert!(off.text.contains(key));
     }
 
     #[test]
-    fn huge_texts_are_cut_on_a_character_boundary() {
-        let m = Message::human("日".repeat(MAX_TURN_TEXT_BYTES));
-        let t = storable(&m, "now", &Redactor::default()).unwrap();
+    fn huge_texts_are_cut_on_a_character_boundary_and_the_cut_is_reported() {
+        let mut m = Message::human("日".repeat(MAX_TURN_TEXT_BYTES));
+        m.id = Some("m-7".to_owned());
+        let t = storable(&m, 7, "now", &Redactor::default()).unwrap();
         assert!(t.text.len() <= MAX_TURN_TEXT_BYTES);
         assert!(t.text.chars().all(|c| c == '日'));
+        let cut = t.cut.expect("a cut text reports its cut");
+        assert_eq!(cut.index, 7);
+        assert_eq!(cut.message_id.as_deref(), Some("m-7"));
+        assert_eq!(cut.text_bytes, 3 * MAX_TURN_TEXT_BYTES);
+        assert_eq!(cut.kept_bytes, t.text.len());
+    }
+
+    #[test]
+    fn a_text_at_the_limit_is_kept_whole_and_reports_no_cut() {
+        let m = Message::human("a".repeat(MAX_TURN_TEXT_BYTES));
+        let t = storable(&m, 0, "now", &Redactor::default()).unwrap();
+        assert_eq!(t.text.len(), MAX_TURN_TEXT_BYTES);
+        assert_eq!(t.cut, None);
     }
 
     #[test]

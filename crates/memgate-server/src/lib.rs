@@ -23,6 +23,7 @@ pub mod auth;
 pub mod client;
 pub mod error;
 pub mod mcp;
+pub mod open_requests;
 pub mod openapi;
 pub mod routes;
 pub mod ui;

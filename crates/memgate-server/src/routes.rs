@@ -5,9 +5,10 @@ use crate::api::*;
 use crate::auth::{require_bearer, BearerToken};
 use crate::error::{ApiError, CaptureBody, JsonBody};
 use crate::mcp::{self, McpEndpoint};
+use crate::open_requests::OpenRequests;
 use crate::openapi;
 use crate::ui;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::from_fn_with_state;
 use axum::response::IntoResponse;
@@ -37,6 +38,8 @@ pub struct ServerState {
     pub body_read_timeout: Duration,
     /// Requests being served (their handlers have started), for the drain.
     pub requests: Arc<WorkTracker>,
+    /// The same requests by method and route, for the shutdown's last line.
+    pub open: Arc<OpenRequests>,
     /// Cancelled when the shutdown budget runs out: every request still
     /// being served answers 503 instead of losing its connection.
     pub cut_off: CancellationToken,
@@ -60,6 +63,7 @@ impl ServerState {
             max_body_bytes: 4 * 1024 * 1024,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             requests: WorkTracker::new(),
+            open: OpenRequests::new(),
             cut_off: CancellationToken::new(),
             mcp: None,
             ui: true,
@@ -114,22 +118,37 @@ pub fn router(state: ServerState) -> Router {
     open.layer(DefaultBodyLimit::max(state.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(state.body_read_timeout))
         .layer(from_fn_with_state(
-            (Arc::clone(&state.requests), state.cut_off.clone()),
+            (
+                Arc::clone(&state.requests),
+                Arc::clone(&state.open),
+                state.cut_off.clone(),
+            ),
             track_request,
         ))
         .with_state(state)
 }
 
-/// Counts requests in flight, so a drain can say how many it cut off, and
-/// answers 503 for one still running when the shutdown budget runs out.
+/// Counts requests in flight, so a drain can say how many it cut off and
+/// which routes they were for, and answers 503 for one still running when
+/// the shutdown budget runs out.
 async fn track_request(
-    State((requests, cut_off)): State<(Arc<WorkTracker>, CancellationToken)>,
+    State((requests, open, cut_off)): State<(
+        Arc<WorkTracker>,
+        Arc<OpenRequests>,
+        CancellationToken,
+    )>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let Some(_ticket) = requests.admit() else {
         return ApiError::from(MemoryError::Closed("memgate serve".to_owned())).into_response();
     };
+    // The route's template, never the path itself (it may hold an id).
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("(no route)", MatchedPath::as_str);
+    let _open = open.enter(request.method().as_str(), route);
     tokio::select! {
         response = next.run(request) => response,
         () = cut_off.cancelled() => ApiError::new(

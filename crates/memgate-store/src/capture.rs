@@ -163,9 +163,10 @@ impl<'a> Intake<'a> {
                 Err(e) => return Some(Err(e)),
             };
             let message = message.borrow();
-            seen.set(seen.get() + 1);
+            let index = seen.get();
+            seen.set(index + 1);
             is_captureable(message, keep)
-                .then(|| storable(message, captured_at, redactor))
+                .then(|| storable(message, index, captured_at, redactor))
                 .flatten()
                 .map(Ok)
         })
@@ -184,7 +185,7 @@ pub(crate) fn feed(items: Receiver<Streamed>) -> impl Iterator<Item = Result<Mes
 
 /// Stores `turns` as the next turns of `thread` in `key`'s scope (made on
 /// first write), counting what was new and what was already known in
-/// `report`; an `Err` turn is returned (and rolls the transaction back).
+/// `report`, and listing the new turns that were cut; an `Err` turn is returned (and rolls the transaction back).
 pub(crate) fn store_turns(
     tx: &Connection,
     index: &mut IndexWrites,
@@ -197,9 +198,11 @@ pub(crate) fn store_turns(
     let mut seq = next_seq(tx, scope, thread)?;
     let mut names = SpeakerNames::default();
     for turn in turns {
-        if insert_turn(tx, index, &mut names, scope, thread, seq, &turn?)? {
+        let turn = turn?;
+        if insert_turn(tx, index, &mut names, scope, thread, seq, &turn)? {
             seq += 1;
             report.stored += 1;
+            report.cut.extend(turn.cut);
         } else {
             report.already_known += 1;
         }

@@ -27,6 +27,7 @@ fn report(stored: usize, already_known: usize, filtered: usize) -> CaptureReport
         stored,
         already_known,
         filtered,
+        cut: Vec::new(),
     }
 }
 

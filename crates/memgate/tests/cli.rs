@@ -580,3 +580,114 @@ fn doctor_says_powercontext_does_not_capture() {
     assert!(!out.contains("powercontext: powercontext:"), "{out}");
     assert!(!out.contains("pc-token-for-doctor") && !stderr(&o).contains("pc-token-for-doctor"));
 }
+
+/// One rule per field (`memgate_core::fields`) on the command line too:
+/// control characters and over-long kinds are refused with exit 2 and one
+/// line naming the field and the rule, and what was stored is intact. NUL
+/// cannot travel in an argument, so it comes in through an imported file.
+#[test]
+fn cli_refuses_each_field_rule_naming_the_field_and_keeps_what_was_stored() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let kept = memgate(h, &["remember", "the harbour office opens at nine"]);
+    assert!(kept.status.success(), "{}", stderr(&kept));
+    let exported = h.join("export.json");
+    let e = memgate(h, &["facts", "export", "--out", exported.to_str().unwrap()]);
+    assert!(e.status.success(), "{}", stderr(&e));
+    let before = stdout(&memgate(h, &["facts", "list", "--json"]));
+
+    let mut nul_text: Value = serde_json::from_slice(&std::fs::read(&exported).unwrap()).unwrap();
+    nul_text["facts"][0]["text"] = Value::from("fa\u{0}ct about the harbour");
+    let nul_text_file = h.join("nul-text.json");
+    std::fs::write(&nul_text_file, nul_text.to_string()).unwrap();
+    let mut nul_kind: Value = serde_json::from_slice(&std::fs::read(&exported).unwrap()).unwrap();
+    nul_kind["facts"][0]["kind"] = Value::from("fa\u{0}ct");
+    let nul_kind_file = h.join("nul-kind.json");
+    std::fs::write(&nul_kind_file, nul_kind.to_string()).unwrap();
+
+    let long_kind = "k".repeat(129);
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        (
+            vec!["remember", "a bell \u{7} rings"],
+            "text",
+            "must not contain control characters other than tab and line breaks (found U+0007)",
+        ),
+        (
+            vec!["remember", "--kind", "fa\u{1}ct", "a plain fact"],
+            "kind",
+            "must not contain control characters (found U+0001)",
+        ),
+        (
+            vec!["remember", "--kind", &long_kind, "a plain fact"],
+            "kind",
+            "must be at most 128 characters (got 129)",
+        ),
+        (
+            vec!["search", "harbour", "--kind", &long_kind],
+            "kind",
+            "must be at most 128 characters (got 129)",
+        ),
+        (
+            vec!["search", "harbour", "--kind", "fa\u{1}ct"],
+            "kind",
+            "must not contain control characters (found U+0001)",
+        ),
+        (
+            vec!["facts", "import", nul_text_file.to_str().unwrap()],
+            "text",
+            "(found U+0000)",
+        ),
+        (
+            vec!["facts", "import", nul_kind_file.to_str().unwrap()],
+            "kind",
+            "(found U+0000)",
+        ),
+    ];
+    for (args, field, rule) in cases {
+        let mut with_user = vec!["--user", "carol"];
+        with_user.extend(&args);
+        for args in [args.clone(), with_user] {
+            let o = memgate(h, &args);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("{field}: ")) && err.contains(rule),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    assert_eq!(
+        stdout(&memgate(h, &["facts", "list", "--json"])),
+        before,
+        "stored data intact"
+    );
+    let carol = memgate(h, &["--user", "carol", "facts", "list", "--json"]);
+    assert_eq!(stdout(&carol).trim(), "[]", "nothing half-imported");
+}
+
+/// A capture that keeps only the start of a long message says which one
+/// and how much, on the command line as over HTTP.
+#[test]
+fn capture_names_a_message_it_cut_and_how_much_it_kept() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let transcript = h.join("t.json");
+    let messages = serde_json::json!([
+        {"type": "human", "content": "the harbour office opens at nine", "id": "h1"},
+        {"type": "human", "content": "x".repeat(1_000_000), "id": "pasted-log"},
+    ]);
+    std::fs::write(&transcript, messages.to_string()).unwrap();
+    let path = transcript.to_str().unwrap();
+    let first = memgate(h, &["capture", "--thread", "t1", path]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let out = stdout(&first);
+    assert!(out.contains("2 new"), "{out}");
+    assert!(
+        out.contains("cut: message 1 (id pasted-log) kept its first 65536 of 1000000 bytes"),
+        "{out}"
+    );
+    let again = stdout(&memgate(h, &["capture", "--thread", "t1", path]));
+    assert!(again.contains("0 new, 2 already known"), "{again}");
+    assert!(!again.contains("cut:"), "nothing new was cut: {again}");
+}

@@ -400,14 +400,16 @@ fn sigterm_with_stuck_clients_and_a_hung_backend_exits_within_the_budget() {
     );
     let last = printed.lines().last().unwrap_or_default();
     assert!(
-        last.contains("2 HTTP requests still open at the deadline were cut off"),
+        last.contains(
+            "2 HTTP requests still open at the deadline were cut off (2 × POST /v1/recall); "
+        ),
         "{printed}"
     );
 }
 
 /// A client that never finishes its body holds the whole budget while the
-/// backend is idle: the last line names the cut-off request and does not
-/// blame the backend.
+/// backend is idle: the last line names the cut-off request (method and
+/// route) and does not blame the backend.
 #[test]
 fn a_stalled_client_is_named_on_the_last_line_and_the_idle_backend_is_not_blamed() {
     let home = tempfile::tempdir().unwrap();
@@ -431,7 +433,7 @@ fn a_stalled_client_is_named_on_the_last_line_and_the_idle_backend_is_not_blamed
     assert_eq!(
         last,
         "memgate: stopped within the 1 s shutdown budget, NOT fully drained: \
-         1 HTTP request still open at the deadline was cut off; \
+         1 HTTP request still open at the deadline was cut off (POST /v1/recall); \
          the backend had nothing left running and was released",
         "{printed}"
     );

@@ -310,6 +310,17 @@ async fn operate(backend: &dyn MemoryBackend, caller: Caller, command: Command) 
                 "captured: {} new, {} already known, {} left out (hidden, injected or system)",
                 report.stored, report.already_known, report.filtered
             );
+            for cut in &report.cut {
+                let id = cut
+                    .message_id
+                    .as_deref()
+                    .map(|id| format!(" (id {id})"))
+                    .unwrap_or_default();
+                println!(
+                    "cut: message {}{id} kept its first {} of {} bytes",
+                    cut.index, cut.kept_bytes, cut.text_bytes
+                );
+            }
         }
         Command::Facts { action } => facts(backend, &caller, action).await?,
         Command::Forget { what } => forget(backend, caller, what).await?,

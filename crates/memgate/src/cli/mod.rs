@@ -5,6 +5,7 @@ mod commands;
 mod distill;
 mod error;
 mod handoff;
+mod heap;
 #[cfg(feature = "lab")]
 mod lab;
 mod migrate;
@@ -230,6 +231,9 @@ enum ConfigCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbose = matches!(cli.command, Command::Serve { .. });
+    if verbose {
+        heap::cap_arenas();
+    }
     output::init_logging(verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

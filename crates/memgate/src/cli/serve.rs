@@ -60,6 +60,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         ..ServerState::new(Arc::clone(&backend))
     };
     let requests = Arc::clone(&state.requests);
+    let open_requests = Arc::clone(&state.open);
     let cut_requests = state.cut_off.clone();
     tracing::info!(%addr, backend = backend.name(), config = %source, "memgate serving");
     eprintln!(
@@ -70,6 +71,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
             .map(|a| a.to_string())
             .unwrap_or_else(|_| addr.to_string())
     );
+    let trimming = super::heap::trim_after_bursts(Arc::clone(&requests));
     let graceful = stop.clone();
     let mut serving = tokio::spawn(
         axum::serve(listener, router(state))
@@ -87,14 +89,16 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         () = shutdown_signal() => {}
     }
 
+    trimming.abort();
     // One budget for everything: HTTP first, then the backend's own work.
     let budget = Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds);
     let deadline = Instant::now() + budget;
     stop.cancel();
-    let cut_off = match tokio::time::timeout(budget, &mut serving).await {
-        Ok(_) => 0,
+    let (cut_off, cut_routes) = match tokio::time::timeout(budget, &mut serving).await {
+        Ok(_) => (0, String::new()),
         Err(_) => {
             let running = requests.running();
+            let routes = open_requests.describe();
             // Requests still running answer 503 where their connection
             // allows an answer; the server gets a moment to write them.
             cut_requests.cancel();
@@ -104,7 +108,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
             {
                 serving.abort();
             }
-            running
+            (running, routes)
         }
     };
     let report = backend
@@ -115,8 +119,10 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
     } else {
         let http = match cut_off {
             0 => String::new(),
-            1 => "1 HTTP request still open at the deadline was cut off; ".to_owned(),
-            n => format!("{n} HTTP requests still open at the deadline were cut off; "),
+            1 => format!("1 HTTP request still open at the deadline was cut off ({cut_routes}); "),
+            n => format!(
+                "{n} HTTP requests still open at the deadline were cut off ({cut_routes}); "
+            ),
         };
         // The backend is blamed only for work of its own still running.
         let backend_part = if report.drained() {
