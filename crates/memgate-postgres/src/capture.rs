@@ -148,6 +148,7 @@ impl PostgresBackend {
             let scope_id = self.ensure_scope(&tx, &scope).await?;
             let (stored, known) = self.store_turns(&tx, scope_id, thread, &turns).await?;
             tx.commit().await.map_err(|e| self.err(e))?;
+            self.wrote(&client, &scope).await;
             report.stored = stored;
             report.already_known = known;
         }

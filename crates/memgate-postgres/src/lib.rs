@@ -21,6 +21,7 @@
 //! [`capture`], [`plan`] (which query terms are worth scoring), [`recall`],
 //! [`first_turn`] (the block without a query),
 //! [`vectors`] (pgvector: storage, indexer, nearest items),
+//! [`replica`] (reads from a streaming replica, read-your-writes),
 //! [`transfer`], [`forget`] (erasure), [`backend`].
 
 pub mod backend;
@@ -32,11 +33,13 @@ pub mod forget;
 pub mod plan;
 pub mod pool;
 pub mod recall;
+pub mod replica;
 pub mod schema;
 pub mod terms;
 pub mod transfer;
 pub mod vectors;
 
 pub use backend::{DoctorInfo, PoolState, PostgresBackend};
-pub use config::PostgresConfig;
+pub use config::{PostgresConfig, ReplicaConfig};
+pub use replica::ReplicaState;
 pub use schema::SCHEMA_VERSION;
