@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object, Pool};
 use memgate_core::{
     BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Fact,
-    FactPatch, ForgetReport, ForgetTarget, ImportReport, KeepHiddenHook, MemoryBackend,
+    FactPatch, Figure, ForgetReport, ForgetTarget, ImportReport, KeepHiddenHook, MemoryBackend,
     MemoryError, MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result,
     SearchHit, SearchQuery, StoredScope, WarmStatus,
 };
@@ -447,6 +447,12 @@ impl MemoryBackend for PostgresBackend {
 
     async fn diagnose(&self) -> Vec<Diagnostic> {
         self.doctor_lines().await
+    }
+
+    fn figures(&self) -> Vec<Figure> {
+        self.replica_state()
+            .map(|s| s.figures())
+            .unwrap_or_default()
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -19,7 +19,7 @@ use crate::backend::Scope;
 use crate::config::{PostgresConfig, ReplicaConfig};
 use crate::pool;
 use deadpool_postgres::{Object, Pool};
-use memgate_core::Result;
+use memgate_core::{Figure, Result};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -89,6 +89,22 @@ pub struct ReplicaState {
     pub dropped: u64,
     /// Times a dropped replica was taken back.
     pub restored: u64,
+}
+
+impl ReplicaState {
+    /// The state as `/metrics` figures (fixed names, no user text).
+    pub fn figures(&self) -> Vec<Figure> {
+        let name = |n: &str| format!("memgate_postgres_replica_{n}");
+        vec![
+            Figure::gauge(name("up"), "1 while recall and search may read from the replica", u64::from(self.up)),
+            Figure::counter(name("reads_total"), "reads served by the replica", self.replica_reads),
+            Figure::counter(name("primary_reads_total"), "reads sent to the primary while a replica is configured", self.primary_reads),
+            Figure::counter(name("waited_out_total"), "reads sent to the primary because the replica had not replayed the scope's last write in time", self.waited_out),
+            Figure::counter(name("failed_reads_total"), "reads that failed on the replica and ran again on the primary", self.failed_reads),
+            Figure::counter(name("dropped_total"), "times the replica was dropped from reads (lagging or unreachable)", self.dropped),
+            Figure::counter(name("restored_total"), "times a dropped replica was taken back", self.restored),
+        ]
+    }
 }
 
 impl Replica {

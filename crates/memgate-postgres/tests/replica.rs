@@ -173,6 +173,19 @@ async fn replica_stopped_mid_run_reads_fall_back_and_it_is_used_again_when_back(
     eprintln!("replica stopped: {reads} reads, slowest {slowest:?}, {down:?}");
     assert!(!down.up && down.dropped >= 1, "{down:?}");
     assert!(slowest <= deadline, "a read took {slowest:?}");
+    let figures = b.figures();
+    let dropped = figures
+        .iter()
+        .find(|f| f.name == "memgate_postgres_replica_dropped_total")
+        .expect("the drop is a metric");
+    assert!(dropped.value >= 1, "{figures:?}");
+    let doctor = b.diagnose().await;
+    assert!(
+        doctor
+            .iter()
+            .any(|d| d.detail.contains("not used for reads")),
+        "{doctor:?}"
+    );
 
     assert!(replica_ctl("start").unwrap().success());
     restart.0 = false;
