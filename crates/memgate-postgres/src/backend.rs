@@ -11,16 +11,17 @@
 
 use crate::config::PostgresConfig;
 use crate::pool::{self, db_error, pool_error};
+use crate::replica::{self as replica, Replica, ReplicaState};
 use crate::schema;
 use crate::vectors::Vectors;
 use async_trait::async_trait;
 use deadpool_postgres::{GenericClient, Object, Pool};
 use memgate_core::{
     Acknowledgement, BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest,
-    CommitOutcome, Continuation, Diagnostic, Fact, FactPatch, ForgetReport, ForgetTarget, Handoff,
-    HandoffContent, ImportReport, KeepHiddenHook, MemoryBackend, MemoryError, MemoryExport, Recall,
-    RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit, SearchQuery, StoredScope,
-    WarmStatus,
+    CommitOutcome, Continuation, Diagnostic, Fact, FactPatch, Figure, ForgetReport, ForgetTarget,
+    Handoff, HandoffContent, ImportReport, KeepHiddenHook, MemoryBackend, MemoryError,
+    MemoryExport, Recall, RecallRequest, RememberOutcome, RememberRequest, Result, SearchHit,
+    SearchQuery, StoredScope, WarmStatus,
 };
 use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_embed::Embedder;
@@ -42,6 +43,8 @@ pub struct PostgresBackend {
     /// they are stored (signatures stay over the original message).
     pub(crate) redactor: std::sync::Arc<memgate_core::Redactor>,
     pub(crate) pool: Pool,
+    /// The read replica of recall and search, if configured ([`crate::replica`]).
+    pub(crate) replica: Option<Arc<Replica>>,
     /// The embedder of hybrid recall, if configured ([`crate::vectors`]).
     pub(crate) vectors: Option<Arc<Vectors>>,
     /// `memory.distill`'s queue limits: a capture queues its new turns
@@ -92,6 +95,24 @@ pub struct PoolState {
     pub waiting: usize,
 }
 
+/// `doctor`'s line about the read replica: used or dropped, and its counts.
+fn replica_line(s: ReplicaState) -> Diagnostic {
+    let counts = format!(
+        "{} reads from the replica, {} from the primary ({} waited out a write, {} failed on the replica); dropped {} times, taken back {} times",
+        s.replica_reads, s.primary_reads, s.waited_out, s.failed_reads, s.dropped, s.restored
+    );
+    match (s.up, s.lag_ms) {
+        (true, Some(lag)) => Diagnostic::ok(
+            "replica",
+            format!("used for reads, lag {lag:.1} ms; {counts}"),
+        ),
+        _ => Diagnostic::problem(
+            "replica",
+            format!("not used for reads (lagging or unreachable); {counts}"),
+        ),
+    }
+}
+
 /// The scope key of a caller as statement parameters.
 pub(crate) struct Scope {
     pub user: String,
@@ -128,7 +149,14 @@ impl PostgresBackend {
     /// Builds the backend over validated settings; connects on first use.
     pub fn new(config: PostgresConfig) -> Result<Self> {
         let pool = pool::build(&config)?;
+        let replica = config
+            .replica
+            .as_ref()
+            .map(Replica::new)
+            .transpose()?
+            .map(Arc::new);
         Ok(Self {
+            replica,
             config,
             keep_hidden: None,
             redactor: memgate_core::Redactor::shared_default(),
@@ -251,6 +279,50 @@ impl PostgresBackend {
         Ok(client)
     }
 
+    /// A connection for a read of `scope`: the replica's when it may serve
+    /// it ([`crate::replica`]), else the primary's. The flag says which.
+    pub(crate) async fn read_client(&self, scope: &Scope) -> Result<(Object, bool)> {
+        if let (Some(r), Some(())) = (&self.replica, self.migrated.get()) {
+            if self.is_closing() {
+                return Err(MemoryError::Closed("postgres".to_owned()));
+            }
+            r.probe_if_due(&self.pool);
+            if let Some(client) = r.reader(scope).await {
+                return Ok((client, true));
+            }
+        }
+        Ok((self.client().await?, false))
+    }
+
+    /// The outcome of a read that ran on the replica when `on_replica`:
+    /// `None` when it failed there and must run again on the primary.
+    pub(crate) fn replica_outcome<T>(
+        &self,
+        on_replica: bool,
+        read: Result<T>,
+    ) -> Option<Result<T>> {
+        match (read, &self.replica) {
+            (Err(e), Some(r)) if on_replica => {
+                r.read_failed(&e);
+                None
+            }
+            (read, _) => Some(read),
+        }
+    }
+
+    /// Records a committed write of `scope` (read on the connection that
+    /// wrote it), so that scope's reads wait for the replica to replay it.
+    pub(crate) async fn wrote(&self, client: &Object, scope: &Scope) {
+        if let Some(r) = &self.replica {
+            r.wrote(scope, replica::position_after_write(client).await);
+        }
+    }
+
+    /// The read replica's health and counts, if one is configured.
+    pub fn replica_state(&self) -> Option<ReplicaState> {
+        self.replica.as_ref().map(|r| r.state())
+    }
+
     /// Starts the background vector indexer and index builder once, after
     /// the migration.
     fn start_indexer(&self) {
@@ -368,6 +440,10 @@ impl PostgresBackend {
                 }
             });
         }
+        if let Some(r) = &self.replica {
+            r.probe(&self.pool).await;
+            lines.push(replica_line(r.state()));
+        }
         lines
     }
 
@@ -405,6 +481,12 @@ impl MemoryBackend for PostgresBackend {
 
     async fn diagnose(&self) -> Vec<Diagnostic> {
         self.doctor_lines().await
+    }
+
+    fn figures(&self) -> Vec<Figure> {
+        self.replica_state()
+            .map(|s| s.figures())
+            .unwrap_or_default()
     }
 
     fn capabilities(&self) -> Capabilities {

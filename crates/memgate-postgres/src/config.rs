@@ -10,6 +10,10 @@
 //! | `connect_timeout_ms` | 5000 | integer 100–60000: connecting, and waiting for a free pooled connection |
 //! | `tls_ca_file` | — | PEM file of extra roots to trust (else the public web roots) |
 //! | `max_injection_chars`, `injection_query`, `recall_top_k`, `standing_memories` | as `local` | the same rules as `local` (one validator) |
+//! | `replica_dsn` | — | a hot standby of the same database (streaming replication) that recall and search read from; same rules as `dsn`; exactly one of `replica_dsn` / `replica_dsn_env`, or neither |
+//! | `replica_dsn_env` | — | the name of the environment variable holding the replica's DSN |
+//! | `replica_max_lag_ms` | 5000 | integer 100–600000: a replica further behind than this is dropped from reads until it catches up |
+//! | `replica_wait_ms` | 500 | integer 0–10000: after a write, how long that scope's reads wait for the replica to replay it before they go to the primary |
 //! | `embedder` | none | as `local`: turns on hybrid recall, with vectors in pgvector (the server must have the `vector` extension) |
 //! | `vector_index` | `hnsw` | `hnsw` (an approximate index per model, built in the background; [`crate::hnsw`]) or `exact` (every recall scans the scope's vectors) |
 //! | `hnsw_ef_search` | 100 | integer 10–1000: the HNSW search's candidate list; larger is closer to exact and slower |
@@ -40,6 +44,8 @@ const HNSW_EF_SEARCH: RangeInclusive<u64> = 10..=1_000;
 /// for 100 candidates, which one graph search then yields
 /// (`docs/design/hnsw.md`).
 pub const DEFAULT_EF_SEARCH: u64 = 100;
+const REPLICA_MAX_LAG_MS: RangeInclusive<u64> = 100..=600_000;
+const REPLICA_WAIT_MS: RangeInclusive<u64> = 0..=10_000;
 /// Hybrid recall's embedder: `local`'s key and rules.
 const EMBEDDER_KEY: &str = "embedder";
 const OWN_KEYS: &[&str] = &[
@@ -53,6 +59,10 @@ const OWN_KEYS: &[&str] = &[
     "handoff_lifetime_secs",
     "vector_index",
     "hnsw_ef_search",
+    "replica_dsn",
+    "replica_dsn_env",
+    "replica_max_lag_ms",
+    "replica_wait_ms",
     // Injected by the factory for every backend; unused here.
     "storage_path",
 ];
@@ -79,6 +89,8 @@ pub struct PostgresConfig {
     pub embedder: Option<EmbedderSettings>,
     /// How the dense side of hybrid recall finds its nearest items.
     pub vector_index: VectorIndex,
+    /// The streaming replica that recall and search read from, if any.
+    pub replica: Option<ReplicaConfig>,
 }
 
 /// How hybrid recall's nearest items are found on PostgreSQL.
@@ -99,6 +111,18 @@ impl Default for VectorIndex {
     }
 }
 
+/// A read replica's settings (`replica_*` keys): its connection settings
+/// (pool size and timeouts as the primary's) and the two bounds of
+/// [`crate::replica`].
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    pub connection: Box<PostgresConfig>,
+    /// Further behind than this, the replica is dropped from reads.
+    pub max_lag: Duration,
+    /// How long a scope's read waits for the replica to replay its last write.
+    pub wait: Duration,
+}
+
 impl fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let hosts: Vec<String> = self.connection.get_hosts().iter().map(host_name).collect();
@@ -114,6 +138,7 @@ impl fmt::Debug for PostgresConfig {
             .field("recall", &self.recall)
             .field("vector_index", &self.vector_index)
             .field("embedder", &self.embedder)
+            .field("replica", &self.replica)
             .finish()
     }
 }
@@ -193,31 +218,14 @@ impl PostgresConfig {
                 known.join(", ")
             )));
         }
-        let dsn = match (
-            string_setting(config, "dsn")?,
-            string_setting(config, "dsn_env")?,
-        ) {
-            (Some(dsn), None) => dsn.to_owned(),
-            (None, Some(var)) => ctx.var(var).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
-                config_error(format!(
-                    "backend_config.dsn_env names the environment variable {var}, which is unset or empty"
-                ))
-            })?,
-            (Some(_), Some(_)) => {
-                return Err(config_error(
-                    "backend_config: set exactly one of dsn and dsn_env, not both",
-                ))
-            }
-            (None, None) => {
-                return Err(config_error(
-                    "backend_config.dsn (or dsn_env) is required by the postgres backend",
-                ))
-            }
-        };
+        let dsn = dsn_setting(config, ctx, "dsn")?.ok_or_else(|| {
+            config_error("backend_config.dsn (or dsn_env) is required by the postgres backend")
+        })?;
         let mut settings = Self::from_dsn(&dsn, config, RecallSettings::read(config)?)?;
         if let Some(v) = config.get(EMBEDDER_KEY).filter(|v| !v.is_null()) {
             settings.embedder = Some(EmbedderSettings::parse(v)?);
         }
+        settings.replica = ReplicaConfig::read(config, ctx)?;
         Ok(settings)
     }
 
@@ -321,6 +329,7 @@ impl PostgresConfig {
             recall,
             embedder: None,
             vector_index,
+            replica: None,
         })
     }
 
@@ -329,7 +338,8 @@ impl PostgresConfig {
         Self::from_dsn(dsn, &Map::new(), RecallSettings::default())
     }
 
-    /// The same settings with another schema (tests give each run its own).
+    /// The same settings with another schema, on the replica too (tests give
+    /// each run its own).
     pub fn with_schema(mut self, schema: &str) -> Result<Self> {
         if !valid_schema_name(schema) {
             return Err(config_error(
@@ -337,6 +347,9 @@ impl PostgresConfig {
             ));
         }
         schema.clone_into(&mut self.schema);
+        if let Some(r) = &mut self.replica {
+            schema.clone_into(&mut r.connection.schema);
+        }
         Ok(self)
     }
 
@@ -349,10 +362,75 @@ impl PostgresConfig {
     /// Replaces `text`'s copies of the password with `[redacted]` (errors
     /// from the driver or the server must never carry it).
     pub fn redact(&self, text: &str) -> String {
-        match &self.password {
+        let text = match &self.password {
             Some(p) => p.scrub(text),
             None => text.to_owned(),
+        };
+        match &self.replica {
+            Some(r) => r.connection.redact(&text),
+            None => text,
         }
+    }
+}
+
+/// The DSN of `key` (or of `{key}_env`'s variable); `None` when neither is set.
+fn dsn_setting(
+    config: &Map<String, Value>,
+    ctx: &BackendContext,
+    key: &str,
+) -> Result<Option<String>> {
+    let env_key = format!("{key}_env");
+    match (string_setting(config, key)?, string_setting(config, &env_key)?) {
+        (Some(dsn), None) => Ok(Some(dsn.to_owned())),
+        (None, Some(var)) => ctx
+            .var(var)
+            .filter(|v| !v.trim().is_empty())
+            .map(Some)
+            .ok_or_else(|| {
+                config_error(format!(
+                    "backend_config.{env_key} names the environment variable {var}, which is unset or empty"
+                ))
+            }),
+        (Some(_), Some(_)) => Err(config_error(format!(
+            "backend_config: set exactly one of {key} and {env_key}, not both"
+        ))),
+        (None, None) => Ok(None),
+    }
+}
+
+impl ReplicaConfig {
+    /// The `replica_*` keys; their bounds without a replica DSN are an error
+    /// (a replica the operator meant to set must not be silently absent).
+    fn read(config: &Map<String, Value>, ctx: &BackendContext) -> Result<Option<Self>> {
+        let Some(dsn) = dsn_setting(config, ctx, "replica_dsn")? else {
+            if let Some(key) = ["replica_max_lag_ms", "replica_wait_ms"]
+                .into_iter()
+                .find(|k| config.contains_key(*k))
+            {
+                return Err(config_error(format!(
+                    "backend_config.{key} needs backend_config.replica_dsn (or replica_dsn_env)"
+                )));
+            }
+            return Ok(None);
+        };
+        let connection = PostgresConfig::from_dsn(&dsn, config, RecallSettings::default())
+            .map_err(|e| {
+                config_error(
+                    e.to_string()
+                        .replace("backend_config.dsn", "backend_config.replica_dsn"),
+                )
+            })?;
+        let bound = |key: &str, range: RangeInclusive<u64>, default: u64| -> Result<Duration> {
+            Ok(Duration::from_millis(match config.get(key) {
+                None => default,
+                Some(_) => integer_in(config, key, range)?,
+            }))
+        };
+        Ok(Some(Self {
+            connection: Box::new(connection),
+            max_lag: bound("replica_max_lag_ms", REPLICA_MAX_LAG_MS, 5_000)?,
+            wait: bound("replica_wait_ms", REPLICA_WAIT_MS, 500)?,
+        }))
     }
 }
 
@@ -410,6 +488,58 @@ mod tests {
         for local in ["localhost", "127.0.0.2", "[::1]"] {
             parse(json!({ "dsn": format!("postgres://u@{local}/db") })).unwrap();
         }
+    }
+
+    #[test]
+    fn replica_settings_are_validated() {
+        let c = parse(
+            json!({"dsn_env": "PG_DSN", "replica_dsn": "postgres://u:r3plica@127.0.0.1:5433/db"}),
+        )
+        .unwrap();
+        let r = c.replica.as_ref().unwrap();
+        assert_eq!(
+            (r.max_lag, r.wait),
+            (Duration::from_secs(5), Duration::from_millis(500))
+        );
+        assert_eq!(c.redact("r3plica and s3cret"), "[redacted] and [redacted]");
+        assert!(!format!("{c:?}").contains("r3plica"));
+        assert!(parse(json!({"dsn_env": "PG_DSN"}))
+            .unwrap()
+            .replica
+            .is_none());
+        let e = parse(
+            json!({"dsn_env": "PG_DSN", "replica_dsn": "postgres://u:r3plica@db.example.com/db"}),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("backend_config.replica_dsn"), "{e}");
+        assert!(
+            e.to_string().contains("sslmode=require") && !e.to_string().contains("r3plica"),
+            "{e}"
+        );
+        let e = parse(json!({"dsn_env": "PG_DSN", "replica_wait_ms": 10}))
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "backend_config.replica_wait_ms needs backend_config.replica_dsn (or replica_dsn_env)"
+        );
+        let e = parse(
+            json!({"dsn_env": "PG_DSN", "replica_dsn_env": "PG_DSN", "replica_max_lag_ms": 50}),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "backend_config.replica_max_lag_ms must be an integer between 100 and 600000"
+        );
+        let e = parse(json!({"dsn_env": "PG_DSN", "replica_dsn_env": "NOPE"}))
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("backend_config.replica_dsn_env"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -262,6 +262,7 @@ impl PostgresBackend {
             };
             tx.commit().await.map_err(|e| self.err(e))?;
             if let Some(outcome) = outcome {
+                self.wrote(&client, &scope).await;
                 return Ok(outcome);
             }
         }
@@ -426,6 +427,7 @@ impl PostgresBackend {
         let next = history::revised(current, revised);
         self.update_fact(&tx, row, &next).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
+        self.wrote(&client, &scope).await;
         Ok(next)
     }
 
@@ -444,6 +446,7 @@ impl PostgresBackend {
         };
         self.update_fact(&tx, row, &next).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
+        self.wrote(&client, &scope).await;
         Ok(next)
     }
 }

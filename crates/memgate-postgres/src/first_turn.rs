@@ -60,12 +60,22 @@ impl PostgresBackend {
         type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
         let standing_params: [Param; 3] = [&scope.user, &scope.peer, &standing_limit];
         let turns_params: [Param; 3] = [&scope.user, &scope.peer, &MAX_RECENT_TURNS];
-        let client = self.client().await?;
-        let (standing, turns) = tokio::try_join!(
+        let (client, on_replica) = self.read_client(&scope).await?;
+        let read = tokio::try_join!(
             self.rows(&client, &standing_sql, &standing_params),
             self.rows(&client, &turns_sql, &turns_params),
-        )?;
+        );
         drop(client);
+        let (standing, turns) = match self.replica_outcome(on_replica, read) {
+            Some(read) => read?,
+            None => {
+                let client = self.client().await?;
+                tokio::try_join!(
+                    self.rows(&client, &standing_sql, &standing_params),
+                    self.rows(&client, &turns_sql, &turns_params),
+                )?
+            }
+        };
         let mut facts: Vec<_> = standing.iter().map(crate::facts::fact_from_row).collect();
         // A union's order is not promised: explicit first, newest first
         // (the profile orders the distilled ones itself).

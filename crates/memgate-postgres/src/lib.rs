@@ -22,6 +22,7 @@
 //! [`first_turn`] (the block without a query),
 //! [`vectors`] (pgvector: storage, indexer, nearest items), [`hnsw`] (the
 //! approximate index per model, built in the background),
+//! [`replica`] (reads from a streaming replica, read-your-writes),
 //! [`transfer`], [`forget`] (erasure), [`distill`] (the distillation
 //! queue and the transaction that applies a job), [`handoff`] (handoffs in
 //! flight), [`backend`].
@@ -38,6 +39,7 @@ pub mod hnsw;
 pub mod plan;
 pub mod pool;
 pub mod recall;
+pub mod replica;
 pub mod schema;
 pub mod terms;
 mod threads;
@@ -45,5 +47,6 @@ pub mod transfer;
 pub mod vectors;
 
 pub use backend::{DoctorInfo, PoolState, PostgresBackend};
-pub use config::{PostgresConfig, VectorIndex};
+pub use config::{PostgresConfig, ReplicaConfig, VectorIndex};
+pub use replica::ReplicaState;
 pub use schema::SCHEMA_VERSION;

@@ -25,7 +25,7 @@
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
 use crate::plan::{Plan, Walk, POSTINGS_BUDGET};
 use crate::terms::{query_terms, TEXT_SEARCH_CONFIG};
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Object};
 use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
 use memgate_recall::block::{assemble, MAX_SEARCH_TOP_K};
 use memgate_recall::citation::{memory_citation, turn_citation};
@@ -518,7 +518,30 @@ impl PostgresBackend {
         let scope = Scope::of(&request.caller);
         // Embedded before a connection is taken (an embedder may be slow).
         let vector = self.query_vector(query).await;
-        let client = self.client().await?;
+        let (client, on_replica) = self.read_client(&scope).await?;
+        let read = self
+            .ranked_block(&client, &scope, query, vector.as_deref())
+            .await;
+        drop(client);
+        match self.replica_outcome(on_replica, read) {
+            Some(block) => block,
+            None => {
+                let client = self.client().await?;
+                self.ranked_block(&client, &scope, query, vector.as_deref())
+                    .await
+            }
+        }
+    }
+
+    /// [`Self::recall_block`]'s ranked block, read on `client`.
+    async fn ranked_block(
+        &self,
+        client: &Object,
+        scope: &Scope,
+        query: &str,
+        vector: Option<&[f32]>,
+    ) -> Result<Recall> {
+        let settings = &self.config.recall;
         let standing_sql = format!(
             "SELECT {} FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
              ORDER BY id DESC LIMIT $3",
@@ -529,21 +552,20 @@ impl PostgresBackend {
             [&scope.user, &scope.peer, &standing_limit];
         let (mut ranked, standing) = tokio::try_join!(
             self.rank(
-                &client,
-                &scope,
+                client,
+                scope,
                 query,
-                vector.as_deref(),
+                vector,
                 settings.recall_top_k,
                 Category::All
             ),
-            self.rows(&client, &standing_sql, &standing_params),
+            self.rows(client, &standing_sql, &standing_params),
         )?;
         add_standing(
             &mut ranked,
             standing.iter().map(crate::facts::fact_from_row),
         );
-        self.name_sources(&client, &mut ranked).await?;
-        drop(client);
+        self.name_sources(client, &mut ranked).await?;
         Ok(assemble(&ranked, settings.max_injection_chars))
     }
 
@@ -571,17 +593,19 @@ impl PostgresBackend {
         };
         let scope = Scope::of(caller);
         let vector = self.query_vector(&query.query).await;
+        let (q, vector, top_k) = (&query.query, vector.as_deref(), query.top_k);
+        let (client, on_replica) = self.read_client(&scope).await?;
+        let read = self.rank(&client, &scope, q, vector, top_k, category).await;
+        drop(client);
+        let mut ranked = match self.replica_outcome(on_replica, read) {
+            Some(ranked) => ranked?,
+            None => {
+                let client = self.client().await?;
+                self.rank(&client, &scope, q, vector, top_k, category)
+                    .await?
+            }
+        };
         let client = self.client().await?;
-        let mut ranked = self
-            .rank(
-                &client,
-                &scope,
-                &query.query,
-                vector.as_deref(),
-                query.top_k,
-                category,
-            )
-            .await?;
         self.name_sources(&client, &mut ranked).await?;
         Ok(ranked.into_iter().map(SearchHit::from).collect())
     }

@@ -139,3 +139,57 @@ mod exact_scan {
         #[ignore = "real server: PostgreSQL with pgvector (testkit/postgres-up --pgvector)"]
     );
 }
+
+/// The same suite with reads served by the test cluster's hot standby
+/// (`testkit/postgres-up --replica`): every behaviour that writes and then
+/// reads checks read-your-writes through a real replica. Hybrid behaviours
+/// stay on the pgvector cluster, which has no standby.
+mod replica_reads {
+    use super::*;
+    use memgate_core::BackendContext;
+    use memgate_postgres::PostgresConfig;
+
+    struct PostgresWithReplica;
+
+    /// A backend reading from the standby, known to be caught up before
+    /// the behaviour starts (`diagnose` probes it).
+    async fn with_replica(schema: &str) -> Arc<dyn MemoryBackend> {
+        let [replica] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_POSTGRES_REPLICA_DSN"]);
+        let config = serde_json::json!({"dsn": common::dsn(), "replica_dsn": replica});
+        let settings = PostgresConfig::from_backend_config(
+            config.as_object().expect("an object"),
+            &BackendContext::new("/x"),
+        )
+        .and_then(|c| c.with_schema(schema))
+        .expect("valid settings");
+        let backend = PostgresBackend::new(settings).expect("a backend");
+        backend.warm().await.expect("the primary answers");
+        backend.diagnose().await;
+        Arc::new(backend)
+    }
+
+    impl Subject for PostgresWithReplica {
+        fn fresh(&self) -> BoxFuture<'_, Storage> {
+            Box::pin(async {
+                let schema = common::unique_schema("confr");
+                Storage {
+                    backend: with_replica(&schema).await,
+                    reopen: Arc::new(move || {
+                        let schema = schema.clone();
+                        Box::pin(async move { with_replica(&schema).await })
+                            as BoxFuture<'static, _>
+                    }),
+                }
+            })
+        }
+
+        fn hybrid(&self, embedder: Arc<dyn Embedder>) -> BoxFuture<'_, HybridHandle> {
+            Postgres.hybrid(embedder)
+        }
+    }
+
+    memgate_conformance::conformance_tests!(
+        PostgresWithReplica,
+        #[ignore = "real servers: PostgreSQL and its hot standby (testkit/postgres-up, testkit/postgres-up --replica; hybrid: testkit/postgres-up --pgvector)"]
+    );
+}
