@@ -305,6 +305,8 @@ pub struct RecallPhases {
     pub counted: f64,
     /// Documents the BM25 plan scores.
     pub plan_n: f64,
+    /// Of those, scored by a bound without their length read.
+    pub lengths_skipped: f64,
     pub wall_ms: f64,
     pub cpu_ms: Option<f64>,
     pub plan_ms: f64,
@@ -327,6 +329,7 @@ impl RecallPhases {
             terms: p.terms as f64,
             counted: p.counted as f64,
             plan_n: p.plan_n as f64,
+            lengths_skipped: p.lengths_skipped as f64,
             wall_ms: ms(wall),
             cpu_ms: cpu.map(ms),
             plan_ms: ms(p.plan),
@@ -350,6 +353,7 @@ impl RecallPhases {
             terms: avg(|r| r.terms),
             counted: avg(|r| r.counted),
             plan_n: avg(|r| r.plan_n),
+            lengths_skipped: avg(|r| r.lengths_skipped),
             wall_ms: avg(|r| r.wall_ms),
             cpu_ms: cpu.filter(|_| !all.is_empty()).map(|c| c / n),
             plan_ms: avg(|r| r.plan_ms),
@@ -368,7 +372,7 @@ impl RecallPhases {
             .map_or_else(|| "n/a".to_owned(), |c| format!("{c:.3}"));
         format!(
             "{} recalls ({:.0}% without a query, {:.0}% newest-first): {:.1} terms, {:.1} \
-             counted, plan n {:.0}; ms wall {:.3} / cpu {cpu}: plan {:.3}, candidates {:.3}, \
+             counted, plan n {:.0} ({:.0} without a length read); ms wall {:.3} / cpu {cpu}: plan {:.3}, candidates {:.3}, \
              places {:.3}, neighbours {:.3}, rows {:.3}, rest {:.3}",
             self.recalls,
             100.0 * self.no_query,
@@ -376,6 +380,7 @@ impl RecallPhases {
             self.terms,
             self.counted,
             self.plan_n,
+            self.lengths_skipped,
             self.wall_ms,
             self.plan_ms,
             self.candidates_ms,

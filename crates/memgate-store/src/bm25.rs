@@ -9,15 +9,25 @@
 //! it needs their frequencies known in advance, and the ranking counts
 //! them once per write generation of the scope.
 //!
-//! `memgate_bm25(recall_index, dfs)`: `dfs` is a blob of little-endian
-//! `i64`, one per phrase of the MATCH expression in order; a phrase given
-//! 0 adds nothing (the expression may repeat phrases to reach a document).
-//! The result is FTS5's formula exactly (`k1` 1.2, `b` 0.75, column weights
-//! of [`COLUMN_WEIGHTS`], the table's row count and average length), negated
-//! like `bm25()`: lower is better.
+//! `memgate_bm25(recall_index, dfs [, pool])`: `dfs` is a blob of
+//! little-endian `i64`, one per phrase of the MATCH expression in order; a
+//! phrase given 0 adds nothing (the expression may repeat phrases to reach
+//! a document). The result is FTS5's formula exactly (`k1` 1.2, `b` 0.75,
+//! column weights of [`COLUMN_WEIGHTS`], the table's row count and average
+//! length), negated like `bm25()`: lower is better.
+//!
+//! With `pool` (the query's LIMIT, ordered by this score), the function
+//! keeps the best `pool` scores so far; a row whose score at the shortest
+//! possible length is below all of them cannot enter the pool, and gets
+//! that bound without its length being read (a `%_docsize` lookup per
+//! row, the largest part of scoring one). Rows in the pool always carry
+//! their exact score.
 
 use memgate_recall::maxscore::{idf, B, K1};
 use rusqlite::{ffi, Connection};
+use std::cell::Cell;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
@@ -130,38 +140,126 @@ unsafe extern "C" fn bm25(
     }
 }
 
-/// FTS5's BM25 of the current row with the given frequencies.
+thread_local! {
+    /// Length lookups skipped on this thread (see [`skipped_lengths`]).
+    static SKIPPED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many rows this thread's `memgate_bm25` calls have answered with a
+/// bound, without reading their length: the rows that could not enter the
+/// pool. A running total; the ranking's profile reads differences.
+pub fn skipped_lengths() -> u64 {
+    SKIPPED.get()
+}
+
+/// A score ordered by `total_cmp`, for the pool's heap.
+#[derive(Clone, Copy, PartialEq)]
+struct Score(f64);
+
+impl Eq for Score {}
+
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// What every call of one query shares (FTS5 auxiliary data, freed with
+/// the query): what does not change from row to row, and the best scores
+/// so far.
+struct Query {
+    /// Each phrase's idf; `None` for a phrase given 0.
+    idfs: Vec<Option<f64>>,
+    avgdl: f64,
+    /// The pool the query keeps (its LIMIT); 0 when not given.
+    pool: usize,
+    /// The best `pool` scores so far, lowest on top.
+    best: BinaryHeap<Reverse<Score>>,
+    /// The last row scored and its score: a row asked twice counts once.
+    last: Option<(i64, f64)>,
+}
+
+impl Query {
+    /// The lowest score of a full pool: a row scoring below it cannot
+    /// enter the query's best `pool`, whatever comes after.
+    fn entry_score(&self) -> Option<f64> {
+        (self.pool > 0 && self.best.len() >= self.pool)
+            .then(|| self.best.peek().map_or(f64::NEG_INFINITY, |s| s.0 .0))
+    }
+
+    fn keep(&mut self, score: f64) {
+        if self.pool == 0 {
+            return;
+        }
+        self.best.push(Reverse(Score(score)));
+        if self.best.len() > self.pool {
+            self.best.pop();
+        }
+    }
+
+    /// BM25 of a row with these weighted frequencies and length norm.
+    fn bm25(&self, freq: &[f64], norm: f64) -> f64 {
+        let mut score = 0.0;
+        for (f, idf) in freq.iter().zip(&self.idfs) {
+            if let (Some(idf), true) = (idf, *f > 0.0) {
+                score += idf * f * (K1 + 1.0) / (f + norm);
+            }
+        }
+        score
+    }
+}
+
+unsafe extern "C" fn drop_query(query: *mut c_void) {
+    // SAFETY: FTS5 hands back the pointer `query_state` leaked, once.
+    drop(unsafe { Box::from_raw(query.cast::<Query>()) });
+}
+
+fn call(rc: c_int) -> Result<(), c_int> {
+    if rc == ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
+/// The query's shared state: made on the first row from the arguments
+/// (`dfs`, and `pool` when given) and the table's totals.
 ///
 /// # Safety
 /// `api`, `fts` and `values` as FTS5 passes them to an auxiliary function.
-unsafe fn score(
+unsafe fn query_state<'q>(
     api: &ffi::Fts5ExtensionApi,
     fts: *mut ffi::Fts5Context,
     n_val: c_int,
     values: *mut *mut ffi::sqlite3_value,
-) -> Result<f64, c_int> {
-    let call = |rc: c_int| {
-        if rc == ffi::SQLITE_OK {
-            Ok(())
-        } else {
-            Err(rc)
-        }
+) -> Result<&'q mut Query, c_int> {
+    let (Some(get_aux), Some(set_aux)) = (api.xGetAuxdata, api.xSetAuxdata) else {
+        return Err(ffi::SQLITE_MISUSE);
     };
+    // SAFETY: FTS5's own function on the live context it passed.
+    let known = unsafe { get_aux(fts, 0) };
+    if !known.is_null() {
+        // SAFETY: the only auxiliary data of this function is a `Query`,
+        // alive until the query ends; calls of one query do not overlap.
+        return Ok(unsafe { &mut *known.cast::<Query>() });
+    }
     let (Some(phrase_count), Some(row_count), Some(total_size)) =
         (api.xPhraseCount, api.xRowCount, api.xColumnTotalSize)
     else {
         return Err(ffi::SQLITE_MISUSE);
     };
-    let (Some(inst_count), Some(inst), Some(column_size)) =
-        (api.xInstCount, api.xInst, api.xColumnSize)
-    else {
-        return Err(ffi::SQLITE_MISUSE);
-    };
-    if n_val != 1 {
+    // FTS5 passes the arguments after the table's.
+    if !(1..=2).contains(&n_val) {
         return Err(ffi::SQLITE_MISUSE);
     }
-    // SAFETY: one argument, checked above; the blob stays valid until the
-    // value is next converted, and is only read here.
+    // SAFETY: at least one argument, checked above; the blob stays valid
+    // until the value is next converted, and is only read here.
     let dfs: &[u8] = unsafe {
         let value = *values;
         let data = ffi::sqlite3_value_blob(value).cast::<u8>();
@@ -172,10 +270,15 @@ unsafe fn score(
             std::slice::from_raw_parts(data, len)
         }
     };
-    // SAFETY: FTS5's own function on the live context it passed (so are the
-    // calls below, with out-pointers to locals).
-    let phrases = unsafe { phrase_count(fts) };
-    let phrases = phrases.max(0) as usize;
+    let pool = if n_val == 2 {
+        // SAFETY: the second argument exists (n_val is 2).
+        unsafe { ffi::sqlite3_value_int64(*values.add(1)) }.max(0) as usize
+    } else {
+        0
+    };
+    // SAFETY: FTS5's own functions on the live context it passed, with
+    // out-pointers to locals.
+    let phrases = unsafe { phrase_count(fts) }.max(0) as usize;
     if dfs.len() != phrases * 8 {
         return Err(ffi::SQLITE_MISMATCH);
     }
@@ -186,8 +289,55 @@ unsafe fn score(
     let mut tokens: i64 = 0;
     // SAFETY: as above.
     call(unsafe { total_size(fts, -1, &mut tokens) })?;
-    let avgdl = tokens as f64 / rows as f64;
-    let mut freq = vec![0.0f64; phrases];
+    let idfs = dfs
+        .chunks_exact(8)
+        .map(|df| {
+            let df = i64::from_le_bytes(df.try_into().expect("8 bytes"));
+            (df > 0).then(|| idf(rows, df))
+        })
+        .collect();
+    let query = Box::into_raw(Box::new(Query {
+        idfs,
+        avgdl: tokens as f64 / rows as f64,
+        pool,
+        best: BinaryHeap::with_capacity(pool + 1),
+        last: None,
+    }));
+    // SAFETY: as above; FTS5 owns the box from here and frees it with
+    // `drop_query` (also when this call fails).
+    call(unsafe { set_aux(fts, query.cast::<c_void>(), Some(drop_query)) })?;
+    // SAFETY: just stored, alive until the query ends.
+    Ok(unsafe { &mut *query })
+}
+
+/// FTS5's BM25 of the current row with the given frequencies; a row that
+/// cannot enter the pool even at the shortest length gets that bound
+/// instead, without its length being read.
+///
+/// # Safety
+/// `api`, `fts` and `values` as FTS5 passes them to an auxiliary function.
+unsafe fn score(
+    api: &ffi::Fts5ExtensionApi,
+    fts: *mut ffi::Fts5Context,
+    n_val: c_int,
+    values: *mut *mut ffi::sqlite3_value,
+) -> Result<f64, c_int> {
+    let (Some(rowid), Some(inst_count), Some(inst), Some(column_size)) =
+        (api.xRowid, api.xInstCount, api.xInst, api.xColumnSize)
+    else {
+        return Err(ffi::SQLITE_MISUSE);
+    };
+    // SAFETY: as this function's contract.
+    let query = unsafe { query_state(api, fts, n_val, values) }?;
+    // SAFETY: FTS5's own functions on the live context it passed, with
+    // out-pointers to locals.
+    let row = unsafe { rowid(fts) };
+    if let Some((last, score)) = query.last {
+        if last == row {
+            return Ok(score);
+        }
+    }
+    let mut freq = vec![0.0f64; query.idfs.len()];
     let mut n: c_int = 0;
     // SAFETY: as above.
     call(unsafe { inst_count(fts, &mut n) })?;
@@ -202,16 +352,22 @@ unsafe fn score(
             *f += w;
         }
     }
+    // Length 0 gives each part its largest value (the norm only grows
+    // with the length).
+    if let Some(entry) = query.entry_score() {
+        let bound = query.bm25(&freq, K1 * (1.0 - B));
+        if bound < entry {
+            SKIPPED.set(SKIPPED.get() + 1);
+            query.last = Some((row, bound));
+            return Ok(bound);
+        }
+    }
     let mut len: c_int = 0;
     // SAFETY: as above.
     call(unsafe { column_size(fts, -1, &mut len) })?;
-    let norm = K1 * (1.0 - B + B * f64::from(len) / avgdl);
-    let mut score = 0.0;
-    for (f, df) in freq.iter().zip(dfs.chunks_exact(8)) {
-        let df = i64::from_le_bytes(df.try_into().expect("8 bytes"));
-        if df > 0 && *f > 0.0 {
-            score += idf(rows, df) * f * (K1 + 1.0) / (f + norm);
-        }
-    }
+    let norm = K1 * (1.0 - B + B * f64::from(len) / query.avgdl);
+    let score = query.bm25(&freq, norm);
+    query.keep(score);
+    query.last = Some((row, score));
     Ok(score)
 }

@@ -34,7 +34,7 @@
 //! per scope (terms carry the scope tag); the total row count and average
 //! length that BM25 also uses are those of the whole file.
 
-use crate::bm25::{frequencies_blob, FUNCTION as BM25_FUNCTION};
+use crate::bm25::{frequencies_blob, skipped_lengths, FUNCTION as BM25_FUNCTION};
 use crate::error::db_error;
 use crate::scope::write_generation;
 use memgate_core::Result;
@@ -143,6 +143,9 @@ pub struct RankProfile {
     pub counted: usize,
     /// Documents a BM25 plan scored: the postings MaxScore walked.
     pub plan_n: usize,
+    /// Walked documents scored by a bound without their length read: they
+    /// could not enter the pool.
+    pub lengths_skipped: usize,
     /// BM25 rankings the budget stopped before MaxScore proved their pool
     /// exact (near-exact rankings).
     pub inexact: usize,
@@ -161,6 +164,7 @@ impl RankProfile {
         self.terms += other.terms;
         self.counted += other.counted;
         self.plan_n += other.plan_n;
+        self.lengths_skipped += other.lengths_skipped;
         self.inexact += other.inexact;
         self.newest += other.newest;
         self.plan += other.plan;
@@ -284,7 +288,9 @@ pub(crate) fn rank_within(
     let pool = candidate_pool(top_k);
     let candidates = match &plan {
         Plan::Scored(terms) => {
+            let skipped = skipped_lengths();
             let top = pruned_top(conn, scope, terms, budget, category, pool)?;
+            clock.profile.lengths_skipped = (skipped_lengths() - skipped) as usize;
             clock.profile.plan_n = top.walked;
             clock.profile.inexact = usize::from(!top.exact);
             top.hits
@@ -483,7 +489,8 @@ fn candidates(
     pool: usize,
 ) -> Result<Vec<(i64, f64)>> {
     let score = match rows {
-        Rows::Scored(_) => format!("{BM25_FUNCTION}(recall_index, ?2)"),
+        // The pool lets the function skip rows that cannot enter it.
+        Rows::Scored(_) => format!("{BM25_FUNCTION}(recall_index, ?2, {pool})"),
         Rows::NewestTurns | Rows::NewestMemories => "0.0".to_owned(),
     };
     let mut sql =
@@ -1219,6 +1226,42 @@ mod tests {
                 5,
             )?;
             assert!(got.iter().all(|h| h.1 == 0.0), "{got:?}");
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    /// Given the pool, `memgate_bm25` answers rows that cannot enter it
+    /// with a bound, without reading their length, and the pool is still
+    /// FTS5's own top by `bm25()`, scores included.
+    #[test]
+    fn memgate_bm25_skips_lengths_only_of_rows_outside_the_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_db(&dir);
+        let user = Caller::new("u");
+        let mut rng = SplitMix::new(11);
+        generated_scope(&db, &user, &mut rng, 2_000);
+        db.read(|conn| {
+            let scope = ScopeKey::of(&user).find(conn)?.unwrap();
+            for query in ["w1 w7 w40 w3", "w0 w2", "w120 w5 w9"] {
+                let terms = scored_terms(conn, scope, query).unwrap();
+                let (expr, dfs) = walk_expression(&terms, terms.len());
+                for pool in [1, 10, 50] {
+                    let before = skipped_lengths();
+                    let got = candidates(
+                        conn,
+                        scope,
+                        &expr,
+                        Rows::Scored(&frequencies_blob(&dfs)),
+                        None,
+                        pool,
+                    )?;
+                    let skipped = skipped_lengths() - before;
+                    let what = format!("{query:?}, pool {pool}");
+                    assert_same_top(&got, &fts5_top(conn, &terms, pool), &what);
+                    assert!(skipped > 0, "{what}: no length lookup skipped");
+                }
+            }
             Ok(())
         })
         .unwrap();
