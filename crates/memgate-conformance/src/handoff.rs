@@ -10,7 +10,8 @@ use memgate_core::{
     MemoryBackend,
 };
 
-fn content(objective: &str, next: &str) -> HandoffContent {
+/// A handoff's content naming `objective` and `next` (the rest fixed).
+pub fn content(objective: &str, next: &str) -> HandoffContent {
     HandoffContent::new(
         objective,
         &["schema migrated on staging".to_owned()],
@@ -22,7 +23,7 @@ fn content(objective: &str, next: &str) -> HandoffContent {
 }
 
 /// What the caller's memory holds: recall text and exported facts' texts.
-async fn memory_of(b: &dyn MemoryBackend, caller: &Caller) -> (String, Vec<String>) {
+pub async fn memory_of(b: &dyn MemoryBackend, caller: &Caller) -> (String, Vec<String>) {
     let recall = b
         .recall(&recall_of(caller, Some("zephyr migration")))
         .await

@@ -1,42 +1,17 @@
-//! Handoff/Continue on the local store: prepare → inspect → correct →
-//! finalize in one thread, continue in another, acknowledge, commit only on
-//! request; held handoffs are bound to their user, expire, and are never
-//! memory until committed.
+//! Handoff expiry on the local store, with a lifetime too short for the
+//! shared flow (`memgate_conformance::handoff` runs the flow itself).
 
 mod common;
 
-use common::{alice, recall_of, TestStore};
-use memgate_core::{Caller, HandoffContent, MemoryBackend};
+use common::{alice, TestStore};
+use memgate_conformance::handoff::{content, memory_of};
+use memgate_core::MemoryBackend;
 use memgate_store::{LocalBackend, MemoryStore};
 use std::time::Duration;
 
 fn backend(test: &TestStore) -> LocalBackend {
     let store = MemoryStore::open(test.path(), test.store.config().clone()).unwrap();
     LocalBackend::from_store(store)
-}
-
-fn content(objective: &str, next: &str) -> HandoffContent {
-    HandoffContent::new(
-        objective,
-        &["schema migrated on staging".to_owned()],
-        &["waiting for the zephyr review".to_owned()],
-        next,
-        &["ci run 4411 green".to_owned()],
-    )
-    .unwrap()
-}
-
-/// What the caller's memory holds: recall text and exported facts' texts.
-async fn memory_of(b: &LocalBackend, caller: &Caller) -> (String, Vec<String>) {
-    let recall = b
-        .recall(&recall_of(caller, Some("zephyr migration")))
-        .await
-        .unwrap();
-    let export = b.export(caller).await.unwrap();
-    (
-        recall.text,
-        export.facts.into_iter().map(|f| f.text).collect(),
-    )
 }
 
 #[tokio::test]
