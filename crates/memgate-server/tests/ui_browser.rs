@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+mod ui_common;
+
 /// Chooses whose memory to browse, on the overview's form.
 async fn browse(browser: &Browser, base: &str, user: &str, agent: &str) {
     browser.client.goto(&format!("{base}/ui")).await.unwrap();
@@ -455,42 +457,17 @@ async fn hostile_memory_renders_as_text_and_runs_nothing() {
 #[tokio::test]
 #[ignore = "needs chromium and chromium-driver (Debian packages; .ci/run installs them)"]
 async fn a_facts_source_turns_open_in_their_thread_in_a_real_browser() {
-    use memgate_core::distill::{DistillQueue, Operation, ProposedFact, QueueLimits};
-    use memgate_core::{Caller, CaptureKind, CaptureRequest, Message};
     let dir = tempfile::tempdir().unwrap();
-    let config = LocalConfig {
-        distill: Some(QueueLimits {
-            max_turns_per_job: 1000,
-            max_queued_jobs: 10,
-        }),
-        ..LocalConfig::default()
-    };
-    let local = LocalBackend::open(dir.path().join("memgate.sqlite3"), config).unwrap();
-    let alice = Caller::new("alice").with_agent("helper");
-    let messages = (0..130)
-        .map(|i| Message::human(format!("ferry plan turn {i:03}")))
-        .collect();
-    local
-        .capture(&CaptureRequest {
-            caller: alice.clone().with_thread("ferry-thread"),
-            messages,
-            kind: CaptureKind::AfterTurn,
-            trace_id: None,
-        })
-        .await
-        .unwrap();
-    let job = local.next_jobs(1, &[]).await.unwrap().remove(0);
-    let cited = job.turns[120].id.clone();
-    let proposed = ProposedFact {
-        kind: "travel".into(),
-        text: "alice takes the ferry".into(),
-        confidence: 0.7,
-        sources: vec![cited.clone()],
-    };
-    local
-        .apply(&job, &[Operation::Add(proposed)])
-        .await
-        .unwrap();
+    let (local, cited) = ui_common::store_with_a_distilled_fact(
+        dir.path(),
+        "ferry-thread",
+        "ferry plan turn",
+        130,
+        &[120],
+        "alice takes the ferry",
+    )
+    .await;
+    let cited = cited[0].clone();
     let backend: Arc<dyn MemoryBackend> = Arc::new(local);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -6,7 +6,7 @@ use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, 
 use memgate_server::ServerState;
 use memgate_store::{LocalBackend, LocalConfig};
 use std::sync::Arc;
-use ui_common::{browse_alice, get, spawn};
+use ui_common::{browse_alice, get, spawn, store_with_a_distilled_fact};
 
 mod ui_common;
 
@@ -64,41 +64,18 @@ async fn long_lists_come_a_page_at_a_time_newest_facts_first() {
 /// model's answer is given here, as the operations it would propose.
 #[tokio::test]
 async fn a_distilled_fact_opens_the_turns_it_rests_on() {
-    use memgate_core::distill::{DistillQueue, Operation, ProposedFact, QueueLimits};
     let dir = tempfile::tempdir().unwrap();
-    let config = LocalConfig {
-        distill: Some(QueueLimits {
-            max_turns_per_job: 1000,
-            max_queued_jobs: 10,
-        }),
-        ..LocalConfig::default()
-    };
-    let local = LocalBackend::open(dir.path().join("memgate.sqlite3"), config).unwrap();
+    let (local, cited) = store_with_a_distilled_fact(
+        dir.path(),
+        "long-thread",
+        "long thread turn",
+        150,
+        &[3, 140],
+        "alice is planning a long trip",
+    )
+    .await;
+    let (early, late) = (&cited[0], &cited[1]);
     let alice = Caller::new("alice").with_agent("helper");
-    let messages = (0..150)
-        .map(|i| Message::human(format!("long thread turn {i:03}")))
-        .collect();
-    local
-        .capture(&CaptureRequest {
-            caller: alice.clone().with_thread("long-thread"),
-            messages,
-            kind: CaptureKind::AfterTurn,
-            trace_id: None,
-        })
-        .await
-        .unwrap();
-    let job = local.next_jobs(1, &[]).await.unwrap().remove(0);
-    let (early, late) = (job.turns[3].id.clone(), job.turns[140].id.clone());
-    let proposed = ProposedFact {
-        kind: "travel".into(),
-        text: "alice is planning a long trip".into(),
-        confidence: 0.8,
-        sources: vec![early.clone(), late.clone()],
-    };
-    local
-        .apply(&job, &[Operation::Add(proposed)])
-        .await
-        .unwrap();
     let fact = local.list_facts(&alice, false).await.unwrap().remove(0);
     let backend: Arc<dyn MemoryBackend> = Arc::new(local);
     let base = spawn(ServerState::new(AssembledBackend::with_defaults(backend))).await;

@@ -90,3 +90,55 @@ pub async fn browse_alice(base: &str) -> (String, String) {
     assert_eq!(chosen.status, 303, "{}", chosen.body);
     (cookie, csrf)
 }
+
+/// A local store in `dir` holding one distilled fact: a thread of `turns`
+/// human lines (`"{line} 000"`, `"{line} 001"`, ...) is captured and queued
+/// for distillation for real; only the model's answer is given, as the
+/// operation it would propose, citing the turns at `cited`. Returns the
+/// store and the cited turns' ids.
+pub async fn store_with_a_distilled_fact(
+    dir: &std::path::Path,
+    thread: &str,
+    line: &str,
+    turns: usize,
+    cited: &[usize],
+    fact: &str,
+) -> (memgate_store::LocalBackend, Vec<String>) {
+    use memgate_core::distill::{DistillQueue, Operation, ProposedFact, QueueLimits};
+    use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, Message};
+    let config = memgate_store::LocalConfig {
+        distill: Some(QueueLimits {
+            max_turns_per_job: 1000,
+            max_queued_jobs: 10,
+        }),
+        ..memgate_store::LocalConfig::default()
+    };
+    let local = memgate_store::LocalBackend::open(dir.join("memgate.sqlite3"), config).unwrap();
+    let messages = (0..turns)
+        .map(|i| Message::human(format!("{line} {i:03}")))
+        .collect();
+    local
+        .capture(&CaptureRequest {
+            caller: Caller::new("alice")
+                .with_agent("helper")
+                .with_thread(thread),
+            messages,
+            kind: CaptureKind::AfterTurn,
+            trace_id: None,
+        })
+        .await
+        .unwrap();
+    let job = local.next_jobs(1, &[]).await.unwrap().remove(0);
+    let sources: Vec<String> = cited.iter().map(|&i| job.turns[i].id.clone()).collect();
+    let proposed = ProposedFact {
+        kind: "travel".into(),
+        text: fact.into(),
+        confidence: 0.8,
+        sources: sources.clone(),
+    };
+    local
+        .apply(&job, &[Operation::Add(proposed)])
+        .await
+        .unwrap();
+    (local, sources)
+}
