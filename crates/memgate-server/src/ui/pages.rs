@@ -786,6 +786,9 @@ pub(super) async fn fact_sources(
     };
     // (turn, page of the thread it is on), in the fact's order.
     let mut found: Vec<(ThreadTurn, usize)> = Vec::new();
+    // Whether the whole thread was read: only then is a missing turn known
+    // to be forgotten rather than further along than the pages read.
+    let mut read_whole = false;
     for n in 0..MAX_SOURCE_PAGES {
         let request = PageRequest {
             offset: n.saturating_mul(PAGE_SIZE),
@@ -803,6 +806,7 @@ pub(super) async fn fact_sources(
                 .map(|t| (t, n)),
         );
         if last || found.len() == fact.sources.len() {
+            read_whole = last;
             break;
         }
     }
@@ -823,7 +827,12 @@ pub(super) async fn fact_sources(
             }
         }
         @if !missing.is_empty() {
-            p.problem { "No longer stored (forgotten): " (missing.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")) }
+            @let missing = missing.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ");
+            @if read_whole {
+                p.problem { "No longer stored (forgotten): " (missing) }
+            } @else {
+                p.problem { "Not among the first " (MAX_SOURCE_PAGES * PAGE_SIZE) " turns of the thread, which is all this page reads: " (missing) }
+            }
         }
     };
     ui.render(&visit, StatusCode::OK, "Sources", body)
