@@ -24,6 +24,10 @@ pub struct QueueLimits {
     /// Beyond this many queued jobs new turns are not queued (counted;
     /// `memgate distill` picks them up later).
     pub max_queued_jobs: usize,
+    /// How long a worker holds a job it took before another worker (a
+    /// replica sharing the store) may take it: longer than a job's calls
+    /// can last, so one model call is made per job while its worker lives.
+    pub lease: std::time::Duration,
 }
 
 /// One turn a job asks the model about (stored redacted).

@@ -12,6 +12,10 @@
 //! `related_facts` (20, 0–100: current facts shown to the model),
 //! `max_attempts` (5, 1–20: failed calls before a job is parked),
 //! `structured_output` (true: `response_format` with a JSON schema).
+//!
+//! A worker's hold on a job (its lease, [`job_lease`]) follows from
+//! `timeout_ms`: replicas sharing a PostgreSQL queue call the model once
+//! per job unless a worker dies holding it.
 
 use memgate_core::distill::QueueLimits;
 use memgate_core::setup::EnvSource;
@@ -19,6 +23,13 @@ use memgate_core::{MemoryError, Result, Secret};
 use serde_json::{Map, Value};
 use std::ops::RangeInclusive;
 use std::time::Duration;
+
+/// How long a worker holds a job: its first call and one repair round at
+/// most `timeout` each, plus ten seconds for reading and applying. A job
+/// whose worker died waits this long for another.
+pub fn job_lease(timeout: Duration) -> Duration {
+    timeout * 2 + Duration::from_secs(10)
+}
 
 const KEYS: &[&str] = &[
     "enabled",
@@ -67,6 +78,7 @@ impl Default for DistillSettings {
             queue: QueueLimits {
                 max_turns_per_job: 32,
                 max_queued_jobs: 10_000,
+                lease: job_lease(Duration::from_secs(60)),
             },
             related_facts: 20,
             max_attempts: 5,
@@ -174,12 +186,13 @@ impl DistillSettings {
                 )));
             }
         }
+        let timeout = Duration::from_millis(integer(map, "timeout_ms", 60_000, 100..=600_000)?);
         Ok(Self {
             enabled,
             base_url,
             model,
             api_key_env,
-            timeout: Duration::from_millis(integer(map, "timeout_ms", 60_000, 100..=600_000)?),
+            timeout,
             concurrency: integer(map, "concurrency", 1, 1..=8)? as usize,
             max_job_tokens: integer(
                 map,
@@ -196,6 +209,7 @@ impl DistillSettings {
             queue: QueueLimits {
                 max_turns_per_job: integer(map, "max_turns_per_job", 32, 1..=256)? as usize,
                 max_queued_jobs: integer(map, "max_queued_jobs", 10_000, 1..=1_000_000)? as usize,
+                lease: job_lease(timeout),
             },
             related_facts: integer(map, "related_facts", 20, 0..=100)? as usize,
             max_attempts: integer(map, "max_attempts", 5, 1..=20)? as u32,

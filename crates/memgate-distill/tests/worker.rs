@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 const LIMITS: QueueLimits = QueueLimits {
     max_turns_per_job: 32,
     max_queued_jobs: 100,
+    lease: std::time::Duration::from_secs(300),
 };
 
 /// A store that distils, with what a test reads beyond the contract.
@@ -752,3 +753,88 @@ on_both_stores!(
     the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store,
     the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day,
 );
+
+/// Two replicas (two handles, each its own lease holder) running workers
+/// over one PostgreSQL queue: every job is distilled, the model is asked
+/// once per job, no fact twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: testkit/postgres-up, then MEMGATE_TEST_POSTGRES_DSN"]
+async fn postgres_two_replicas_on_one_queue_ask_the_model_once_per_job() {
+    const THREADS: usize = 8;
+    let place = Place::postgres();
+    let first = place.open().await;
+    for k in 1..=THREADS {
+        capture(
+            first.as_ref(),
+            &format!("t{k}"),
+            &[&format!("Note marker-{k}-end.")],
+        )
+        .await;
+    }
+    // Turn ids follow the captures in a fresh schema: thread k holds turn k.
+    let rules: Vec<Value> = (1..=THREADS)
+        .map(|k| {
+            let content = answer(vec![add(
+                &format!("Dana owns item {k}"),
+                &[&format!("turn_{k}")],
+            )]);
+            json!({"when": {"user_contains": format!("marker-{k}-end")},
+                   "reply": {"content": content, "pause_seconds": 0.2}})
+        })
+        .collect();
+    let model = ScriptedModel::start(Value::Array(rules), &[]);
+    let second = place.open().await;
+    let mut settings = settings(&model);
+    settings.concurrency = 2;
+    settings.timeout = Duration::from_secs(5);
+    let (one, two) = (distiller(&first, &settings), distiller(&second, &settings));
+    let (a, b) = tokio::join!(one.run_until_idle(), two.run_until_idle());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.applied + b.applied, THREADS, "{a:?} {b:?}");
+    assert_eq!(model.requests().len(), THREADS, "each job asked once");
+    let facts = first.list_facts(&dana("t1"), true).await.unwrap();
+    let mut texts: Vec<&str> = facts.iter().map(|f| f.text.as_str()).collect();
+    texts.sort_unstable();
+    texts.dedup();
+    assert_eq!((facts.len(), texts.len()), (THREADS, THREADS));
+    assert_eq!(first.queue_figures("x").await.unwrap().done, THREADS as u64);
+}
+
+/// A worker that took a job and died holds it until its lease runs out;
+/// then another replica takes it, and it is applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs PostgreSQL: testkit/postgres-up, then MEMGATE_TEST_POSTGRES_DSN"]
+async fn postgres_a_job_held_by_a_dead_worker_is_taken_after_its_lease() {
+    let model = ScriptedModel::start(
+        json!([rule(
+            "chess",
+            answer(vec![add("Dana plays chess", &["turn_1"])])
+        )]),
+        &[],
+    );
+    let Place::Postgres { dsn, schema } = Place::postgres() else {
+        unreachable!()
+    };
+    let open = |lease: Duration| {
+        let config = PostgresConfig::for_dsn(&dsn)
+            .unwrap()
+            .with_schema(&schema)
+            .unwrap();
+        let limits = QueueLimits { lease, ..LIMITS };
+        Arc::new(PostgresBackend::new(config).unwrap().with_distill(limits)) as Arc<dyn Subject>
+    };
+    let dead = open(Duration::from_secs(2));
+    capture(dead.as_ref(), "t1", &["I play chess."]).await;
+    // The dead worker took the job (and never finished it).
+    assert_eq!(dead.next_jobs(1, &[]).await.unwrap().len(), 1);
+    let other = open(Duration::from_secs(2));
+    let run = distiller(&other, &settings(&model));
+    let report = run.run_until_idle().await.unwrap();
+    assert_eq!(report.applied, 0, "the job is held by its lease");
+    assert!(model.requests().is_empty());
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let report = run.run_until_idle().await.unwrap();
+    assert_eq!((report.applied, report.facts_added), (1, 1));
+    assert_eq!(model.requests().len(), 1);
+    assert_eq!(other.list_facts(&dana("t1"), true).await.unwrap().len(), 1);
+}

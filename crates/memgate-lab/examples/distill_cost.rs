@@ -51,6 +51,7 @@ fn open(dir: &std::path::Path, distill: bool) -> Arc<LocalBackend> {
         distill: distill.then_some(QueueLimits {
             max_turns_per_job: 32,
             max_queued_jobs: 10_000,
+            lease: std::time::Duration::from_secs(300),
         }),
         ..LocalConfig::default()
     };

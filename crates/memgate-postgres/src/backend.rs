@@ -52,6 +52,9 @@ pub struct PostgresBackend {
     pub(crate) distill: Option<memgate_core::distill::QueueLimits>,
     /// Captures whose new turns were not queued because the queue was full.
     pub(crate) distill_skipped: std::sync::atomic::AtomicU64,
+    /// Who this handle is when it holds distillation jobs (their lease,
+    /// [`crate::distill`]): unique per handle, never shown.
+    pub(crate) claimer: String,
     /// Set once the background vector indexer runs.
     indexer_started: AtomicBool,
     /// Set once the schema is known to be current.
@@ -164,6 +167,7 @@ impl PostgresBackend {
             vectors: None,
             distill: None,
             distill_skipped: std::sync::atomic::AtomicU64::new(0),
+            claimer: crate::distill::new_claimer(),
             indexer_started: AtomicBool::new(false),
             migrated: OnceCell::new(),
             closing: AtomicBool::new(false),

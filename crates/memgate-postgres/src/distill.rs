@@ -7,9 +7,13 @@
 //! thread's capture lock ([`PostgresBackend::queue_new_turns`]): they join
 //! the thread's queued job while it has room (`UPDATE … WHERE state =
 //! 'queued'`, so a job a worker closed meanwhile is never joined), else
-//! start new jobs. [`DistillQueue::apply`] locks the job's row first
-//! (`FOR UPDATE`): of two workers (replicas) that ran the same job, the
-//! second finds it done and writes nothing.
+//! start new jobs. A worker takes a thread's oldest job with a lease
+//! (`claimed_by`, `claimed_until`, migration 7; `SKIP LOCKED`), so
+//! replicas sharing the queue call the model once per job; a lease that
+//! ran out (its worker was killed) lets another take the job.
+//! [`DistillQueue::apply`] locks the job's row first (`FOR UPDATE`): of
+//! two workers that ran the same job after a lease ran out, the second
+//! finds it done and writes nothing.
 
 use crate::backend::{PostgresBackend, Scope};
 use crate::facts::{fact_from_row, FACT_COLUMNS};
@@ -27,6 +31,22 @@ use memgate_recall::citation::{cited_from, parse_memory_citation, turn_citation}
 use memgate_recall::ranked::{Origin, Ranked};
 use memgate_recall::scope::ScopeKey;
 use std::collections::HashMap;
+
+/// A job's lease when the handle was opened without `memory.distill`'s
+/// limits (`memgate distill` on a store opened for it always has them).
+const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// A handle's name in `distill_jobs.claimed_by`: the process and a
+/// per-process sequence, so two handles (even in one process) never share
+/// a lease.
+pub(crate) fn new_claimer() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}:{started}:{n}", std::process::id())
+}
 
 /// Characters of the job's turns used as the related-facts query.
 const QUERY_CHARS: usize = 1_000;
@@ -402,48 +422,51 @@ impl PostgresBackend {
 #[async_trait]
 impl DistillQueue for PostgresBackend {
     async fn next_jobs(&self, limit: usize, running: &[i64]) -> Result<Vec<DistillJob>> {
-        let client = self.client().await?;
-        let busy: Vec<(i64, String)> = self
-            .rows(
-                &client,
-                "SELECT scope_id, thread FROM distill_jobs WHERE id = ANY($1)",
-                &[&running],
-            )
-            .await?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| self.err(e))?;
+        // Each thread's oldest queued job only (a thread runs in order, on
+        // whichever replica holds it), not held by another live worker;
+        // rows another worker is taking right now are skipped, not waited
+        // for. A job this handle holds stays its own (a job backing off
+        // is taken again by the same worker).
         let rows = self
             .rows(
-                &client,
-                "SELECT j.id, j.scope_id, j.thread, j.first_turn, j.last_turn, j.attempts,
+                &tx,
+                "WITH heads AS (
+                     SELECT DISTINCT ON (scope_id, thread) id FROM distill_jobs
+                     WHERE state = 'queued' ORDER BY scope_id, thread, id)
+                 SELECT j.id, j.scope_id, j.thread, j.first_turn, j.last_turn, j.attempts,
                         s.user_id, s.peer
                  FROM distill_jobs j JOIN scopes s ON s.id = j.scope_id
-                 WHERE j.state = 'queued' ORDER BY j.id LIMIT 256",
-                &[],
+                 WHERE j.id IN (SELECT id FROM heads) AND j.state = 'queued'
+                   AND NOT (j.id = ANY($1))
+                   AND (j.claimed_until IS NULL OR j.claimed_until < now() OR j.claimed_by = $2)
+                 ORDER BY j.id LIMIT $3
+                 FOR UPDATE OF j SKIP LOCKED",
+                &[&running, &self.claimer, &(limit as i64)],
             )
             .await?;
-        let mut seen = busy;
-        let mut jobs = Vec::new();
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let lease = self.distill.map_or(DEFAULT_LEASE, |l| l.lease);
+        self.exec(
+            &tx,
+            "UPDATE distill_jobs SET claimed_by = $2,
+                    claimed_until = now() + make_interval(secs => $3)
+             WHERE id = ANY($1)",
+            &[&ids, &self.claimer, &lease.as_secs_f64()],
+        )
+        .await?;
+        let mut jobs = Vec::with_capacity(rows.len());
         for r in &rows {
-            if jobs.len() >= limit {
-                break;
-            }
-            let place: (i64, String) = (r.get(1), r.get(2));
-            if seen.contains(&place) {
-                continue;
-            }
+            let (scope_id, thread): (i64, String) = (r.get(1), r.get(2));
             let (first, last): (i64, i64) = (r.get(3), r.get(4));
-            let turns = self
-                .job_turns(&client, place.0, &place.1, first, last)
-                .await?;
+            let turns = self.job_turns(&tx, scope_id, &thread, first, last).await?;
             let caller = ScopeKey {
                 user: r.get(6),
                 peer: r.get(7),
             }
             .caller()
-            .with_thread(place.1.as_str());
-            seen.push(place);
+            .with_thread(thread.as_str());
             jobs.push(DistillJob {
                 id: r.get(0),
                 caller,
@@ -452,6 +475,7 @@ impl DistillQueue for PostgresBackend {
                 through: last,
             });
         }
+        tx.commit().await.map_err(|e| self.err(e))?;
         Ok(jobs)
     }
 
@@ -553,7 +577,8 @@ impl DistillQueue for PostgresBackend {
             let next = job.through + 1;
             self.exec(
                 &tx,
-                "UPDATE distill_jobs SET first_turn = $2, attempts = 0, updated_at = $3
+                "UPDATE distill_jobs SET first_turn = $2, attempts = 0, updated_at = $3,
+                                         claimed_by = NULL, claimed_until = NULL
                  WHERE id = $1",
                 &[&job.id, &next, &now],
             )
@@ -561,7 +586,8 @@ impl DistillQueue for PostgresBackend {
         } else {
             self.exec(
                 &tx,
-                "UPDATE distill_jobs SET state = 'done', reason = NULL, updated_at = $2
+                "UPDATE distill_jobs SET state = 'done', reason = NULL, updated_at = $2,
+                                         claimed_by = NULL, claimed_until = NULL
                  WHERE id = $1",
                 &[&job.id, &now],
             )
@@ -576,7 +602,7 @@ impl DistillQueue for PostgresBackend {
         self.exec(
             &client,
             "UPDATE distill_jobs SET state = 'parked', reason = $2, attempts = attempts + 1,
-                                     updated_at = $3
+                                     updated_at = $3, claimed_by = NULL, claimed_until = NULL
              WHERE id = $1 AND state = 'queued'",
             &[&job, &reason, &now_rfc3339()],
         )
@@ -654,7 +680,8 @@ impl DistillQueue for PostgresBackend {
         let n = self
             .exec(
                 &client,
-                "UPDATE distill_jobs SET state = 'queued', attempts = 0, updated_at = $2
+                "UPDATE distill_jobs SET state = 'queued', attempts = 0, updated_at = $2,
+                                         claimed_by = NULL, claimed_until = NULL
                  WHERE state = 'parked' AND ($1::bigint IS NULL OR id = $1)",
                 &[&job, &now_rfc3339()],
             )

@@ -117,6 +117,10 @@ const MIGRATIONS: &[Migration] = &[
         name: "handoffs held until they expire",
         sql: HANDOFFS,
     },
+    Migration {
+        name: "distillation jobs held by one worker at a time (a lease)",
+        sql: DISTILL_LEASE,
+    },
 ];
 
 /// Migration 5: `distill_jobs` is the durable distillation queue, one row
@@ -146,6 +150,14 @@ CREATE TABLE distill_usage (
     prompt_tokens     bigint NOT NULL,
     completion_tokens bigint NOT NULL
 );
+";
+
+/// Migration 7: a worker that takes a job holds it until `claimed_until`
+/// (the database's clock, shared by every replica), so replicas on one
+/// queue call the model once per job; a lease that ran out (its worker
+/// died) lets another worker take the job ([`crate::distill`]).
+const DISTILL_LEASE: &str = "
+ALTER TABLE distill_jobs ADD COLUMN claimed_by text, ADD COLUMN claimed_until timestamptz;
 ";
 
 /// Migration 6: handoffs in flight ([`crate::handoff`]), shared by every

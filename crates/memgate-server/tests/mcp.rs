@@ -310,6 +310,7 @@ async fn search_names_a_facts_origin_and_the_turns_a_distilled_one_rests_on() {
     let ctx = BackendContext::new(dir.path()).with_distill(Some(QueueLimits {
         max_turns_per_job: 32,
         max_queued_jobs: 100,
+        lease: std::time::Duration::from_secs(300),
     }));
     let store = Arc::new(LocalBackend::from_backend_config(&Map::new(), &ctx).unwrap());
     let alice = Caller::new("alice");

@@ -16,6 +16,7 @@ fn queued(max_turns_per_job: usize, max_queued_jobs: usize) -> TestStore {
         distill: Some(QueueLimits {
             max_turns_per_job,
             max_queued_jobs,
+            lease: std::time::Duration::from_secs(300),
         }),
         ..LocalConfig::default()
     })
@@ -149,6 +150,7 @@ fn the_retention_sweep_takes_the_distilled_facts_resting_only_on_expired_turns()
         distill: Some(QueueLimits {
             max_turns_per_job: 10,
             max_queued_jobs: 10,
+            lease: std::time::Duration::from_secs(300),
         }),
         max_turn_age: Some(std::time::Duration::from_secs(86_400)),
         ..LocalConfig::default()

@@ -110,6 +110,7 @@ pub async fn store_with_a_distilled_fact(
         distill: Some(QueueLimits {
             max_turns_per_job: 1000,
             max_queued_jobs: 10,
+            lease: std::time::Duration::from_secs(300),
         }),
         ..memgate_store::LocalConfig::default()
     };
