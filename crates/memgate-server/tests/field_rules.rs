@@ -8,7 +8,6 @@
 use memgate_assembly::AssembledBackend;
 use memgate_core::{BackendContext, Caller, MemoryBackend, SearchQuery};
 use memgate_server::mcp::MemoryMcp;
-use memgate_server::{router, ServerState};
 use memgate_store::LocalBackend;
 use memgate_testsupport::mcp::{call, McpClient};
 use rmcp::model::ClientConfig;
@@ -16,34 +15,15 @@ use rmcp::ServiceExt;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
+mod api_support;
+use api_support::{post, spawn};
+
 const KEPT: &str = "the harbour office opens at nine";
 
-fn local(dir: &std::path::Path) -> Arc<AssembledBackend> {
-    AssembledBackend::with_defaults(Arc::new(
-        LocalBackend::from_backend_config(&Map::new(), &BackendContext::new(dir)).unwrap(),
-    ))
-}
-
-async fn spawn(backend: Arc<AssembledBackend>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, router(ServerState::new(backend)))
-            .await
-            .unwrap();
-    });
-    format!("http://{addr}")
-}
-
-async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+/// The real embedded store; the HTTP API and the MCP server each put
+/// memgate's defaults around it, as the service does.
+fn local(dir: &std::path::Path) -> Arc<LocalBackend> {
+    Arc::new(LocalBackend::from_backend_config(&Map::new(), &BackendContext::new(dir)).unwrap())
 }
 
 async fn connect(server: MemoryMcp) -> McpClient {
@@ -101,7 +81,7 @@ fn refusals() -> Vec<(&'static str, Value, &'static str, &'static str)> {
 }
 
 /// What alice holds, as search sees it.
-async fn held(backend: &AssembledBackend) -> Vec<String> {
+async fn held(backend: &dyn MemoryBackend) -> Vec<String> {
     backend
         .search(&Caller::new("alice"), &SearchQuery::new("harbour"))
         .await
@@ -124,7 +104,7 @@ async fn http_refuses_each_field_rule_naming_the_field_and_keeps_what_was_stored
     )
     .await;
     assert_eq!(status, 200);
-    let before = held(&backend).await;
+    let before = held(backend.as_ref()).await;
     assert_eq!(before, [KEPT]);
     for (operation, mut args, field, rule) in refusals() {
         args["caller"] = caller.clone();
@@ -136,17 +116,21 @@ async fn http_refuses_each_field_rule_naming_the_field_and_keeps_what_was_stored
             "{operation}: {body}"
         );
     }
-    assert_eq!(held(&backend).await, before, "stored data intact");
+    assert_eq!(held(backend.as_ref()).await, before, "stored data intact");
 }
 
 #[tokio::test]
 async fn mcp_refuses_each_field_rule_naming_the_field_and_keeps_what_was_stored() {
     let dir = tempfile::tempdir().unwrap();
     let backend = local(dir.path());
-    let client = connect(MemoryMcp::new(backend.clone(), Caller::new("alice"))).await;
+    let client = connect(MemoryMcp::new(
+        AssembledBackend::with_defaults(backend.clone()),
+        Caller::new("alice"),
+    ))
+    .await;
     let (is_error, _) = call(&client, "remember", json!({"text": KEPT})).await;
     assert!(!is_error);
-    let before = held(&backend).await;
+    let before = held(backend.as_ref()).await;
     assert_eq!(before, [KEPT]);
     for (tool, args, field, rule) in refusals() {
         // The model's remember tool offers the conventional kinds only
@@ -164,7 +148,7 @@ async fn mcp_refuses_each_field_rule_naming_the_field_and_keeps_what_was_stored(
             "{tool}: {text}"
         );
     }
-    assert_eq!(held(&backend).await, before, "stored data intact");
+    assert_eq!(held(backend.as_ref()).await, before, "stored data intact");
 }
 
 /// The OpenAPI document states the same limits the rules enforce.
