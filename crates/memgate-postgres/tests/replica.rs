@@ -196,3 +196,103 @@ async fn replica_stopped_mid_run_reads_fall_back_and_it_is_used_again_when_back(
     .await;
     eprintln!("replica back: {:?}", state(&b));
 }
+
+/// Replay paused on the standby (`pg_wal_replay_pause()`) and resumed on drop,
+/// so a failing test never leaves the shared standby stuck.
+struct PausedReplay(tokio_postgres::Client);
+
+impl PausedReplay {
+    async fn start() -> Self {
+        let (client, connection) = tokio_postgres::connect(&replica_dsn(), tokio_postgres::NoTls)
+            .await
+            .expect("connect to the standby");
+        tokio::spawn(connection);
+        client
+            .execute("SELECT pg_wal_replay_pause()", &[])
+            .await
+            .expect("pause replay (the testkit's role may)");
+        Self(client)
+    }
+
+    async fn resume(self) {
+        self.0
+            .execute("SELECT pg_wal_replay_resume()", &[])
+            .await
+            .expect("resume replay");
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for PausedReplay {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("psql")
+            .args([&replica_dsn(), "-qc", "SELECT pg_wal_replay_resume()"])
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real servers: PostgreSQL and its hot standby (testkit/postgres-up, testkit/postgres-up --replica)"]
+async fn replica_lagging_past_the_bound_is_dropped_reads_go_on_and_it_is_taken_back() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let b = backend(&common::unique_schema("rlag"));
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    let bob = Caller::new("bob").with_agent("coder").with_thread("t1");
+    capture(&b, &alice, "m-seed", "the seed turn mentions kiwi").await;
+    capture(&b, &bob, "b-seed", "bob's turn mentions kiwi too").await;
+    read_until(&b, &alice, Duration::from_secs(15), |s| {
+        s.up && s.replica_reads > 0
+    })
+    .await;
+
+    // The standby stops replaying; the primary moves on.
+    let paused = PausedReplay::start().await;
+    capture(&b, &alice, "m-new", "the new turn mentions a quince").await;
+    let lagging = Instant::now();
+    let (mut reads, mut slowest) = (0u32, Duration::ZERO);
+    while state(&b).up {
+        assert!(
+            lagging.elapsed() < Duration::from_secs(15),
+            "the lagging standby was never dropped: {:?}",
+            state(&b)
+        );
+        let started = Instant::now();
+        // Alice reads her own write (from the primary); bob's reads go on.
+        let block = recall(&b, &alice, "quince").await.unwrap();
+        assert!(
+            block.contains("quince"),
+            "read {reads} missed alice's write"
+        );
+        assert!(recall(&b, &bob, "kiwi").await.unwrap().contains("kiwi"));
+        slowest = slowest.max(started.elapsed());
+        reads += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let down = state(&b);
+    eprintln!(
+        "standby lagging: dropped after {:?}, {reads} read pairs, slowest {slowest:?}, {down:?}",
+        lagging.elapsed()
+    );
+    assert!(down.dropped >= 1 && down.waited_out >= 1, "{down:?}");
+    assert_eq!(down.failed_reads, 0, "{down:?}");
+    let doctor = b.diagnose().await;
+    assert!(
+        doctor
+            .iter()
+            .any(|d| d.detail.contains("not used for reads")),
+        "{doctor:?}"
+    );
+    // While dropped, reads are the primary's.
+    let before = state(&b);
+    assert!(recall(&b, &bob, "kiwi").await.unwrap().contains("kiwi"));
+    let after = state(&b);
+    assert_eq!(after.replica_reads, before.replica_reads, "{after:?}");
+    assert!(after.primary_reads > before.primary_reads, "{after:?}");
+
+    paused.resume().await;
+    read_until(&b, &bob, Duration::from_secs(30), |s| {
+        s.up && s.restored >= 1 && s.replica_reads > after.replica_reads
+    })
+    .await;
+    eprintln!("standby caught up and back: {:?}", state(&b));
+}
