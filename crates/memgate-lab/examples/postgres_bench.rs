@@ -21,7 +21,10 @@
 //! to the loopback server). Then, postgres only, a bounded load: `--load`
 //! recalls from `--clients` concurrent callers spread over 1, 2 and 4
 //! replicas (backends with pools of their own, as separate processes would
-//! have) — throughput in recalls/s. Figures are printed, never asserted,
+//! have) — throughput in recalls/s. Each backend's ranking quality: the
+//! share of the timed queries whose source turn (the captured sentence the
+//! query's words were taken from) a search's top 10 holds. Figures are
+//! printed, never asserted,
 //! with the load average (`/proc/loadavg`) before and after each size. The
 //! benchmark's schema is dropped at the end of each size (disk is limited).
 //!
@@ -33,7 +36,9 @@
 //! unless `--exact-vectors` keeps the exact scan. Random vectors measure
 //! cost, not quality: HNSW's quality on real text is `hnsw_quality`'s.
 
-use memgate_core::{Caller, CaptureRequest, MemoryBackend, RecallRequest, RememberRequest};
+use memgate_core::{
+    Caller, CaptureRequest, MemoryBackend, RecallRequest, RememberRequest, SearchQuery,
+};
 use memgate_lab::synthetic::RandomEmbedder;
 use memgate_lab::workload;
 use memgate_postgres::{PostgresBackend, PostgresConfig, VectorIndex};
@@ -118,6 +123,8 @@ struct Workload {
     captures: Vec<CaptureRequest>,
     memories: Vec<RememberRequest>,
     queries: Vec<Option<String>>,
+    /// The captured sentence each query's words were taken from.
+    sources: Vec<Option<String>>,
     user: Caller,
 }
 
@@ -130,11 +137,17 @@ fn workload(items: usize, recalls: usize, per_capture: usize, seed: u64) -> Work
     let memories = (0..w.memories)
         .map(|i| w.memory(&mut rng, i).unwrap())
         .collect();
-    let queries = (0..200 + recalls).map(|_| w.query(&mut rng)).collect();
+    let (queries, sources) = (0..200 + recalls)
+        .map(|_| match w.sourced_query(&mut rng) {
+            Some((q, source)) => (Some(q), Some(source.to_owned())),
+            None => (None, None),
+        })
+        .unzip();
     Workload {
         captures,
         memories,
         queries,
+        sources,
         user: w.user.clone(),
     }
 }
@@ -181,6 +194,8 @@ struct Figures {
     recall_p50_ms: f64,
     recall_p99_ms: f64,
     mean_items: f64,
+    /// Share of the timed queries whose source turn a search's top 10 holds.
+    source_at_10: f64,
 }
 
 /// A statement's text, or for recall's turn statements which plan it serves.
@@ -362,13 +377,33 @@ async fn measure(
         }
     }
     latencies.sort_unstable();
+    let source_at_10 = source_at_10(backend, w).await;
     Figures {
         capture_turns_per_sec: turns as f64 / capture_time.as_secs_f64(),
         fill_secs,
         recall_p50_ms: percentile_ms(&latencies, 0.5),
         recall_p99_ms: percentile_ms(&latencies, 0.99),
         mean_items: items as f64 / latencies.len() as f64,
+        source_at_10,
     }
+}
+
+/// Share of the timed queries with a source whose top 10 (a search: the
+/// ranking without the block) holds that source turn, as `memgate bench`
+/// reports for `local`'s ranking alone.
+async fn source_at_10(backend: &dyn MemoryBackend, w: &Workload) -> f64 {
+    let (mut asked, mut found) = (0usize, 0usize);
+    for (query, source) in w.queries[200..].iter().zip(&w.sources[200..]) {
+        let (Some(query), Some(source)) = (query, source) else {
+            continue;
+        };
+        let mut search = SearchQuery::new(query.clone());
+        search.top_k = 10;
+        let hits = backend.search(&w.user, &search).await.unwrap();
+        asked += 1;
+        found += usize::from(hits.iter().any(|h| h.content == *source));
+    }
+    found as f64 / asked.max(1) as f64
 }
 
 /// `load` recalls from `clients` concurrent callers over `replicas`.
@@ -404,8 +439,8 @@ async fn throughput(
 
 fn print(name: &str, items: usize, f: &Figures) {
     println!(
-        "{name:<8} items={items:<8} capture={:>8.0} turns/s  fill={:>6.1}s  recall p50={:>6.2} ms  p99={:>6.2} ms  items/recall={:.1}",
-        f.capture_turns_per_sec, f.fill_secs, f.recall_p50_ms, f.recall_p99_ms, f.mean_items
+        "{name:<8} items={items:<8} capture={:>8.0} turns/s  fill={:>6.1}s  recall p50={:>6.2} ms  p99={:>6.2} ms  items/recall={:.1}  source turn in top 10={:.3}",
+        f.capture_turns_per_sec, f.fill_secs, f.recall_p50_ms, f.recall_p99_ms, f.mean_items, f.source_at_10
     );
 }
 
