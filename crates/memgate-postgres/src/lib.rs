@@ -9,7 +9,8 @@
 //!
 //! What PostgreSQL does here: unique constraints with `ON CONFLICT` make
 //! capture and remember idempotent across replicas; full text is its own
-//! text search (`tsvector`, GIN with `btree_gin`, `ts_rank`); migrations run
+//! text search (`tsvector`, GIN with `btree_gin`, BM25 computed from each
+//! walked row's `tsvector`: [`plan`]); migrations run
 //! under an advisory lock; the server enforces the statement timeout.
 //!
 //! Dense vectors (hybrid recall) are opt-in: with an embedder configured,

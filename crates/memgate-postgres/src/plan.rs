@@ -4,12 +4,15 @@
 //! Each query term's document count in the scope (turns plus active
 //! memories) is read from `term_docs` (schema migration 2, kept exact by
 //! triggers in every writing transaction), one index lookup per term in one
-//! statement. Terms absent from the scope are dropped; the rarest terms are
-//! kept while their counts together stay within the budget, and the most
-//! common are left out (they carry the least weight). When even the rarest
-//! term is over the budget the query has no discriminating word: the newest
-//! documents holding the two rarest terms together are taken, else those
-//! holding the rarest alone, without scores. Those newest turns are reached
+//! statement, with the scope's totals from `scope_docs` (migration 8).
+//! Terms absent from the scope are dropped. The rarest terms are walked
+//! (their postings read) while their counts together stay within
+//! [`MAXSCORE_BUDGET`], as `local`'s MaxScore walks them; every present
+//! term, the common ones too, is scored at the walked documents by BM25
+//! ([`Bm25`]), without reading the common terms' postings. When even the
+//! rarest term is over the budget the query has no discriminating word: the
+//! newest documents holding the two rarest terms together are taken, else
+//! those holding the rarest alone, without scores. Those newest turns are reached
 //! by whichever [`Walk`] is expected to read fewer rows: the matches'
 //! postings, or the scope's newest turns walked backwards until enough match
 //! (the matches of two terms estimated from their counts). Either gives the
@@ -20,12 +23,16 @@ use crate::backend::{PostgresBackend, Scope};
 use crate::terms::{all_of, any_of, quoted, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::GenericClient;
 use memgate_core::Result;
-pub use memgate_recall::ranked::POSTINGS_BUDGET;
+pub use memgate_recall::ranked::MAXSCORE_BUDGET;
+
+/// BM25's k1 and b, FTS5's (so `local` and `postgres` score alike).
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
 
 /// What the ranking asks PostgreSQL for (a `to_tsquery` input each).
 #[derive(Debug, PartialEq)]
 pub enum Plan {
-    /// `ts_rank` over the documents matching any of these uncommon terms.
+    /// BM25 over the documents matching any of these uncommon terms.
     Scored(String),
     /// Every term is common: the newest documents matching `first`, or
     /// `fallback` when `first` (two terms together) matches nothing.
@@ -116,27 +123,89 @@ impl Walk {
     }
 }
 
+/// BM25 in a scope for a query's present terms: each lexeme's idf (FTS5's:
+/// `ln((N - n + 0.5) / (n + 0.5))`, at least 1e-6) and the scope's average
+/// document length, in distinct lexemes (`length(search)`). A document's
+/// score ([`crate::recall`]) sums, per lexeme it holds, `idf × tf × (k1 + 1)
+/// / (tf + k1 × (1 - b + b × len / avg_len))`, with `tf` 1.0 when the lexeme
+/// is in the body and 0.5 when only in the context, as `local` weighs its
+/// columns. A repeated word counts once: reading each row's positions
+/// (`unnest(tsvector)`) cost three to four times the walk itself, and a
+/// captured turn seldom repeats a query word (docs/design/lexical-pruning.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bm25 {
+    pub lexemes: Vec<String>,
+    pub idf: Vec<f64>,
+    pub avg_len: f64,
+}
+
+impl Bm25 {
+    /// `counted`: (document count, lexeme) of the present terms; `docs` and
+    /// `lexemes`: the scope's totals. A lexeme two terms share counts once.
+    pub fn new(counted: &[(usize, &str)], docs: usize, lexemes: usize) -> Self {
+        let n = docs.max(1) as f64;
+        let mut out = Bm25 {
+            lexemes: Vec::new(),
+            idf: Vec::new(),
+            avg_len: (lexemes as f64 / n).max(1.0),
+        };
+        for (df, lexeme) in counted.iter().filter(|(df, _)| *df > 0) {
+            if out.lexemes.iter().any(|l| l == lexeme) {
+                continue;
+            }
+            let df = *df as f64;
+            out.lexemes.push((*lexeme).to_owned());
+            out.idf.push(((n - df + 0.5) / (df + 0.5)).ln().max(1e-6));
+        }
+        out
+    }
+
+    /// The SQL of a document's score, for a row `m` with `search`: the
+    /// lexemes as `$5`, their idfs as `$6`, the average length as `$7`.
+    /// Lexemes are letters and digits ([`crate::terms`]), so each is a
+    /// `tsquery` as it stands.
+    pub fn score_sql() -> String {
+        format!(
+            "(SELECT coalesce(sum(w.idf * w.tf * {k1p1}
+                                  / (w.tf + {K1} * ({one_minus_b} + {B} * length(m.search) / $7::float8))), 0)
+              FROM (SELECT q.idf,
+                           CASE WHEN m.search @@ (q.lexeme || ':A')::tsquery THEN 1.0 ELSE 0.5 END AS tf
+                    FROM unnest($5::text[], $6::float8[]) AS q(lexeme, idf)
+                    WHERE m.search @@ q.lexeme::tsquery) w)",
+            k1p1 = K1 + 1.0,
+            one_minus_b = 1.0 - B,
+        )
+    }
+}
+
 /// The document count of each of `$3` (folded terms) in the scope of
 /// (`$1`, `$2`), in order: the count of the term's lexeme (the `english`
-/// stemming documents get) in `term_docs`; no row at all when the scope is
-/// absent. The second column is the id span of the scope's turns (two
-/// probes of `turns_by_scope`), which [`Walk::for_newest`] weighs.
+/// stemming documents get) in `term_docs`, and that lexeme; no row at all
+/// when the scope is absent. Then, the same on every row: the id span of
+/// the scope's turns (two probes of `turns_by_scope`), which
+/// [`Walk::for_newest`] weighs, and the scope's document and lexeme totals
+/// ([`Bm25`]).
 fn count_sql() -> String {
     format!(
-        "SELECT coalesce((SELECT max(d.docs) FROM term_docs d
-                          WHERE d.scope_id = s.id
-                            AND d.lexeme = ANY(tsvector_to_array(
-                                to_tsvector('{TEXT_SEARCH_CONFIG}', q.term)))), 0),
+        "SELECT coalesce(c.docs, 0), c.lexeme,
                 coalesce((SELECT max(id) FROM turns WHERE scope_id = s.id)
-                         - (SELECT min(id) FROM turns WHERE scope_id = s.id) + 1, 0)
-         FROM (SELECT id FROM scopes WHERE user_id = $1 AND peer = $2) s,
+                         - (SELECT min(id) FROM turns WHERE scope_id = s.id) + 1, 0),
+                coalesce(t.docs, 0), coalesce(t.lexemes, 0)
+         FROM (SELECT id FROM scopes WHERE user_id = $1 AND peer = $2) s
+              LEFT JOIN scope_docs t ON t.scope_id = s.id,
               unnest($3::text[]) WITH ORDINALITY AS q(term, ord)
+              LEFT JOIN LATERAL (
+                  SELECT d.docs, d.lexeme FROM term_docs d
+                  WHERE d.scope_id = s.id
+                    AND d.lexeme = ANY(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', q.term)))
+                  ORDER BY d.docs DESC LIMIT 1) c ON true
          ORDER BY q.ord"
     )
 }
 
 /// The plan for counted terms, in query order (see the module doc), in a
-/// scope whose turns span `span` ids; `None` when no term occurs in the scope.
+/// scope whose turns span `span` ids; `None` when no term occurs in the
+/// scope. The walked terms' counts stay within [`MAXSCORE_BUDGET`].
 pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
     let mut present: Vec<(usize, &str)> = counted.iter().copied().filter(|(n, _)| *n > 0).collect();
     if present.is_empty() {
@@ -147,7 +216,7 @@ pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
     let mut kept = Vec::new();
     let mut total = 0;
     for (n, term) in &present {
-        if total + n > POSTINGS_BUDGET {
+        if total + n > MAXSCORE_BUDGET {
             break;
         }
         total += n;
@@ -175,14 +244,15 @@ pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
 }
 
 impl PostgresBackend {
-    /// Plans `terms` in `scope`: reads their counts (one statement), then
-    /// [`choose`]s.
+    /// Plans `terms` in `scope`: reads their counts and the scope's totals
+    /// (one statement), then [`choose`]s, with the BM25 weights of every
+    /// present term.
     pub(crate) async fn plan(
         &self,
         c: &impl GenericClient,
         scope: &Scope,
         terms: &[String],
-    ) -> Result<Option<Plan>> {
+    ) -> Result<Option<(Plan, Bm25)>> {
         let rows = self
             .rows(c, &count_sql(), &[&scope.user, &scope.peer, &terms])
             .await?;
@@ -194,8 +264,18 @@ impl PostgresBackend {
             .zip(terms)
             .map(|(row, term)| (row.get::<_, i64>(0).max(0) as usize, term.as_str()))
             .collect();
-        let span = rows[0].get::<_, i64>(1).max(0) as usize;
-        Ok(choose(&counted, span))
+        let lexemes: Vec<(usize, String)> = rows
+            .iter()
+            .filter_map(|row| {
+                let lexeme: Option<String> = row.get(1);
+                Some((row.get::<_, i64>(0).max(0) as usize, lexeme?))
+            })
+            .collect();
+        let lexemes: Vec<(usize, &str)> = lexemes.iter().map(|(n, l)| (*n, l.as_str())).collect();
+        let span = rows[0].get::<_, i64>(2).max(0) as usize;
+        let (docs, total) = (rows[0].get::<_, i64>(3), rows[0].get::<_, i64>(4));
+        let bm25 = Bm25::new(&lexemes, docs.max(0) as usize, total.max(0) as usize);
+        Ok(choose(&counted, span).map(|plan| (plan, bm25)))
     }
 }
 
@@ -204,18 +284,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn absent_terms_are_dropped_and_rare_ones_kept_within_the_budget() {
+    fn absent_terms_are_dropped_and_rare_ones_walked_within_the_budget() {
         assert_eq!(choose(&[(0, "a"), (0, "b")], 10), None);
         assert_eq!(
             choose(
-                &[(500, "common"), (0, "absent"), (3, "rare"), (90, "mid")],
-                1000
+                &[(1500, "common"), (0, "absent"), (3, "rare"), (90, "mid")],
+                5000
             ),
             Some(Plan::Scored("'rare' | 'mid' | 'common'".to_owned()))
         );
-        // 3 + 90 + 550 is over the budget: the most common term is left out.
+        // 3 + 90 + 1950 is over the budget: the most common term is not
+        // walked (it is still scored: Bm25 holds every present term).
         assert_eq!(
-            choose(&[(550, "common"), (3, "rare"), (90, "mid")], 1000),
+            choose(&[(1950, "common"), (3, "rare"), (90, "mid")], 5000),
             Some(Plan::Scored("'rare' | 'mid'".to_owned()))
         );
     }
@@ -223,25 +304,39 @@ mod tests {
     #[test]
     fn only_common_terms_take_the_newest_with_the_two_rarest() {
         assert_eq!(
-            choose(&[(605, "x"), (601, "y"), (700, "z")], 5000),
+            choose(&[(2005, "x"), (2001, "y"), (2100, "z")], 5000),
             Some(Plan::Newest {
                 first: "'y' & 'x'".to_owned(),
                 fallback: Some("'y'".to_owned()),
-                rarest_docs: 601,
-                second_docs: Some(605),
+                rarest_docs: 2001,
+                second_docs: Some(2005),
                 span: 5000,
             })
         );
         assert_eq!(
-            choose(&[(601, "x")], 700),
+            choose(&[(2001, "x")], 2100),
             Some(Plan::Newest {
                 first: "'x'".to_owned(),
                 fallback: None,
-                rarest_docs: 601,
+                rarest_docs: 2001,
                 second_docs: None,
-                span: 700,
+                span: 2100,
             })
         );
+    }
+
+    #[test]
+    fn bm25_weighs_rare_lexemes_above_common_ones_and_counts_a_shared_lexeme_once() {
+        let bm25 = Bm25::new(
+            &[(5, "harbour"), (900, "day"), (0, "absent"), (5, "harbour")],
+            1000,
+            20_000,
+        );
+        assert_eq!(bm25.lexemes, ["harbour", "day"]);
+        assert!(bm25.idf[0] > 4.0 * bm25.idf[1], "{bm25:?}");
+        // A lexeme in most documents still weighs a little, never less than nothing.
+        assert_eq!(Bm25::new(&[(999, "the")], 1000, 1).idf, [1e-6]);
+        assert_eq!(bm25.avg_len, 20.0);
     }
 
     #[test]
@@ -270,9 +365,9 @@ mod tests {
         let (first, rarest) = plan.newest_walks(50).unwrap();
         assert_eq!(first, Walk::Recent { rows: 25_000 });
         assert_eq!(rarest, Walk::Recent { rows: 20_000 });
-        // 2 000 and 3 000: ~6 together, so their postings; 2 000 alone
-        // would take 25 000 rows to hold the pool: fetch the 2 000.
-        let plan = choose(&[(3_000, "a"), (2_000, "b")], 1_000_000).unwrap();
+        // 2 500 and 3 000: ~7.5 together, so their postings; 2 500 alone
+        // would take 20 000 rows to hold the pool: fetch the 2 500.
+        let plan = choose(&[(3_000, "a"), (2_500, "b")], 1_000_000).unwrap();
         assert_eq!(
             plan.newest_walks(50),
             Some((Walk::Postings, Walk::Postings))

@@ -1,14 +1,15 @@
 //! Recall and search on PostgreSQL, with `local`'s ranking inputs and
 //! `local`'s block ([`memgate_recall::block::assemble`]).
 //!
-//! 0. Planning ([`crate::plan`], `local`'s step 0): common query terms are
-//!    left out so the kept ones match at most [`POSTINGS_BUDGET`] documents;
-//!    a query of common terms only takes the newest matches, unscored.
-//! 1. Full text: the scope's active memories and turns matching any kept
+//! 0. Planning ([`crate::plan`], `local`'s step 0): the rarest query terms
+//!    are walked while they match at most [`MAXSCORE_BUDGET`] documents; a
+//!    query of common terms only takes the newest matches, unscored.
+//! 1. Full text: the scope's active memories and turns matching any walked
 //!    term (through the GIN indexes: memories by (scope, lexeme), turns by
-//!    `scope lexeme` keys), scored by
-//!    `ts_rank` with body weight 1.0 and context weight 0.5; the best
-//!    [`candidate_pool`] are kept.
+//!    `scope lexeme` keys), scored by BM25 over every present query term
+//!    ([`Bm25`]: the common terms too, read from each walked row's
+//!    `tsvector`, never from their postings), body weight 1.0 and context
+//!    weight 0.5; the best [`candidate_pool`] are kept.
 //! 2. Neighbour smoothing: the turns just before and after the best
 //!    [`NEIGHBOURS_OF`] turns join, and each turn earns a share of its
 //!    neighbours' scores ([`smooth_neighbours`], shared with `local`).
@@ -17,13 +18,14 @@
 //! With an embedder ([`crate::vectors`]), the nearest items of the scope
 //! join and both lists are fused by `local`'s own [`fuse`].
 //!
-//! Scores are `ts_rank`'s, not BM25's, so they differ from `local`'s in
-//! value; what ranks first for a clearly better match does not. Every
-//! statement selects the scope by (user, peer) itself. A search's `kind`
+//! Scores are BM25's with `local`'s constants; a document's length is its
+//! distinct lexemes (what a `tsvector` keeps), not its tokens, so values
+//! differ from `local`'s a little. Every statement selects the scope by
+//! (user, peer) itself. A search's `kind`
 //! filter is part of the SQL, so it applies before the cut.
 
 use crate::backend::{PostgresBackend, Scope, SCOPE_ID};
-use crate::plan::{Plan, Walk, POSTINGS_BUDGET};
+use crate::plan::{Bm25, Plan, Walk, MAXSCORE_BUDGET};
 use crate::terms::{query_terms, TEXT_SEARCH_CONFIG};
 use deadpool_postgres::{GenericClient, Object};
 use memgate_core::{Caller, MemoryError, Recall, RecallRequest, Result, SearchHit, SearchQuery};
@@ -38,9 +40,6 @@ use memgate_recall::rerank::{rerank_fused, Rerank};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use tokio_postgres::Row;
-
-/// `ts_rank` weights, in its order {D, C, B, A}: body (A) 1.0, context (B) 0.5.
-const RANK_WEIGHTS: &str = "'{0, 0, 0.5, 1.0}'";
 
 const TURN_COLUMNS: &str = "id, thread, seq, message_id, role, speaker, occurred_at, text";
 
@@ -63,9 +62,9 @@ fn turn_from_row(r: &Row, score: f64) -> Ranked {
 
 /// How one candidate statement orders its matches.
 #[derive(Clone, Copy)]
-enum Order {
-    /// By `ts_rank`.
-    Scored,
+enum Order<'a> {
+    /// By BM25.
+    Scored(&'a Bm25),
     /// Newest first, unscored (a plan of common terms only), the turns
     /// found through the index ([`Walk::Postings`]).
     Newest,
@@ -75,7 +74,7 @@ enum Order {
     NewestWithin(i64),
 }
 
-impl From<Walk> for Order {
+impl From<Walk> for Order<'_> {
     fn from(walk: Walk) -> Self {
         match walk {
             Walk::Postings => Order::Newest,
@@ -272,14 +271,14 @@ impl PostgresBackend {
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        let Some(plan) = self.plan(c, scope, &terms).await? else {
+        let Some((plan, bm25)) = self.plan(c, scope, &terms).await? else {
             return Ok(Vec::new());
         };
         let pool = candidate_pool(top_k);
         let mut candidates = match plan {
             Plan::Scored(tsquery) => {
                 let mut c2 = self
-                    .candidates(c, scope, &tsquery, Order::Scored, category, pool)
+                    .candidates(c, scope, &tsquery, Order::Scored(&bm25), category, pool)
                     .await?;
                 // One pool over both tables by text score, then the memory boost.
                 c2.sort_by(|a, b| b.score.total_cmp(&a.score));
@@ -329,45 +328,44 @@ impl PostgresBackend {
     }
 
     /// The matches of `tsquery` in the tables `category` lets compete,
-    /// memories before turns: by `ts_rank` (of the newest
-    /// [`POSTINGS_BUDGET`] per table, a bound the plan already keeps), or
-    /// newest first. Both tables' statements are pipelined.
+    /// memories before turns: by BM25 (of the newest [`MAXSCORE_BUDGET`]
+    /// per table, a bound the plan already keeps), or newest first. Both
+    /// tables' statements are pipelined.
     async fn candidates(
         &self,
         c: &impl GenericClient,
         scope: &Scope,
         tsquery: &str,
-        order: Order,
+        order: Order<'_>,
         category: Category<'_>,
         pool: usize,
     ) -> Result<Vec<Ranked>> {
         let pool = pool as i64;
         let q = format!("to_tsquery('{TEXT_SEARCH_CONFIG}', $3)");
-        let kind_filter = match category {
-            Category::Memories(_) => "AND kind = $5",
+        // The kind is the parameter after the score's ($5-$7) when scored.
+        let kind_filter = match (category, order) {
+            (Category::Memories(_), Order::Scored(_)) => "AND kind = $8",
+            (Category::Memories(_), _) => "AND kind = $5",
             _ => "",
         };
+        let score = Bm25::score_sql();
         let (turns_sql, memories_sql) = match order {
-            // `ts_rank` gets the query parsed and stemmed once (the `q`
-            // item joined after the cut), not once per ranked row as
-            // `to_tsquery($3)` inside it would be in a generic plan. The
-            // match itself keeps the inline query: with `q` inside, the
-            // generic plan walked turns_by_scope instead of the GIN index
-            // (1.15 s mean at 1M items, measured).
-            Order::Scored => (
+            // The match keeps the inline query: with a `FROM` item inside,
+            // the generic plan walked turns_by_scope instead of the GIN
+            // index (1.15 s mean at 1M items, measured).
+            Order::Scored(_) => (
                 format!(
-                    "SELECT {TURN_COLUMNS}, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
+                    "SELECT {TURN_COLUMNS}, {score} AS score
                      FROM (SELECT * FROM turns WHERE scope_id = {SCOPE_ID}
                              AND scoped_terms(scope_id, search) && {}
-                           ORDER BY id + 0 DESC LIMIT {POSTINGS_BUDGET}) m, {q} AS q
+                           ORDER BY id + 0 DESC LIMIT {MAXSCORE_BUDGET}) m
                      ORDER BY score DESC, id DESC LIMIT $4",
                     scoped_keys()
                 ),
                 format!(
-                    "SELECT id, kind, text, ts_rank({RANK_WEIGHTS}, search, q)::float8 AS score
+                    "SELECT id, kind, text, {score} AS score
                      FROM (SELECT * FROM memories WHERE scope_id = {SCOPE_ID} AND state = 'active'
-                           AND search @@ {q} {kind_filter} ORDER BY id DESC LIMIT {POSTINGS_BUDGET}) m,
-                          {q} AS q
+                           AND search @@ {q} {kind_filter} ORDER BY id DESC LIMIT {MAXSCORE_BUDGET}) m
                      ORDER BY score DESC, id DESC LIMIT $4"
                 ),
             ),
@@ -395,7 +393,13 @@ impl PostgresBackend {
                 let p: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
                     [&scope.user, &scope.peer, &tsquery, &pool];
                 match order {
-                    Order::Scored | Order::Newest => self.rows(c, &turns_sql, &p).await,
+                    Order::Scored(bm25) => {
+                        let w: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                            [&bm25.lexemes, &bm25.idf, &bm25.avg_len];
+                        self.rows(c, &turns_sql, &[p[0], p[1], p[2], p[3], w[0], w[1], w[2]])
+                            .await
+                    }
+                    Order::Newest => self.rows(c, &turns_sql, &p).await,
                     Order::NewestWithin(rows) => {
                         let walked = self
                             .rows(c, &turns_sql, &[p[0], p[1], p[2], p[3], &rows])
@@ -412,23 +416,21 @@ impl PostgresBackend {
             }
         };
         let memories = async {
+            let mut p: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                vec![&scope.user, &scope.peer, &tsquery, &pool];
+            if let Order::Scored(bm25) = order {
+                p.extend([
+                    &bm25.lexemes as &(dyn tokio_postgres::types::ToSql + Sync),
+                    &bm25.idf,
+                    &bm25.avg_len,
+                ]);
+            }
             match category {
                 Category::Turns => no_rows().await,
-                Category::All => {
-                    self.rows(
-                        c,
-                        &memories_sql,
-                        &[&scope.user, &scope.peer, &tsquery, &pool],
-                    )
-                    .await
-                }
+                Category::All => self.rows(c, &memories_sql, &p).await,
                 Category::Memories(kind) => {
-                    self.rows(
-                        c,
-                        &memories_sql,
-                        &[&scope.user, &scope.peer, &tsquery, &pool, &kind],
-                    )
-                    .await
+                    p.push(&kind);
+                    self.rows(c, &memories_sql, &p).await
                 }
             }
         };

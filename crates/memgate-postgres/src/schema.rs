@@ -121,6 +121,10 @@ const MIGRATIONS: &[Migration] = &[
         name: "distillation jobs held by one worker at a time (a lease)",
         sql: DISTILL_LEASE,
     },
+    Migration {
+        name: "per-scope document and lexeme totals for BM25, kept by the same triggers",
+        sql: SCOPE_DOCS,
+    },
 ];
 
 /// Migration 5: `distill_jobs` is the durable distillation queue, one row
@@ -151,6 +155,97 @@ CREATE TABLE distill_usage (
     completion_tokens bigint NOT NULL
 );
 ";
+
+/// Migration 8: each scope's document count and the sum of its documents'
+/// lengths (distinct lexemes, `length(search)`), over turns and active
+/// memories: BM25's `N` and average length ([`crate::plan`]). Kept by
+/// `count_terms` (replaced here) in the writing statement's transaction,
+/// like `term_docs`, so a forget or retire moves them at once; a scope whose
+/// count reaches zero keeps no row.
+const SCOPE_DOCS: &str = r#"
+-- Writers wait until the totals below are counted and the new trigger
+-- function is in place: none is counted twice or missed.
+LOCK TABLE turns, memories IN SHARE MODE;
+CREATE TABLE scope_docs (
+    scope_id bigint PRIMARY KEY REFERENCES scopes(id) ON DELETE CASCADE,
+    docs     bigint NOT NULL,
+    lexemes  bigint NOT NULL
+);
+CREATE FUNCTION scope_docs_add(scope_ids bigint[], docs bigint[], lexemes bigint[])
+RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $f$
+    INSERT INTO scope_docs AS t (scope_id, docs, lexemes)
+    SELECT s, d, l FROM unnest(scope_ids, docs, lexemes) AS x(s, d, l)
+    ORDER BY s
+    ON CONFLICT (scope_id) DO UPDATE
+        SET docs = t.docs + excluded.docs, lexemes = t.lexemes + excluded.lexemes;
+    DELETE FROM scope_docs t WHERE t.scope_id = ANY(scope_ids) AND t.docs <= 0;
+$f$;
+CREATE OR REPLACE FUNCTION count_terms() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
+DECLARE
+    s bigint[]; l text[]; d bigint[]; ts bigint[]; td bigint[]; tl bigint[];
+BEGIN
+    IF TG_TABLE_NAME = 'turns' AND TG_OP = 'INSERT' THEN
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, count(*) AS n
+              FROM new_rows, unnest(tsvector_to_array(search)) AS lexeme GROUP BY 1, 2) c;
+        SELECT array_agg(scope_id), array_agg(n), array_agg(len) INTO ts, td, tl
+        FROM (SELECT scope_id, count(*) AS n, sum(length(search))::bigint AS len
+              FROM new_rows GROUP BY 1) c;
+    ELSIF TG_TABLE_NAME = 'turns' THEN
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(-n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, count(*) AS n
+              FROM old_rows, unnest(tsvector_to_array(search)) AS lexeme GROUP BY 1, 2) c;
+        SELECT array_agg(scope_id), array_agg(-n), array_agg(-len) INTO ts, td, tl
+        FROM (SELECT scope_id, count(*) AS n, sum(length(search))::bigint AS len
+              FROM old_rows GROUP BY 1) c;
+    ELSIF TG_OP = 'INSERT' THEN
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, count(*) AS n
+              FROM new_rows, unnest(tsvector_to_array(search)) AS lexeme
+              WHERE state = 'active' GROUP BY 1, 2) c;
+        SELECT array_agg(scope_id), array_agg(n), array_agg(len) INTO ts, td, tl
+        FROM (SELECT scope_id, count(*) AS n, sum(length(search))::bigint AS len
+              FROM new_rows WHERE state = 'active' GROUP BY 1) c;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(-n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, count(*) AS n
+              FROM old_rows, unnest(tsvector_to_array(search)) AS lexeme
+              WHERE state = 'active' GROUP BY 1, 2) c;
+        SELECT array_agg(scope_id), array_agg(-n), array_agg(-len) INTO ts, td, tl
+        FROM (SELECT scope_id, count(*) AS n, sum(length(search))::bigint AS len
+              FROM old_rows WHERE state = 'active' GROUP BY 1) c;
+    ELSE
+        SELECT array_agg(scope_id), array_agg(lexeme), array_agg(n) INTO s, l, d
+        FROM (SELECT scope_id, lexeme, sum(n)::bigint AS n
+              FROM (SELECT scope_id, search, 1 AS n FROM new_rows WHERE state = 'active'
+                    UNION ALL
+                    SELECT scope_id, search, -1 FROM old_rows WHERE state = 'active') r,
+                   unnest(tsvector_to_array(search)) AS lexeme
+              GROUP BY 1, 2 HAVING sum(n) <> 0) c;
+        SELECT array_agg(scope_id), array_agg(n), array_agg(len) INTO ts, td, tl
+        FROM (SELECT scope_id, sum(n)::bigint AS n, sum(n * length(search))::bigint AS len
+              FROM (SELECT scope_id, search, 1 AS n FROM new_rows WHERE state = 'active'
+                    UNION ALL
+                    SELECT scope_id, search, -1 FROM old_rows WHERE state = 'active') r
+              GROUP BY 1 HAVING sum(n) <> 0 OR sum(n * length(search)) <> 0) c;
+    END IF;
+    IF s IS NOT NULL THEN
+        PERFORM term_docs_add(s, l, d);
+    END IF;
+    IF ts IS NOT NULL THEN
+        PERFORM scope_docs_add(ts, td, tl);
+    END IF;
+    RETURN NULL;
+END
+$f$;
+-- The totals of what is already stored.
+INSERT INTO scope_docs (scope_id, docs, lexemes)
+SELECT scope_id, count(*), sum(length(search))
+FROM (SELECT scope_id, search FROM turns
+      UNION ALL
+      SELECT scope_id, search FROM memories WHERE state = 'active') r
+GROUP BY 1;
+"#;
 
 /// Migration 7: a worker that takes a job holds it until `claimed_until`
 /// (the database's clock, shared by every replica), so replicas on one

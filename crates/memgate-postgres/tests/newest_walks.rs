@@ -9,22 +9,22 @@ mod common;
 use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, SearchQuery};
 use memgate_postgres::plan::{choose, Walk};
 
-/// 4 000 turns: every one says "frequent", every sixth also "uncommon
-/// seldom" (667 turns, over the 600 budget, so all are common), the first
-/// 1 000 "older".
+/// 20 000 turns: every one says "frequent", every ninth also "uncommon
+/// seldom" (2 223 turns, over the 2 000 budget, so all are common), the
+/// first 5 000 "older".
 async fn filled() -> (memgate_postgres::PostgresBackend, Caller) {
     let dsn = common::dsn();
     let b = common::backend(&dsn, &common::unique_schema("walks"));
     let alice = Caller::new("alice").with_agent("coder");
-    for thread in 0..40 {
+    for thread in 0..200 {
         let messages = (0..100)
             .map(|i| {
                 let n = thread * 100 + i;
                 let mut text = format!("frequent filler number{n}");
-                if n % 6 == 0 {
+                if n % 9 == 0 {
                     text.push_str(" uncommon seldom");
                 }
-                if n < 1000 {
+                if n < 5000 {
                     text.push_str(" older");
                 }
                 let m = if i % 2 == 0 {
@@ -69,23 +69,23 @@ async fn both_walks_return_the_newest_matches_newest_first() {
         ..SearchQuery::new(q)
     };
     let pool = memgate_recall::ranked::candidate_pool(5);
-    let walks = |counts: &[(usize, &str)]| choose(counts, 4000).unwrap().newest_walks(pool);
-    // "uncommon" and "seldom" (667 each of 4 000): together expected in
-    // ~111 turns, so their postings are the fewer rows to read (they are
-    // always together, so 667 match).
+    let walks = |counts: &[(usize, &str)]| choose(counts, 20_000).unwrap().newest_walks(pool);
+    // "uncommon" and "seldom" (2 223 each of 20 000): together expected in
+    // ~247 turns, so their postings are the fewer rows to read (they are
+    // always together, so 2 223 match).
     assert_eq!(
-        walks(&[(667, "uncommon"), (667, "seldom")]).unwrap().0,
+        walks(&[(2223, "uncommon"), (2223, "seldom")]).unwrap().0,
         Walk::Postings
     );
     let hits = b.search(&alice, &top("uncommon seldom")).await.unwrap();
-    assert_eq!(numbers(&hits), [3996, 3990, 3984, 3978, 3972]);
+    assert_eq!(numbers(&hits), [19998, 19989, 19980, 19971, 19962]);
     // "frequent" (every turn): the newest turns are the fewer rows.
     assert!(matches!(
-        walks(&[(4000, "frequent")]).unwrap().0,
+        walks(&[(20_000, "frequent")]).unwrap().0,
         Walk::Recent { .. }
     ));
     let hits = b.search(&alice, &top("frequent")).await.unwrap();
-    assert_eq!(numbers(&hits), [3999, 3998, 3997, 3996, 3995]);
+    assert_eq!(numbers(&hits), [19999, 19998, 19997, 19996, 19995]);
 }
 
 #[tokio::test]
@@ -93,12 +93,12 @@ async fn both_walks_return_the_newest_matches_newest_first() {
 async fn a_window_holding_too_few_matches_gives_way_to_the_postings() {
     let (b, alice) = filled().await;
     let pool = memgate_recall::ranked::candidate_pool(5);
-    // "older frequent": 1 000 × 4 000 / 4 000 expected together, so the
+    // "older frequent": 5 000 × 20 000 / 20 000 expected together, so the
     // plan walks the newest turns, which hold none of them.
-    let plan = choose(&[(1000, "older"), (4000, "frequent")], 4000).unwrap();
+    let plan = choose(&[(5000, "older"), (20_000, "frequent")], 20_000).unwrap();
     assert!(matches!(
         plan.newest_walks(pool).unwrap().0,
-        Walk::Recent { rows } if rows < 3000
+        Walk::Recent { rows } if rows < 15_000
     ));
     let hits = b
         .search(
@@ -110,5 +110,5 @@ async fn a_window_holding_too_few_matches_gives_way_to_the_postings() {
         )
         .await
         .unwrap();
-    assert_eq!(numbers(&hits), [999, 998, 997, 996, 995]);
+    assert_eq!(numbers(&hits), [4999, 4998, 4997, 4996, 4995]);
 }

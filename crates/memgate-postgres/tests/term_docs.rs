@@ -1,8 +1,9 @@
-//! `term_docs` (schema migration 2) on a real PostgreSQL: the per-scope
-//! document count of each lexeme that recall planning reads. It must equal a
-//! recount of the stored rows after every kind of write, keep no word of
-//! erased text, survive concurrent captures of one scope, and be built in
-//! place when a version-1 schema is upgraded.
+//! `term_docs` (schema migration 2) and `scope_docs` (migration 8) on a real
+//! PostgreSQL: the per-scope document count of each lexeme that recall
+//! planning reads, and each scope's document and length totals BM25 reads.
+//! They must equal a recount of the stored rows after every kind of write,
+//! keep no word of erased text, survive concurrent captures of one scope,
+//! and be built in place when a version-1 schema is upgraded.
 
 mod common;
 
@@ -13,10 +14,28 @@ use memgate_core::{
 };
 use std::sync::Arc;
 
-/// Rows where `term_docs` and a recount of turns + active memories differ
-/// (0 when exact), and how many counts there are.
+/// Rows where `term_docs` or `scope_docs` and a recount of turns + active
+/// memories differ (0 when exact), and how many lexeme counts there are.
 async fn drift(dsn: &str, schema: &str) -> (i64, i64) {
     let client = connect(dsn).await;
+    let totals = format!(
+        "SELECT scope_id, count(*) AS docs, sum(length(search)) AS lexemes
+         FROM (SELECT scope_id, search FROM {schema}.turns
+               UNION ALL
+               SELECT scope_id, search FROM {schema}.memories WHERE state = 'active') r
+         GROUP BY 1"
+    );
+    let kept = format!("SELECT scope_id, docs, lexemes FROM {schema}.scope_docs");
+    let totals_differ: i64 = client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM (({kept} EXCEPT {totals}) UNION ALL ({totals} EXCEPT {kept})) d"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
     let recount = format!(
         "SELECT scope_id, lexeme, count(*) AS docs
          FROM (SELECT scope_id, search FROM {schema}.turns
@@ -37,7 +56,7 @@ async fn drift(dsn: &str, schema: &str) -> (i64, i64) {
         )
         .await
         .unwrap();
-    (row.get(0), row.get(1))
+    (row.get::<_, i64>(0) + totals_differ, row.get(1))
 }
 
 async fn lexeme_count(dsn: &str, schema: &str, lexeme: &str) -> i64 {
