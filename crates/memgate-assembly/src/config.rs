@@ -201,6 +201,10 @@ pub struct McpConfig {
     /// default: erasing memory is the operator's act, never a model's own
     /// initiative; turn it on only for an MCP client a person drives.
     pub forget_tool: bool,
+    /// Offer the handoff tools (prepare, show, correct, finalize, continue,
+    /// acknowledge, commit) on `memgate mcp` and `/mcp`. Off by default:
+    /// handing a task over is the operator's choice, as for `forget`.
+    pub handoff_tools: bool,
 }
 
 impl Default for McpConfig {
@@ -210,6 +214,7 @@ impl Default for McpConfig {
             user: None,
             agent: None,
             forget_tool: false,
+            handoff_tools: false,
         }
     }
 }

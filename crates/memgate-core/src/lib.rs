@@ -18,6 +18,7 @@
 //! - [`capture`], [`recall`], [`remember`], [`facts`], [`forget`]: request
 //!   and result types of each operation;
 //! - [`handoff`]: a running task handed to another thread, agent or model
+//! - [`handoff_desk`]: handoffs held in memory for a bounded lifetime, per owner
 //!   (draft, prepared, acknowledged, committed on request);
 //! - [`redaction`]: secrets replaced by typed placeholders before anything
 //!   is stored or sent (rules in `memgate-redact`);
@@ -45,6 +46,7 @@ pub mod facts;
 pub mod fields;
 pub mod forget;
 pub mod handoff;
+pub mod handoff_desk;
 pub mod identity;
 pub mod intake;
 pub mod message;

@@ -12,10 +12,12 @@ use crate::source_outbox::SourceOutbox;
 use crate::sources::{self, SourceCapture};
 use crate::transport::Transport;
 use async_trait::async_trait;
+use memgate_core::handoff::DEFAULT_HANDOFF_LIFETIME;
 use memgate_core::{
-    BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest, Diagnostic, Figure,
-    KeepHiddenHook, MemoryBackend, MemoryError, Recall, RecallRequest, Redactor, RememberOutcome,
-    RememberRequest, Result, WarmStatus,
+    Acknowledgement, BackendContext, Caller, Capabilities, CaptureReport, CaptureRequest,
+    CommitOutcome, Continuation, Diagnostic, Figure, Handoff, HandoffContent, KeepHiddenHook,
+    MemoryBackend, MemoryError, Recall, RecallRequest, Redactor, RememberOutcome, RememberRequest,
+    Result, WarmStatus,
 };
 use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +43,8 @@ pub struct PowerContextBackend {
     unsupported_name: String,
     /// Set once the first recall without a host query has been reported.
     no_query_reported: AtomicBool,
+    /// Handoff drafts and the server's prepared handoffs ([`crate::handoff`]).
+    pub(crate) handoffs: crate::handoff::Desk,
 }
 
 impl PowerContextBackend {
@@ -84,7 +88,14 @@ impl PowerContextBackend {
             redactor: Redactor::shared_default(),
             unsupported_name: format!("{MANAGER_CLASS} ({MANAGEMENT_POINTER})"),
             no_query_reported: AtomicBool::new(false),
+            handoffs: crate::handoff::Desk::new(DEFAULT_HANDOFF_LIFETIME),
         })
+    }
+
+    /// Holds handoff drafts for `lifetime` instead of the default (tests).
+    pub fn with_handoff_lifetime(mut self, lifetime: Duration) -> Self {
+        self.handoffs = crate::handoff::Desk::new(lifetime);
+        self
     }
 
     /// The shared settings snapshot.
@@ -275,6 +286,46 @@ impl MemoryBackend for PowerContextBackend {
         owner::admit(&self.settings, &caller.user)?;
         self.ensure_open()?;
         Ok(self.remember_once(request).await)
+    }
+
+    /// The draft is held here; each later step is one call to PowerContext's
+    /// own routes ([`crate::handoff`]).
+    async fn prepare_handoff(&self, caller: &Caller, content: &HandoffContent) -> Result<Handoff> {
+        self.handoff_prepare(caller, content)
+    }
+
+    async fn get_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.handoff_get(caller, id)
+    }
+
+    async fn correct_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        content: &HandoffContent,
+    ) -> Result<Handoff> {
+        self.handoff_correct(caller, id, content)
+    }
+
+    async fn finalize_handoff(&self, caller: &Caller, id: &str) -> Result<Handoff> {
+        self.handoff_finalize(caller, id).await
+    }
+
+    async fn continue_handoff(&self, caller: &Caller, id: &str) -> Result<Continuation> {
+        self.handoff_continue(caller, id).await
+    }
+
+    async fn acknowledge_handoff(
+        &self,
+        caller: &Caller,
+        id: &str,
+        acknowledgement: &Acknowledgement,
+    ) -> Result<Handoff> {
+        self.handoff_acknowledge(caller, id, acknowledgement).await
+    }
+
+    async fn commit_handoff(&self, caller: &Caller, id: &str) -> Result<CommitOutcome> {
+        self.handoff_commit(caller, id).await
     }
 
     /// Detects the server generation, proves the token and, on 1.4.x, that

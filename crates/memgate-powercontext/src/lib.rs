@@ -12,6 +12,9 @@
 //! - **capture** is an explicit no-op (see [`notes::PASSIVE_CAPTURE_NOTE`])
 //!   unless `backend_config.source_capture.enabled` turns on Source capture
 //!   on a durable outbox ([`sources`], [`source_outbox`]);
+//! - **handoff** (prepare, inspect, correct, finalize, continue,
+//!   acknowledge, commit on request): the draft held client-side, each
+//!   later step through PowerContext's own work/handoff routes ([`handoff`]);
 //! - search, fact management and import/export are Unsupported: they belong
 //!   to PowerContext's own API and UI.
 //!
@@ -23,6 +26,7 @@
 pub mod backend;
 mod diagnostic;
 pub mod generation;
+pub mod handoff;
 pub mod notes;
 mod owner;
 mod prepared;

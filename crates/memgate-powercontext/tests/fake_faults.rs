@@ -7,8 +7,9 @@ mod common;
 use common::fake::*;
 use common::*;
 use memgate_core::{
-    Caller, CaptureRequest, MemoryBackend, MemoryError, Message, RecallRequest, RememberOutcome,
-    RememberRequest, SearchQuery, WarmStatus,
+    Acknowledgement, Caller, CaptureRequest, CommitOutcome, HandoffContent, HandoffStage,
+    MemoryBackend, MemoryError, Message, RecallRequest, RememberOutcome, RememberRequest,
+    SearchQuery, WarmStatus,
 };
 use memgate_powercontext::settings::*;
 use memgate_powercontext::{
@@ -858,4 +859,123 @@ fn debug_output_of_every_public_type_hides_the_token() {
         ],
     );
     let _: &Value = &RememberTool::spec().input_schema;
+}
+
+// ---------------------------------------------------------------- handoff
+
+fn task() -> HandoffContent {
+    HandoffContent::new("ship refunds", &[], &[], "run pytest", &[]).unwrap()
+}
+
+/// A prepared handoff as 1.4.1 answers `prepare-current` (shape observed on
+/// the real server; see testkit/README.md).
+fn prepared_current() -> FakeReply {
+    FakeReply::Json(
+        200,
+        json!({"boundary": {"kind": "handoff-boundary", "position": 1},
+               "handoff": {"schema": "powercontext.prepared-handoff.v1", "scope_id": SCOPE,
+                           "base": null, "content": {"objective": "ship refunds"}}}),
+    )
+}
+
+#[tokio::test]
+async fn handoff_refused_callers_cause_no_request() {
+    let fake = current(|_| prepared_current()).await;
+    let backend = backend(&pairs(&fake, &[]));
+    let draft = backend
+        .prepare_handoff(&Caller::new(OWNER), &task())
+        .await
+        .unwrap();
+    for caller in [
+        Caller::new("intruder"),
+        Caller::default(),
+        Caller::new("default"),
+        Caller::new(format!("{OWNER} ")),
+        Caller::new("intruder").with_agent(OWNER).with_thread(OWNER),
+    ] {
+        let id = draft.id.as_str();
+        let refused = [
+            backend.prepare_handoff(&caller, &task()).await.err(),
+            backend.get_handoff(&caller, id).await.err(),
+            backend.correct_handoff(&caller, id, &task()).await.err(),
+            backend.finalize_handoff(&caller, id).await.err(),
+            backend.continue_handoff(&caller, id).await.err(),
+            backend
+                .acknowledge_handoff(&caller, id, &Acknowledgement::Accepted)
+                .await
+                .err(),
+            backend.commit_handoff(&caller, id).await.err(),
+        ];
+        for r in refused {
+            assert!(
+                matches!(r, Some(MemoryError::RejectedIdentity(_))),
+                "{caller:?}: {r:?}"
+            );
+        }
+    }
+    assert_eq!(
+        fake.total(),
+        0,
+        "a refused caller must not reach the server"
+    );
+}
+
+#[tokio::test]
+async fn lost_handoff_answers_are_unknown_and_not_retried() {
+    let logs = LogCapture::start();
+    let finalizes = std::sync::atomic::AtomicUsize::new(0);
+    let fake = current(move |seen| match seen.path.as_str() {
+        "/v1/work/handoffs/prepare-current"
+            if finalizes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 =>
+        {
+            FakeReply::CutBody {
+                status: 200,
+                partial: br#"{"boundary":{"kind"#.to_vec(),
+            }
+        }
+        "/v1/work/handoffs/prepare-current" => prepared_current(),
+        "/v1/handoff/commit" => FakeReply::CutBody {
+            status: 200,
+            partial: br#"{"reference":{"fam"#.to_vec(),
+        },
+        _ => FakeReply::Json(500, error_body("unexpected")),
+    })
+    .await;
+    let backend = backend(&pairs(&fake, &[]));
+    let owner = Caller::new(OWNER);
+
+    // A finalize whose answer is lost leaves the draft a draft and says so.
+    let draft = backend.prepare_handoff(&owner, &task()).await.unwrap();
+    let lost = backend
+        .finalize_handoff(&owner, &draft.id)
+        .await
+        .unwrap_err();
+    let lost = lost.to_string();
+    assert!(
+        lost.contains("outcome unknown") && lost.contains("not retried"),
+        "{lost}"
+    );
+    assert_eq!(fake.count("/v1/work/handoffs/prepare-current"), 1);
+    let still = backend.get_handoff(&owner, &draft.id).await.unwrap();
+    assert_eq!(still.stage, HandoffStage::Draft);
+    let commit_before = backend.commit_handoff(&owner, &draft.id).await;
+    assert!(
+        matches!(commit_before, Err(MemoryError::Conflict(_))),
+        "{commit_before:?}"
+    );
+    // Finalizing again is the user's decision; the server treats the same
+    // handoff id as the same boundary.
+    let prepared = backend.finalize_handoff(&owner, &draft.id).await.unwrap();
+    assert_eq!(prepared.stage, HandoffStage::Prepared);
+
+    let outcome = backend.commit_handoff(&owner, &draft.id).await.unwrap();
+    let CommitOutcome::Unknown { reason } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(reason.contains("after the commit was sent"), "{reason}");
+    assert!(outcome.describe().contains("not retried"));
+    assert_eq!(fake.count("/v1/handoff/commit"), 1, "never retried");
+    let still = backend.get_handoff(&owner, &draft.id).await.unwrap();
+    assert_eq!(still.stage, HandoffStage::Prepared, "not marked committed");
+    assert_no_secret(TOKEN, &[&logs.text(), reason, &lost]);
 }

@@ -15,8 +15,9 @@ mod common;
 
 use common::*;
 use memgate_core::{
-    Caller, CaptureRequest, MemoryBackend, MemoryError, Message, RecallRequest, RememberOutcome,
-    RememberRequest, WarmStatus,
+    Acknowledgement, Caller, CaptureRequest, CommitOutcome, HandoffContent, HandoffStage,
+    MemoryBackend, MemoryError, Message, RecallRequest, RememberOutcome, RememberRequest,
+    WarmStatus,
 };
 use memgate_powercontext::settings::*;
 use memgate_powercontext::{PowerContextBackend, RememberTool, ServerGeneration};
@@ -232,6 +233,10 @@ both_generations!(
     source_capture_ids_survive_a_restart_and_replay_is_idempotent,
     source_capture_changed_payload_is_a_recorded_conflict,
     source_capture_filtered_messages_and_the_feature_off_send_nothing,
+    handoff_is_corrected_finalized_continued_in_a_new_thread_and_acknowledged,
+    handoff_commit_happens_only_on_request_and_carries_no_secret,
+    an_expired_handoff_draft_is_gone_and_was_never_sent,
+    another_owner_cannot_see_or_step_a_handoff,
 );
 
 /// A remembered text that mentions a key reaches the server with the
@@ -873,4 +878,172 @@ async fn source_capture_filtered_messages_and_the_feature_off_send_nothing(h: Ha
         let (status, body) = raw_source(&h, &ns.source_id(filtered), "probe").await;
         assert_eq!(status, 202, "{filtered} was sent: {body}");
     }
+}
+
+// ---------------------------------------------------------------- handoff
+
+fn task(objective: &str) -> HandoffContent {
+    HandoffContent::new(
+        objective,
+        &["the refund endpoint is written".into()],
+        &["the currency table is missing".into()],
+        "add the currency table, then run pytest",
+        &["pytest run 42: 18 passed".into()],
+    )
+    .unwrap()
+}
+
+/// What `selection: "latest"` resolves on the server: only a committed
+/// handoff is durable there.
+async fn latest_handoff(h: &Harness) -> Value {
+    let (status, body) = h
+        .raw(
+            "/v1/handoff/continue",
+            json!({"scope_id": h.scope, "selection": "latest"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// prepare → inspect → correct → finalize in one thread; continue in a new
+/// thread, whose block is the corrected handoff as untrusted history; the
+/// receiver accepts. The finalized handoff reached the server as a boundary
+/// Source named by the handoff's id; nothing became memory or a committed
+/// handoff.
+async fn handoff_is_corrected_finalized_continued_in_a_new_thread_and_acknowledged(h: Harness) {
+    let backend = h.backend();
+    let sender = owner().with_thread("thread-1");
+    let draft = backend
+        .prepare_handoff(&sender, &task("ship refunds"))
+        .await
+        .unwrap();
+    assert_eq!(draft.stage, HandoffStage::Draft);
+    let seen = backend.get_handoff(&sender, &draft.id).await.unwrap();
+    assert_eq!(seen.content.objective, "ship refunds");
+    let corrected = backend
+        .correct_handoff(&sender, &draft.id, &task("ship refunds in cents"))
+        .await
+        .unwrap();
+    assert_eq!(corrected.revision, 2);
+    let prepared = backend.finalize_handoff(&sender, &draft.id).await.unwrap();
+    assert_eq!(prepared.stage, HandoffStage::Prepared);
+    let (status, body) = raw_source(&h, &draft.id, "probe").await;
+    assert_eq!(
+        status, 409,
+        "the boundary Source is the finalized handoff: {body}"
+    );
+    let again = backend
+        .correct_handoff(&sender, &draft.id, &task("x"))
+        .await;
+    assert!(matches!(again, Err(MemoryError::Conflict(_))), "{again:?}");
+
+    let receiver = owner().with_thread("thread-2");
+    let continued = backend
+        .continue_handoff(&receiver, &draft.id)
+        .await
+        .unwrap();
+    assert!(continued.block.contains("trust=\"untrusted_history\""));
+    assert!(continued.block.contains("Objective: ship refunds in cents"));
+    assert!(continued
+        .block
+        .contains("Next action: add the currency table"));
+    assert_eq!(continued.handoff.from_thread.as_deref(), Some("thread-1"));
+
+    let acked = backend
+        .acknowledge_handoff(&receiver, &draft.id, &Acknowledgement::Accepted)
+        .await
+        .unwrap();
+    assert_eq!(acked.stage, HandoffStage::Acknowledged);
+    let (status, body) = raw_source(&h, &format!("{}-receipt", draft.id), "probe").await;
+    assert_eq!(status, 409, "the receipt Source was recorded: {body}");
+    assert_eq!(latest_handoff(&h).await["status"], "empty", "not committed");
+    assert!(h.stored().await.is_empty(), "a handoff is not memory");
+}
+
+/// Nothing durable until the explicit commit; then `continue latest`
+/// resolves the committed handoff, whose text has the key replaced; a
+/// second commit answers the same citation.
+async fn handoff_commit_happens_only_on_request_and_carries_no_secret(h: Harness) {
+    const KEY: &str = "sk-proj-Hq8vQ2mN7pL4kR8sT1wY6uB3cF5hJ0aDgEx9Zt3LmN0vXr5YpK2wHc9JbD4sFg";
+    let backend = h.backend();
+    let draft = backend
+        .prepare_handoff(
+            &owner(),
+            &task(&format!("rotate the key {KEY} for billing")),
+        )
+        .await
+        .unwrap();
+    assert!(!draft.content.objective.contains(KEY));
+    backend.finalize_handoff(&owner(), &draft.id).await.unwrap();
+    let continued = backend.continue_handoff(&owner(), &draft.id).await.unwrap();
+    assert_no_secret(KEY, &[&continued.block]);
+    assert_eq!(latest_handoff(&h).await["status"], "empty");
+
+    let outcome = backend.commit_handoff(&owner(), &draft.id).await.unwrap();
+    let CommitOutcome::Stored { citation } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(
+        citation.as_str().contains(r#""family":"handoff""#),
+        "{citation}"
+    );
+    let latest = latest_handoff(&h).await;
+    assert_eq!(latest["status"], "resolved", "{latest}");
+    let objective = latest["content"]["objective"].as_str().unwrap();
+    assert!(objective.starts_with("rotate the key ") && !objective.contains(KEY));
+    assert_eq!(
+        backend.commit_handoff(&owner(), &draft.id).await.unwrap(),
+        outcome
+    );
+    assert!(h.stored().await.is_empty(), "a handoff is not memory");
+}
+
+/// A draft past its lifetime is gone for every step, and its id was never
+/// used on the server.
+async fn an_expired_handoff_draft_is_gone_and_was_never_sent(h: Harness) {
+    let backend = h
+        .backend()
+        .with_handoff_lifetime(std::time::Duration::from_millis(300));
+    let draft = backend
+        .prepare_handoff(&owner(), &task("ship refunds"))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    for step in [
+        backend.get_handoff(&owner(), &draft.id).await.err(),
+        backend.finalize_handoff(&owner(), &draft.id).await.err(),
+        backend.continue_handoff(&owner(), &draft.id).await.err(),
+    ] {
+        assert!(matches!(step, Some(MemoryError::NotFound(_))), "{step:?}");
+    }
+    let (status, _) = raw_source(&h, &draft.id, "probe").await;
+    assert_eq!(status, 202, "the expired draft never reached the server");
+}
+
+/// Another user is refused by the owner binding at every step, and the
+/// owner's finalized handoff is not changed or committed by the attempt.
+async fn another_owner_cannot_see_or_step_a_handoff(h: Harness) {
+    let backend = h.backend();
+    let draft = backend
+        .prepare_handoff(&owner(), &task("ship refunds"))
+        .await
+        .unwrap();
+    backend.finalize_handoff(&owner(), &draft.id).await.unwrap();
+    let intruder = Caller::new("intruder").with_thread("thread-2");
+    let refused = [
+        backend.get_handoff(&intruder, &draft.id).await.err(),
+        backend.continue_handoff(&intruder, &draft.id).await.err(),
+        backend
+            .acknowledge_handoff(&intruder, &draft.id, &Acknowledgement::Accepted)
+            .await
+            .err(),
+        backend.commit_handoff(&intruder, &draft.id).await.err(),
+    ];
+    for r in refused {
+        assert!(matches!(r, Some(MemoryError::RejectedIdentity(_))), "{r:?}");
+    }
+    assert_eq!(latest_handoff(&h).await["status"], "empty");
+    let mine = backend.get_handoff(&owner(), &draft.id).await.unwrap();
+    assert_eq!(mine.stage, HandoffStage::Prepared);
 }

@@ -23,6 +23,7 @@ pub mod auth;
 pub mod client;
 pub mod error;
 pub mod mcp;
+pub mod mcp_handoff;
 pub mod open_requests;
 pub mod openapi;
 pub mod routes;

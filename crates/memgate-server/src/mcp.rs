@@ -10,8 +10,11 @@
 //! `forget` (erasure) is listed only when the operator opts in
 //! (`mcp.forget_tool: true`): erasing memory is a person's decision, not a
 //! model's, so by default it is neither listed nor callable. When it is on,
-//! whole-scope and whole-user erasure still need `confirm: true`.
+//! whole-scope and whole-user erasure still need `confirm: true`. The
+//! handoff tools ([`crate::mcp_handoff`]) are offered the same way
+//! (`mcp.handoff_tools: true`).
 
+use crate::mcp_handoff::{handoff_tools, is_handoff_tool};
 use memgate_assembly::AssembledBackend;
 use memgate_core::tool::{call_remember, remember_spec, ToolResult};
 use memgate_core::{Caller, ForgetTarget, MemoryBackend, MemoryError, RecallRequest, SearchQuery};
@@ -104,6 +107,17 @@ impl MemoryMcp {
         tools.retain(|t| t.name != FORGET_TOOL);
         if offered {
             tools.push(forget_tool());
+        }
+        self
+    }
+
+    /// Offers (or withdraws) the handoff tools: the operator's opt-in,
+    /// `mcp.handoff_tools`, as for `forget`.
+    pub fn with_handoff_tools(mut self, offered: bool) -> Self {
+        let tools = Arc::make_mut(&mut self.tools);
+        tools.retain(|t| !is_handoff_tool(&t.name));
+        if offered {
+            tools.extend(handoff_tools());
         }
         self
     }
@@ -295,7 +309,7 @@ fn forget_tool() -> Tool {
     )
 }
 
-fn tool(name: &str, description: String, schema: Value) -> Tool {
+pub(crate) fn tool(name: &str, description: String, schema: Value) -> Tool {
     let schema: Map<String, Value> = match schema {
         Value::Object(map) => map,
         _ => Map::new(),
@@ -305,7 +319,7 @@ fn tool(name: &str, description: String, schema: Value) -> Tool {
 
 /// Strict argument parsing: unknown fields (a `user_id`, a `scope`) are
 /// refused, never applied.
-fn parse<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, MemoryError> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, MemoryError> {
     serde_json::from_value(args).map_err(|e| {
         MemoryError::invalid(
             "arguments",
@@ -314,7 +328,7 @@ fn parse<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, MemoryError> 
     })
 }
 
-fn failure(err: &MemoryError) -> ToolResult {
+pub(crate) fn failure(err: &MemoryError) -> ToolResult {
     ToolResult {
         is_error: true,
         content: json!({"error": {"code": err.code(), "message": err.to_string()}}),
@@ -371,6 +385,15 @@ impl ServerHandler for MemoryMcp {
                 None,
             ));
         }
+        if is_handoff_tool(&name) && !self.tools.iter().any(|t| t.name == name) {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "`{name}` is not offered: the handoff tools are off on this server \
+                     (the operator enables them with mcp.handoff_tools: true)"
+                ),
+                None,
+            ));
+        }
         if !self.tools.iter().any(|t| t.name == name) {
             return Err(ErrorData::invalid_params(
                 format!(
@@ -385,6 +408,9 @@ impl ServerHandler for MemoryMcp {
             "remember" => call_remember(&*self.backend, &self.principal, &args).await,
             "recall" => self.recall(args).await,
             FORGET_TOOL => self.forget(args).await,
+            handoff if is_handoff_tool(handoff) => {
+                crate::mcp_handoff::call(&*self.backend, &self.principal, handoff, args).await
+            }
             _ => self.search(args).await,
         };
         Ok(to_mcp(result).into())

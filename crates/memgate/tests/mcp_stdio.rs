@@ -129,3 +129,43 @@ async fn stdio_offers_forget_only_when_the_config_opts_in() {
         String::from_utf8_lossy(&alice.stdout)
     );
 }
+
+#[tokio::test]
+async fn stdio_offers_handoff_tools_only_when_the_config_opts_in() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    for (config, offered) in [
+        ("mcp:\n  user: alice\n", false),
+        ("mcp:\n  user: alice\n  handoff_tools: true\n", true),
+    ] {
+        std::fs::write(h.join("config.yaml"), config).unwrap();
+        let transport = TokioChildProcess::new(command(h, &["mcp"])).unwrap();
+        let client = ClientConfig::default()
+            .serve(transport)
+            .await
+            .expect("MCP handshake");
+        let tools = tool_names(&client).await;
+        assert_eq!(
+            tools.iter().any(|t| t == "handoff_prepare"),
+            offered,
+            "{config}: {tools:?}"
+        );
+        let prepared = try_call(
+            &client,
+            "handoff_prepare",
+            json!({"objective": "ship refunds", "next_action": "run pytest"}),
+        )
+        .await;
+        if offered {
+            let (is_error, draft) = prepared.expect("handoff_prepare answers");
+            assert!(!is_error, "{draft}");
+            assert_eq!(draft["handoff"]["stage"], "draft", "{draft}");
+        } else {
+            let refused = prepared
+                .expect_err("handoff_prepare is refused")
+                .to_string();
+            assert!(refused.contains("mcp.handoff_tools"), "{refused}");
+        }
+        client.cancel().await.unwrap();
+    }
+}

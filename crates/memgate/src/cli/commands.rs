@@ -154,7 +154,8 @@ async fn mcp_stdio(config_path: Option<&Path>, cli: &Caller) -> Result<ExitCode>
     )?;
     let server =
         memgate_server::mcp::MemoryMcp::new(Arc::clone(&backend), mcp_principal(&config, cli))
-            .with_forget_tool(config.mcp.forget_tool);
+            .with_forget_tool(config.mcp.forget_tool)
+            .with_handoff_tools(config.mcp.handoff_tools);
     let result = memgate_server::mcp::serve_stdio(server).await;
     backend.drain(shutdown_budget(&config)).await;
     Ok(result.map(|()| ExitCode::SUCCESS)?)

@@ -47,7 +47,8 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
             Arc::clone(&backend),
             super::commands::mcp_principal(&config, cli),
         )
-        .with_forget_tool(config.mcp.forget_tool),
+        .with_forget_tool(config.mcp.forget_tool)
+        .with_handoff_tools(config.mcp.handoff_tools),
         any_host: !addr.ip().is_loopback(),
         shutdown: stop.clone(),
     });
