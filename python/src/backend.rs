@@ -6,6 +6,7 @@
 //! shared Tokio runtime. The host's keep-hook is a Python callable the
 //! backend calls from Rust, re-attaching only for that call.
 
+use crate::capture_result::CaptureResult;
 use crate::convert;
 use crate::errors;
 use crate::runtime::{attached, runtime};
@@ -16,9 +17,9 @@ use memgate_core::intake::{
 use memgate_core::setup::{process_env, EnvSource};
 use memgate_core::tool::call_remember;
 use memgate_core::{
-    Caller, CaptureKind, CaptureReport, FactPatch, ForgetTarget, Holdings, KeepHiddenHook,
-    KnownHead, MemoryBackend, MemoryError, MemoryMode, Message, RecallRequest, RememberRequest,
-    SearchQuery, UserId, WarmStatus,
+    Acknowledgement, Caller, CaptureKind, CaptureReport, FactPatch, ForgetTarget, HandoffContent,
+    Holdings, KeepHiddenHook, KnownHead, MemoryBackend, MemoryError, MemoryMode, Message,
+    RecallRequest, RememberRequest, SearchQuery, UserId, WarmStatus,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -135,6 +136,17 @@ fn seconds(timeout: f64) -> Duration {
     Duration::try_from_secs_f64(timeout.max(0.0)).unwrap_or(Duration::ZERO)
 }
 
+/// A `memory.distill` error as the host's config spells the key:
+/// `backend_config.distill.<key>`.
+fn in_backend_config(error: MemoryError) -> MemoryError {
+    match error {
+        MemoryError::Config(message) => {
+            MemoryError::Config(message.replace("memory.distill", "backend_config.distill"))
+        }
+        other => other,
+    }
+}
+
 /// A capture running on the runtime.
 type Capturing = tokio::task::JoinHandle<memgate_core::Result<CaptureReport>>;
 
@@ -173,11 +185,6 @@ async fn against_cursor(
     })
     .unwrap_or_else(|| Err(MemoryError::Closed("the Python interpreter".into())))?;
     whole.capture(messages).await
-}
-
-/// A capture report as Python gets it: `(stored, already_known, filtered)`.
-fn report_tuple(report: &CaptureReport) -> (usize, usize, usize) {
-    (report.stored, report.already_known, report.filtered)
 }
 
 /// Reads a transcript for a capture begun against the backend's cursor:
@@ -329,11 +336,15 @@ impl Backend {
         injection_enabled: bool,
         deadlines: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let config = match convert::to_json(backend_config)? {
+        let mut config = match convert::to_json(backend_config)? {
             Value::Object(map) => map,
             Value::Null => Map::new(),
             _ => return Err(PyValueError::new_err("backend_config must be a mapping")),
         };
+        // The host has one `backend_config` per manager: memgate's
+        // `memory.distill` rides in it, and the worker runs while the
+        // manager is open.
+        let distill = config.remove("distill");
         let keep_hook = Arc::new(KeepHook::default());
         let hook = Arc::clone(&keep_hook);
         let keep_hidden: KeepHiddenHook = Arc::new(move |kwargs| hook.keeps(kwargs));
@@ -350,19 +361,21 @@ impl Backend {
             enabled,
             injection_enabled,
             deadlines,
+            distill,
             ..MemoryConfig::default()
         };
         let setup = BackendSetup::new(
             storage_path,
             environment.map_or_else(process_source, |e| e.source.clone()),
         )
-        .with_keep_hidden(keep_hidden);
+        .with_keep_hidden(keep_hidden)
+        .running_distiller();
         let inner = py
             .detach(|| {
                 let _entered = runtime().enter();
                 memgate_assembly::open_backend(&memory, &setup)
             })
-            .map_err(errors::to_py)?;
+            .map_err(|e| errors::to_py(in_backend_config(e)))?;
         Ok(Self {
             inner,
             keep_hook,
@@ -404,7 +417,8 @@ impl Backend {
     }
 
     /// Captures a transcript snapshot (`after_turn`) or a compaction head
-    /// (`before_compaction`); returns `(stored, already_known, filtered)`.
+    /// (`before_compaction`); returns a `CaptureResult`: `(stored,
+    /// already_known, filtered)` and the messages memory kept only part of.
     #[pyo3(signature = (thread, messages, user=None, agent=None, kind="after_turn", trace_id=None))]
     fn capture(
         &self,
@@ -414,7 +428,7 @@ impl Backend {
         agent: Option<&str>,
         kind: &str,
         trace_id: Option<String>,
-    ) -> PyResult<(usize, usize, usize)> {
+    ) -> PyResult<CaptureResult> {
         let py = messages.py();
         let who = caller(user, agent, Some(thread));
         let report = match self.read_capture(who, parse_kind(kind)?, messages, trace_id)? {
@@ -425,13 +439,13 @@ impl Backend {
             Read::Ready(capture) => py.detach(|| runtime().block_on(on_callers_thread(capture))),
             Read::Streamed(task) => py.detach(|| runtime().block_on(outcome(task))),
         };
-        Ok(report_tuple(&report.map_err(errors::to_py)?))
+        Ok(CaptureResult::new(&report.map_err(errors::to_py)?))
     }
 
     /// Like `capture`, for a caller on an event loop: returns once the
     /// messages are read, and calls `done(code, message, report)` from
     /// another thread when the capture ends (`code` None on success, the
-    /// report a `(stored, already_known, filtered)` tuple or None).
+    /// report a `CaptureResult` or None).
     /// `shutdown` waits for it.
     #[pyo3(signature = (thread, messages, done, user=None, agent=None, kind="after_turn", trace_id=None))]
     #[allow(clippy::too_many_arguments)] // the host contract's arguments, one each
@@ -453,7 +467,7 @@ impl Backend {
             let ended = outcome(task).await;
             attached(|py| {
                 let args = match &ended {
-                    Ok(report) => (None, None, Some(report_tuple(report))),
+                    Ok(report) => (None, None, Some(CaptureResult::new(report))),
                     Err(err) => (Some(err.code()), Some(err.to_string()), None),
                 };
                 if let Err(e) = done.bind(py).call1(args) {
@@ -567,6 +581,126 @@ impl Backend {
     ) -> PyResult<Bound<'py, PyAny>> {
         let who = caller(user, agent, None);
         self.answer(py, self.inner.list_facts(&who, include_retired))
+    }
+
+    /// Prepares a handoff draft of the caller's running task (`thread` is
+    /// where it comes from); returns the handoff as a dict.
+    #[pyo3(signature = (objective, next_action, progress=Vec::new(), blockers=Vec::new(), evidence=Vec::new(), user=None, agent=None, thread=None))]
+    #[allow(clippy::too_many_arguments)] // the handoff's fields and the caller, one each
+    fn handoff_prepare<'py>(
+        &self,
+        py: Python<'py>,
+        objective: &str,
+        next_action: &str,
+        progress: Vec<String>,
+        blockers: Vec<String>,
+        evidence: Vec<String>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let content = HandoffContent::new(objective, &progress, &blockers, next_action, &evidence)
+            .map_err(errors::to_py)?;
+        let who = caller(user, agent, thread);
+        self.answer(py, self.inner.prepare_handoff(&who, &content))
+    }
+
+    /// Replaces a draft's content (only a draft can be corrected).
+    #[pyo3(signature = (id, objective, next_action, progress=Vec::new(), blockers=Vec::new(), evidence=Vec::new(), user=None, agent=None, thread=None))]
+    #[allow(clippy::too_many_arguments)] // the handoff's fields and the caller, one each
+    fn handoff_correct<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        objective: &str,
+        next_action: &str,
+        progress: Vec<String>,
+        blockers: Vec<String>,
+        evidence: Vec<String>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let content = HandoffContent::new(objective, &progress, &blockers, next_action, &evidence)
+            .map_err(errors::to_py)?;
+        let who = caller(user, agent, thread);
+        self.answer(py, self.inner.correct_handoff(&who, id, &content))
+    }
+
+    /// The caller's own handoff (another owner's is `not_found`).
+    #[pyo3(signature = (id, user=None, agent=None, thread=None))]
+    fn handoff_get<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, thread);
+        self.answer(py, self.inner.get_handoff(&who, id))
+    }
+
+    /// Turns a draft into the prepared handoff a receiver continues from.
+    #[pyo3(signature = (id, user=None, agent=None, thread=None))]
+    fn handoff_finalize<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, thread);
+        self.answer(py, self.inner.finalize_handoff(&who, id))
+    }
+
+    /// What the receiving thread continues from: `{handoff, block}`, the
+    /// block being untrusted history to show as such.
+    #[pyo3(signature = (id, user=None, agent=None, thread=None))]
+    fn handoff_continue<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, thread);
+        self.answer(py, self.inner.continue_handoff(&who, id))
+    }
+
+    /// Records the receiver's answer: `accepted`, or `needs_clarification`
+    /// / `declined` with a message.
+    #[pyo3(signature = (id, decision, message=None, user=None, agent=None, thread=None))]
+    #[allow(clippy::too_many_arguments)] // the answer and the caller, one each
+    fn handoff_acknowledge<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        decision: &str,
+        message: Option<&str>,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let answer = Acknowledgement::new(decision, message).map_err(errors::to_py)?;
+        let who = caller(user, agent, thread);
+        self.answer(py, self.inner.acknowledge_handoff(&who, id, &answer))
+    }
+
+    /// Stores the handoff as a milestone memory: only on explicit request.
+    #[pyo3(signature = (id, user=None, agent=None, thread=None))]
+    fn handoff_commit<'py>(
+        &self,
+        py: Python<'py>,
+        id: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+        thread: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let who = caller(user, agent, thread);
+        self.answer(py, self.inner.commit_handoff(&who, id))
     }
 
     /// One explicit memory by id (retired ones too); `not_found` otherwise.

@@ -11,6 +11,7 @@
 //! (`crates/memgate-lab/examples/boundary_baseline.rs`).
 
 mod backend;
+mod capture_result;
 mod confidence;
 mod convert;
 mod errors;
@@ -31,6 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NativeError", m.py().get_type::<errors::NativeError>())?;
     m.add_class::<backend::Backend>()?;
     m.add_class::<backend::Environment>()?;
+    m.add_class::<capture_result::CaptureResult>()?;
     m.add_function(wrap_pyfunction!(backend::remember_tool_spec, m)?)?;
     m.add_function(wrap_pyfunction!(ids::message_signature, m)?)?;
     m.add_function(wrap_pyfunction!(ids::converted_message_signature, m)?)?;

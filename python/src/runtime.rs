@@ -16,7 +16,7 @@
 
 use pyo3::Python;
 use std::sync::OnceLock;
-use tokio::runtime::{Builder, Runtime};
+use tokio::runtime::{Builder, Handle, Runtime, RuntimeFlavor};
 
 pub fn runtime() -> &'static Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -34,7 +34,14 @@ pub fn runtime() -> &'static Runtime {
 /// Waiting for the GIL is a blocking section (`block_in_place`): called on
 /// the runtime's worker, the worker's other tasks move to another thread
 /// meanwhile, so a Python thread that holds the GIL never stalls memgate's
-/// I/O; anywhere else it simply runs.
+/// I/O; anywhere else it simply runs (a current-thread runtime, such as the
+/// distillation worker's, has no other thread to hand work to, and
+/// `block_in_place` would panic there).
 pub fn attached<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
-    tokio::task::block_in_place(|| Python::try_attach(f))
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| Python::try_attach(f))
+        }
+        _ => Python::try_attach(f),
+    }
 }

@@ -34,3 +34,28 @@ def test_each_field_rule_is_refused_by_name_and_stored_data_stays(tmp_path, save
         assert [h["content"] for h in m.search("harbour")] == [KEPT]
     finally:
         m.close()
+
+
+@pytest.mark.parametrize(
+    ("distill", "message"),
+    [
+        ({"enabled": True, "model": "m"}, "backend_config.distill.base_url"),
+        ({"budget": 3}, "backend_config.distill.budget is not a distill setting"),
+    ],
+)
+def test_a_bad_distill_section_stops_the_manager_naming_the_key(tmp_path, distill, message):
+    """DeerFlow's `backend_config.distill` is memgate's `memory.distill`,
+    validated by memgate: the error names the key as the host spells it,
+    and the store opened before with the same path is intact."""
+    m = LocalMemoryManager.from_config({"storage_path": str(tmp_path)})
+    m.create_fact(KEPT, category="fact")
+    m.close()
+    with pytest.raises(ValueError) as refused:
+        LocalMemoryManager.from_config({"storage_path": str(tmp_path), "distill": distill})
+    assert message in str(refused.value)
+    assert "memory.distill" not in str(refused.value)
+    reopened = LocalMemoryManager.from_config({"storage_path": str(tmp_path)})
+    try:
+        assert [h["content"] for h in reopened.search("harbour")] == [KEPT]
+    finally:
+        reopened.close()

@@ -304,6 +304,25 @@ def test_a_long_transcript_streams_into_the_store_once(manager):
     assert backend.capture("long", talk + [HumanMessage("one more", id="h-last")], "alice") == (1, 101, 1)
 
 
+def test_a_capture_names_the_message_it_kept_only_the_start_of(manager):
+    """A message over memory's 64 KiB per-turn limit is stored cut; the
+    capture result says which one and how much was kept, still unpacking
+    as the three counts."""
+    backend = manager._native_backend
+    long_text = "pasted build log line\n" * 4000  # 88,000 bytes
+    talk = [HumanMessage("what broke in the build?", id="q1"), HumanMessage(long_text, id="pasted-log"),
+            AIMessage("the linker ran out of memory", id="a1")]
+    report = backend.capture("cut", talk, "alice")
+    stored, known, filtered = report
+    assert (stored, known, filtered) == (3, 0, 0) and report == (3, 0, 0)
+    assert report.cut == [{"index": 1, "message_id": "pasted-log",
+                           "text_bytes": len(long_text.strip()), "kept_bytes": 64 * 1024}]
+    again = backend.capture("cut", talk, "alice")
+    assert again == (0, 3, 0) and again.cut == [], "nothing new stored, nothing cut"
+    short = backend.capture("cut", talk + [HumanMessage("thanks", id="q2")], "alice")
+    assert short == (1, 3, 0) and short.cut == []
+
+
 def test_an_unreadable_message_stores_nothing_of_the_transcript(manager):
     # Long enough that the first messages reach the store before the bad one is read.
     good = finished_first_turn("x1", None) + [HumanMessage(f"filler {i}", id=f"f{i}") for i in range(60)]

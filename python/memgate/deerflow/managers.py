@@ -340,6 +340,12 @@ class _MemgateManager(MemoryManager):
     def _captured(method, report) -> None:
         stored, known, filtered = report
         logger.debug("memgate %s captured %d new, %d known, %d filtered", method, stored, known, filtered)
+        for cut in report.cut:
+            # Memory holds only the start of this message: recall cannot find its end.
+            logger.info(
+                "memgate %s kept %d of %d bytes of message %d (%s)",
+                method, cut["kept_bytes"], cut["text_bytes"], cut["index"], cut.get("message_id", "no id"),
+            )
 
     # Lifecycle.
     def warm(self) -> bool | None:
