@@ -4,12 +4,15 @@
 //! ```text
 //! testkit/postgres-up --pgvector; . testkit/.run/env
 //! cargo run --release -p memgate-lab --example hnsw_quality -- "$(testkit/minilm)" \
-//!     ../shared/data/locomo/locomo-dev.json [40,100,200]
+//!     ../shared/data/locomo/locomo-dev.json [40,100,200] [--sentences] [--text FILE]...
 //! ```
 //!
-//! Every turn of the LoCoMo file is captured into one scope through the
-//! backend's own capture and embedded by its own indexer with the model
-//! (MiniLM), then the HNSW index is built (time and size printed). Each
+//! Every turn of the LoCoMo file (each of its sentences with `--sentences`)
+//! and every sentence of each `--text` file (real English prose, so the graph
+//! is large enough for `ef_search` to matter; repeated sentences kept once)
+//! is captured into one scope through the backend's own capture and embedded
+//! by its own indexer with the model (MiniLM), then the HNSW index is built
+//! (time and size printed). Each
 //! question (category 5 left out) is embedded by the query path recall
 //! uses and answered by the backend's own nearest-items statement twice:
 //! exactly (index scans off) and through the index (scans and sorts priced
@@ -55,6 +58,66 @@ fn locomo(path: &str) -> (Vec<(String, Vec<String>)>, Vec<String>) {
     (sessions, questions)
 }
 
+/// The sentences of `text`: split after `.`, `!` or `?` before whitespace and
+/// at blank lines, whitespace collapsed. Fragments under 20 characters
+/// (headings, list markers) carry no meaning to rank and are left out.
+fn sentences(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for paragraph in text.split("\n\n") {
+        let words: Vec<&str> = paragraph.split_whitespace().collect();
+        let mut sentence = String::new();
+        for word in words {
+            if !sentence.is_empty() {
+                sentence.push(' ');
+            }
+            sentence.push_str(word);
+            if word.ends_with(['.', '!', '?']) {
+                out.push(std::mem::take(&mut sentence));
+            }
+        }
+        out.push(sentence);
+    }
+    out.retain(|s| s.chars().count() >= 20);
+    out
+}
+
+/// The sessions to capture: the LoCoMo ones (split into sentences when
+/// asked), then each text file's sentences in captures of 200, every
+/// sentence once.
+fn corpus(
+    locomo: Vec<(String, Vec<String>)>,
+    split: bool,
+    texts: &[String],
+) -> Vec<(String, Vec<String>)> {
+    let mut seen = HashSet::new();
+    let mut sessions = Vec::new();
+    for (thread, turns) in locomo {
+        let parts: Vec<String> = if split {
+            turns.iter().flat_map(|t| sentences(t)).collect()
+        } else {
+            turns
+        };
+        let parts: Vec<String> = parts
+            .into_iter()
+            .filter(|p| seen.insert(p.clone()))
+            .collect();
+        if !parts.is_empty() {
+            sessions.push((thread, parts));
+        }
+    }
+    for (i, path) in texts.iter().enumerate() {
+        let text = std::fs::read_to_string(path).expect("read a --text file");
+        let parts: Vec<String> = sentences(&text)
+            .into_iter()
+            .filter(|p| seen.insert(p.clone()))
+            .collect();
+        for (j, chunk) in parts.chunks(200).enumerate() {
+            sessions.push((format!("text-{i}-{j}"), chunk.to_vec()));
+        }
+    }
+    sessions
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -72,7 +135,14 @@ fn overlap(approximate: &[i64], exact: &[i64], k: usize) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let split = args.iter().any(|a| a == "--sentences");
+    args.retain(|a| a != "--sentences");
+    let mut texts = Vec::new();
+    while let Some(i) = args.iter().position(|a| a == "--text") {
+        args.remove(i);
+        texts.push(args.remove(i));
+    }
     let (model_dir, locomo_path) = (&args[0], &args[1]);
     let efs: Vec<u64> = args
         .get(2)
@@ -91,6 +161,12 @@ async fn main() {
         .unwrap()
         .with_embedder(embedder.clone());
     let (sessions, questions) = locomo(locomo_path);
+    let sessions = corpus(sessions, split, &texts);
+    println!(
+        "corpus: {} items in {} captures",
+        sessions.iter().map(|(_, t)| t.len()).sum::<usize>(),
+        sessions.len()
+    );
     let caller = Caller::new("locomo");
     for (thread, texts) in &sessions {
         backend
