@@ -352,6 +352,16 @@ pub struct BlockCoverage {
     pub max_chars: usize,
     /// Mean number of turns the block cites.
     pub turns_mean: f64,
+    /// Per conversation, in the file's order: so leave-one-conversation-out
+    /// can choose among block layouts as it does among ranking weights.
+    pub per_conversation: Vec<ConversationCoverage>,
+}
+
+/// One conversation's evidence turns, and how many of them its block cites.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ConversationCoverage {
+    pub found: usize,
+    pub evidence: usize,
 }
 
 /// Running sums for [`BlockCoverage`].
@@ -363,6 +373,7 @@ struct CoverageTally {
     evidence: usize,
     chars: usize,
     turns: usize,
+    per_conversation: Vec<ConversationCoverage>,
 }
 
 impl CoverageTally {
@@ -374,6 +385,10 @@ impl CoverageTally {
         self.evidence += evidence.len();
         self.chars += chars;
         self.turns += block.len();
+        self.per_conversation.push(ConversationCoverage {
+            found,
+            evidence: evidence.len(),
+        });
     }
 
     fn finish(&self, system: &str, max_chars: usize) -> BlockCoverage {
@@ -385,6 +400,7 @@ impl CoverageTally {
             chars_mean: self.chars as f64 / n,
             max_chars,
             turns_mean: self.turns as f64 / n,
+            per_conversation: self.per_conversation.clone(),
         }
     }
 }
@@ -1466,6 +1482,32 @@ mod tests {
         // None meets it: the best session recall, the earlier on a tie.
         assert_eq!(choose(&[(0.9, 0.90), (0.7, 0.91), (0.8, 0.91)]), Some(1));
         assert_eq!(choose(&[]), None);
+    }
+
+    #[test]
+    fn coverage_tally_keeps_each_conversations_counts_in_order() {
+        let id = |s| DiaId::parse(s).unwrap();
+        let mut tally = CoverageTally::default();
+        let evidence: HashSet<DiaId> = [id("D1:1"), id("D1:2")].into_iter().collect();
+        tally.add(&[id("D1:1"), id("D1:3")], 100, &evidence);
+        let evidence: HashSet<DiaId> = [id("D2:1")].into_iter().collect();
+        tally.add(&[], 50, &evidence);
+        let got = tally.finish("block", 200);
+        assert_eq!(
+            got.per_conversation,
+            [
+                ConversationCoverage {
+                    found: 1,
+                    evidence: 2
+                },
+                ConversationCoverage {
+                    found: 0,
+                    evidence: 1
+                },
+            ]
+        );
+        assert!((got.coverage_mean - 0.25).abs() < 1e-12);
+        assert!((got.coverage_pooled - 1.0 / 3.0).abs() < 1e-12);
     }
 
     #[test]
