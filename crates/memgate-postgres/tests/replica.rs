@@ -1,6 +1,7 @@
 //! Reads from a real streaming replica (`testkit/postgres-up --replica`, a
 //! hot standby made with `pg_basebackup`): read-your-writes, and the replica
-//! taken away and brought back mid-run (`testkit/postgres-replica`).
+//! taken away and brought back mid-run (`testkit/postgres-replica`), and its
+//! replay held back past `replica_max_lag_ms` (`pg_wal_replay_pause()`).
 
 mod common;
 
@@ -195,4 +196,116 @@ async fn replica_stopped_mid_run_reads_fall_back_and_it_is_used_again_when_back(
     })
     .await;
     eprintln!("replica back: {:?}", state(&b));
+}
+
+/// Pauses or resumes the standby's WAL replay (the test role is a superuser).
+async fn hold_replay(paused: bool) {
+    let sql = if paused {
+        "SELECT pg_wal_replay_pause()"
+    } else {
+        "SELECT pg_wal_replay_resume()"
+    };
+    common::connect(&replica_dsn())
+        .await
+        .execute(sql, &[])
+        .await
+        .unwrap();
+}
+
+/// Resumes the standby's replay if a test paused it and then failed, so the
+/// other tests do not find it held back.
+struct ResumeOnDrop(bool);
+
+impl Drop for ResumeOnDrop {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = std::process::Command::new("psql")
+                .arg(replica_dsn())
+                .args(["-Atc", "SELECT pg_wal_replay_resume()"])
+                .status();
+        }
+    }
+}
+
+/// Captures one turn naming `token` and reads it straight back.
+async fn write_then_read(b: &PostgresBackend, caller: &Caller, id: &str, token: &str) {
+    capture(b, caller, id, &format!("today's fruit is {token}")).await;
+    let block = recall(b, caller, token).await.unwrap();
+    assert!(
+        block.contains(token),
+        "the read missed its own write {token}: {:?}",
+        state(b)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real servers: PostgreSQL and its hot standby (testkit/postgres-up, testkit/postgres-up --replica)"]
+async fn replica_replay_held_past_the_bound_sends_reads_to_the_primary_until_it_resumes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let b = backend(&common::unique_schema("rlag"));
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    capture(&b, &alice, "m-seed", "the seed turn mentions kiwi").await;
+    read_until(&b, &alice, Duration::from_secs(15), |s| {
+        s.up && s.replica_reads > 0
+    })
+    .await;
+
+    // Replay held back while writes go on: the standby falls behind them,
+    // and the lag probe drops it once the lag passes the 1 s bound.
+    let mut resume = ResumeOnDrop(true);
+    hold_replay(true).await;
+    let held_at = Instant::now();
+    let mut i = 0;
+    while state(&b).up {
+        assert!(
+            held_at.elapsed() < Duration::from_secs(15),
+            "a standby held back was never dropped: {:?}",
+            state(&b)
+        );
+        write_then_read(&b, &alice, &format!("m{i}"), &format!("pomelo{i}x")).await;
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let down = state(&b);
+    eprintln!(
+        "standby held back: dropped after {:?}, {down:?}",
+        held_at.elapsed()
+    );
+    assert!(down.dropped >= 1, "{down:?}");
+
+    // While it is dropped, every read goes to the primary and sees its write.
+    for j in 0..20 {
+        write_then_read(&b, &alice, &format!("h{j}"), &format!("quince{j}x")).await;
+    }
+    let held = state(&b);
+    assert!(!held.up, "{held:?}");
+    assert_eq!(held.replica_reads, down.replica_reads, "{held:?}");
+    assert!(held.primary_reads >= down.primary_reads + 20, "{held:?}");
+    assert_eq!(
+        held.failed_reads, 0,
+        "a lagging standby is not a failed read: {held:?}"
+    );
+    let figures = b.figures();
+    let dropped = figures
+        .iter()
+        .find(|f| f.name == "memgate_postgres_replica_dropped_total")
+        .expect("the drop is a metric");
+    assert!(dropped.value >= 1, "{figures:?}");
+    let doctor = b.diagnose().await;
+    assert!(
+        doctor
+            .iter()
+            .any(|d| d.detail.contains("not used for reads")),
+        "{doctor:?}"
+    );
+
+    // Replay resumed: the standby catches up and serves reads again.
+    hold_replay(false).await;
+    resume.0 = false;
+    read_until(&b, &alice, Duration::from_secs(30), |s| {
+        s.up && s.restored >= 1 && s.replica_reads > held.replica_reads
+    })
+    .await;
+    write_then_read(&b, &alice, "m-back", "lychee").await;
+    eprintln!("standby back: {:?}", state(&b));
 }
