@@ -22,6 +22,10 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_memgate");
 const DSN_ENV: &str = "MEMGATE_TEST_POSTGRES_DSN";
 
+/// The restart test takes the cluster away under every other test here:
+/// it holds this for writing, the others for reading.
+static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// The test cluster's DSN (the tests are `#[ignore]`d: a plain `cargo test`
 /// lists them as ignored, `--include-ignored` runs them).
 fn dsn() -> String {
@@ -152,6 +156,7 @@ fn capture(caller: &Caller, thread: &str, messages: Vec<Message>) -> CaptureRequ
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
 async fn four_replicas_race_their_migrations_at_start_up() {
+    let _cluster = CLUSTER.read().await;
     let dsn = dsn();
     let home = tempfile::tempdir().unwrap();
     let schema = unique_schema("mig");
@@ -196,6 +201,7 @@ async fn four_replicas_race_their_migrations_at_start_up() {
 /// replica) and of one thread per replica, then concurrent remembers of one
 /// text: no duplicate, no loss, every caller told stored or already present.
 async fn replicas_share_one_memory(n: usize) {
+    let _cluster = CLUSTER.read().await;
     let dsn = dsn();
     let home = tempfile::tempdir().unwrap();
     let schema = unique_schema(&format!("rep{n}"));
@@ -334,6 +340,7 @@ async fn four_replicas_share_one_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
 async fn a_replica_killed_mid_capture_loses_nothing_it_acknowledged() {
+    let _cluster = CLUSTER.read().await;
     dsn(); // the config reads DSN_ENV itself; this fails clearly when it is unset
     let home = tempfile::tempdir().unwrap();
     let schema = unique_schema("kill");
@@ -405,4 +412,107 @@ async fn a_replica_killed_mid_capture_loses_nothing_it_acknowledged() {
          stored; the survivor completed 4 threads to {} turns with no duplicate",
         end.turns.len()
     );
+}
+
+/// PostgreSQL restarted (`testkit/postgres-restart`) under 16 clients
+/// capturing through two replicas: every call ends within its 10 s deadline,
+/// calls fail only while the cluster is down (and shortly after, while
+/// pools drop their dead connections), every acknowledged capture is stored
+/// once, and both replicas capture again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn a_postgres_restart_under_load_loses_no_acknowledged_capture() {
+    dsn();
+    let _cluster = CLUSTER.write().await;
+    let home = tempfile::tempdir().unwrap();
+    let schema = unique_schema("pgrestart");
+    let config = write_config(home.path(), &schema);
+    let replicas = Replica::start_all(home.path(), &config, 2);
+    let clients = [replicas[0].client().await, replicas[1].client().await];
+    let user = Caller::new("ops");
+    let started = Instant::now();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for c in 0..16 {
+        let (client, user, stop) = (clients[c % 2].clone(), user.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut acked, mut failed) = (Vec::new(), Vec::new());
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let thread = format!("c{c}-{i}");
+                let call = capture(&user, &thread, transcript(&thread, 1));
+                let at = started.elapsed();
+                match tokio::time::timeout(Duration::from_secs(10), client.capture(&call)).await {
+                    Ok(Ok(_)) => acked.push(thread),
+                    Ok(Err(e)) => failed.push((at, started.elapsed(), e.to_string())),
+                    Err(_) => panic!("a capture hung past its 10 s deadline at {at:?}"),
+                }
+                i += 1;
+            }
+            (acked, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let down_at = started.elapsed();
+    let restart = tokio::task::spawn_blocking(|| {
+        Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testkit/postgres-restart"
+        ))
+        .status()
+    });
+    assert!(
+        restart.await.unwrap().unwrap().success(),
+        "the restart failed"
+    );
+    let up_at = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut acked, mut failed) = (Vec::new(), Vec::new());
+    for t in tasks {
+        let (a, f) = tokio::time::timeout(Duration::from_secs(15), t)
+            .await
+            .expect("a client ended within its deadline")
+            .unwrap();
+        acked.extend(a);
+        failed.extend(f);
+    }
+    // A call may fail if it overlapped the restart, or ran within 1 s after
+    // it (a pooled connection the server closed is found dead on use).
+    let grace = Duration::from_secs(1);
+    let outside: Vec<_> = failed
+        .iter()
+        .filter(|(from, to, _)| *to < down_at || *from > up_at + grace)
+        .collect();
+    for client in &clients {
+        client
+            .capture(&capture(&user, "after", transcript("after", 1)))
+            .await
+            .expect("a replica captures after the restart");
+    }
+    let stored = direct(&dsn(), &schema).export(&user).await.unwrap();
+    let mut per_thread = std::collections::HashMap::<&str, usize>::new();
+    for t in &stored.turns {
+        *per_thread.entry(t.thread.as_str()).or_default() += 1;
+    }
+    let lost = acked
+        .iter()
+        .filter(|t| !per_thread.contains_key(t.as_str()))
+        .count();
+    let duplicated = per_thread.values().filter(|n| **n > 1).count();
+    println!(
+        "postgres restarted under load: down at {down_at:?}, up at {up_at:?}; {} captures \
+         acknowledged, {lost} lost, {duplicated} threads duplicated; {} calls failed, {} of \
+         them outside the restart window",
+        acked.len(),
+        failed.len(),
+        outside.len()
+    );
+    assert_eq!(lost, 0, "acknowledged captures lost");
+    assert_eq!(duplicated, 0, "a capture stored twice");
+    assert!(
+        outside.is_empty(),
+        "errors outside the restart window: {outside:?}"
+    );
+    assert!(acked.len() > 100, "the load ran ({} captures)", acked.len());
 }
