@@ -12,9 +12,7 @@
 
 use crate::mcp::{failure, parse, tool};
 use memgate_core::tool::ToolResult;
-use memgate_core::{
-    Acknowledgement, Caller, CommitOutcome, HandoffContent, MemoryBackend, MemoryError,
-};
+use memgate_core::{Acknowledgement, Caller, CommitOutcome, MemoryBackend, MemoryError};
 use rmcp::model::Tool;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -153,33 +151,6 @@ pub(crate) fn handoff_tools() -> Vec<Tool> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ContentArgs {
-    #[serde(default)]
-    id: Option<String>,
-    objective: String,
-    #[serde(default)]
-    progress: Vec<String>,
-    #[serde(default)]
-    blockers: Vec<String>,
-    next_action: String,
-    #[serde(default)]
-    evidence: Vec<String>,
-}
-
-impl ContentArgs {
-    fn content(&self) -> Result<HandoffContent, MemoryError> {
-        HandoffContent::new(
-            &self.objective,
-            &self.progress,
-            &self.blockers,
-            &self.next_action,
-            &self.evidence,
-        )
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct IdArgs {
     id: String,
     #[serde(default)]
@@ -208,15 +179,23 @@ pub(crate) async fn call(
     args: Value,
 ) -> ToolResult {
     if name == PREPARE || name == CORRECT {
-        let args: ContentArgs = match parse(args) {
-            Ok(a) => a,
+        // The content is the HTTP API's body, read and checked by the same
+        // code; `id` (which handoff to correct) is the tool's own argument.
+        let mut args = args;
+        let id = match args.as_object_mut().and_then(|a| a.remove("id")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => Some(id),
+            Some(_) => return failure(&MemoryError::invalid("id", "must be a string")),
+        };
+        let body: crate::api::HandoffContentBody = match parse(args) {
+            Ok(b) => b,
             Err(e) => return failure(&e),
         };
-        let content = match args.content() {
+        let content = match body.content() {
             Ok(c) => c,
             Err(e) => return failure(&e),
         };
-        return match (name, args.id.as_deref()) {
+        return match (name, id.as_deref()) {
             (PREPARE, None) => handoff_result(backend.prepare_handoff(principal, &content).await),
             (PREPARE, Some(_)) => failure(&MemoryError::invalid(
                 "id",
