@@ -19,6 +19,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The fault suite: three processes, 200 clients, kill -9 and a restart.
+#[path = "postgres_replicas/fleet.rs"]
+mod fleet;
+
 const BIN: &str = env!("CARGO_BIN_EXE_memgate");
 const DSN_ENV: &str = "MEMGATE_TEST_POSTGRES_DSN";
 
@@ -34,11 +38,24 @@ fn dsn() -> String {
 
 /// Writes a config for `schema` under `home`.
 fn write_config(home: &Path, schema: &str) -> std::path::PathBuf {
+    config_file(home, schema, DSN_ENV, "    pool_size: 4\n", "")
+}
+
+/// Writes a config for `schema` under `home` that reads its DSN from
+/// `dsn_env`; `backend` and `memory` are further YAML lines under
+/// `backend_config` and `memory`.
+fn config_file(
+    home: &Path,
+    schema: &str,
+    dsn_env: &str,
+    backend: &str,
+    memory: &str,
+) -> std::path::PathBuf {
     let path = home.join("config.yaml");
     std::fs::write(
         &path,
         format!(
-            "memory:\n  manager_class: postgres\n  backend_config:\n    dsn_env: {DSN_ENV}\n    schema: {schema}\n    pool_size: 4\n"
+            "memory:\n{memory}  manager_class: postgres\n  backend_config:\n    dsn_env: {dsn_env}\n    schema: {schema}\n{backend}"
         ),
     )
     .unwrap();
@@ -53,11 +70,17 @@ struct Replica {
 
 impl Replica {
     fn spawn(home: &Path, config: &Path) -> Child {
+        Self::spawn_with(home, config, &[])
+    }
+
+    /// Spawns with `env` set on top of the test's own environment.
+    fn spawn_with(home: &Path, config: &Path, env: &[(&str, &str)]) -> Child {
         Command::new(BIN)
             .args(["serve", "--addr", "127.0.0.1:0", "--config"])
             .arg(config)
             .current_dir(home)
             .env("MEMGATE_HOME", home.join("state"))
+            .envs(env.iter().copied())
             .env_remove("MEMGATE_TOKEN")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -151,6 +174,32 @@ fn capture(caller: &Caller, thread: &str, messages: Vec<Message>) -> CaptureRequ
         kind: CaptureKind::AfterTurn,
         trace_id: None,
     }
+}
+
+/// Restarts the test cluster in place (`testkit/postgres-restart`:
+/// `pg_ctl restart -m fast`, waiting until it accepts connections again).
+async fn restart_postgres() {
+    let restart = tokio::task::spawn_blocking(|| {
+        Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testkit/postgres-restart"
+        ))
+        .status()
+    });
+    assert!(
+        restart.await.unwrap().unwrap().success(),
+        "the restart failed"
+    );
+}
+
+/// After the cluster is back, how long a call may still fail: a pooled
+/// connection the server closed is found dead by the statement that uses it.
+const RESTART_GRACE: Duration = Duration::from_secs(1);
+
+/// Whether a call that ran `from`..`to` overlapped a restart that took the
+/// cluster down at `down_at` and had it back at `up_at` (plus the grace).
+fn in_restart_window(from: Duration, to: Duration, down_at: Duration, up_at: Duration) -> bool {
+    to >= down_at && from <= up_at + RESTART_GRACE
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -454,17 +503,7 @@ async fn a_postgres_restart_under_load_loses_no_acknowledged_capture() {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let down_at = started.elapsed();
-    let restart = tokio::task::spawn_blocking(|| {
-        Command::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../testkit/postgres-restart"
-        ))
-        .status()
-    });
-    assert!(
-        restart.await.unwrap().unwrap().success(),
-        "the restart failed"
-    );
+    restart_postgres().await;
     let up_at = started.elapsed();
     tokio::time::sleep(Duration::from_secs(4)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -477,12 +516,9 @@ async fn a_postgres_restart_under_load_loses_no_acknowledged_capture() {
         acked.extend(a);
         failed.extend(f);
     }
-    // A call may fail if it overlapped the restart, or ran within 1 s after
-    // it (a pooled connection the server closed is found dead on use).
-    let grace = Duration::from_secs(1);
     let outside: Vec<_> = failed
         .iter()
-        .filter(|(from, to, _)| *to < down_at || *from > up_at + grace)
+        .filter(|(from, to, _)| !in_restart_window(*from, *to, down_at, up_at))
         .collect();
     for client in &clients {
         client
