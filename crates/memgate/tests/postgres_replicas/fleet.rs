@@ -18,7 +18,8 @@ use memgate_testsupport::rng::SplitMix;
 use std::collections::HashSet;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,11 +27,27 @@ const PROCESSES: usize = 3;
 const CLIENTS: usize = 200;
 /// `pool_size` of each process (the backend's default).
 const POOL_SIZE: usize = 8;
-/// Each fault-free throughput phase.
-const PHASE: Duration = Duration::from_secs(10);
+/// Each fault-free throughput phase; each process count runs twice, in the
+/// order 1, 2, 3, 3, 2, 1, so a drift in the machine's load over the phases
+/// weighs on every count alike.
+const PHASE: Duration = Duration::from_secs(5);
+const PHASES: [(usize, &str); 6] = [
+    (1, "n1a"),
+    (2, "n2a"),
+    (3, "n3a"),
+    (3, "n3b"),
+    (2, "n2b"),
+    (1, "n1b"),
+];
 /// The run with faults.
 const FAULT_RUN: Duration = Duration::from_secs(60);
 const MIN_KILLS: usize = 20;
+/// The backends of a process just killed, which PostgreSQL ends only when
+/// it next reads their closed sockets (a statement in progress finishes
+/// first): for that moment they count beside the replacement's pool.
+const KILLED_POOL: usize = POOL_SIZE;
+/// The most connections the processes may hold at once.
+const TOTAL_BOUND: usize = PROCESSES * POOL_SIZE + KILLED_POOL;
 /// memgate's recall deadline and pool wait in this suite (see where the
 /// config is written).
 const SATURATED_WAIT_MS: u64 = 20_000;
@@ -39,8 +56,8 @@ const SATURATED_WAIT_MS: u64 = 20_000;
 const CALL_DEADLINE: Duration = Duration::from_secs(30);
 /// Turns per thread before the client starts a new one (two messages each).
 const TURNS_PER_THREAD: usize = 6;
-/// The variable that carries the processes' DSN (with their own
-/// `application_name`, so `pg_stat_activity` tells their connections apart).
+/// The variable that carries a process's DSN, with an `application_name`
+/// of its own, so `pg_stat_activity` tells its connections apart.
 const FLEET_DSN_ENV: &str = "MEMGATE_TEST_FLEET_DSN";
 /// Repeats a run's kill schedule; unset, the seed comes from the clock.
 const SEED_ENV: &str = "MEMGATE_FLEET_SEED";
@@ -329,15 +346,21 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
     values[((values.len() - 1) as f64 * p).round() as usize]
 }
 
+/// The most connections seen at once: all the processes' together, and
+/// any one process's.
+#[derive(Default)]
+struct Connections {
+    total: i64,
+    one_process: i64,
+    samples: usize,
+}
+
 /// The processes' connections to PostgreSQL, sampled every 50 ms from
-/// `pg_stat_activity` by their `application_name` (the sampler's own
-/// connection has another); it reconnects after the restart.
-async fn sample_connections(
-    dsn: String,
-    application: String,
-    stop: Arc<AtomicBool>,
-) -> (i64, usize) {
-    let (mut peak, mut samples) = (0, 0);
+/// `pg_stat_activity` by their `application_name`s, which all start with
+/// `prefix` (the sampler's own connection has none); it reconnects after
+/// the restart.
+async fn sample_connections(dsn: String, prefix: String, stop: Arc<AtomicBool>) -> Connections {
+    let mut peak = Connections::default();
     while !stop.load(Ordering::Relaxed) {
         let Ok(Ok((client, connection))) = tokio::time::timeout(
             Duration::from_secs(2),
@@ -350,22 +373,26 @@ async fn sample_connections(
         };
         let driver = tokio::spawn(connection);
         while !stop.load(Ordering::Relaxed) {
-            let Ok(row) = client
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-                    &[&application],
+            let Ok(rows) = client
+                .query(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE left(application_name, length($1)) = $1
+                     GROUP BY application_name",
+                    &[&prefix],
                 )
                 .await
             else {
                 break;
             };
-            peak = peak.max(row.get::<_, i64>(0));
-            samples += 1;
+            let counts: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+            peak.total = peak.total.max(counts.iter().sum());
+            peak.one_process = peak.one_process.max(counts.into_iter().max().unwrap_or(0));
+            peak.samples += 1;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         driver.abort();
     }
-    (peak, samples)
+    peak
 }
 
 /// What the fault schedule did, by time since the run's start.
@@ -383,7 +410,7 @@ struct Faults {
 async fn faults(
     balancer: Arc<Balancer>,
     mut replicas: Vec<Replica>,
-    start: Arc<dyn Fn() -> Replica + Send + Sync>,
+    spawn: Arc<dyn Fn() -> Child + Send + Sync>,
     seed: u64,
     started: Instant,
     until: Instant,
@@ -414,8 +441,10 @@ async fn faults(
         replicas[i].kill9();
         done.kills.push(started.elapsed());
         let at = Instant::now();
-        let start = Arc::clone(&start);
-        let replica = tokio::task::spawn_blocking(move || start()).await.unwrap();
+        let spawn = Arc::clone(&spawn);
+        let replica = tokio::task::spawn_blocking(move || Replica::ready(spawn()))
+            .await
+            .unwrap();
         balancer.bring_up(i, replica.client().await);
         done.restart_ms.push(at.elapsed().as_secs_f64() * 1000.0);
         replicas[i] = replica;
@@ -488,9 +517,8 @@ async fn a_fleet_of_three_loses_no_acknowledged_capture_under_kill9_and_a_postgr
     println!("fleet: kill schedule seed {seed} (repeat with {SEED_ENV}={seed})");
     let home = tempfile::tempdir().unwrap();
     let schema = unique_schema("fleet");
-    let application = format!("memgate-{schema}");
-    let separator = if dsn.contains('?') { '&' } else { '?' };
-    let fleet_dsn = format!("{dsn}{separator}application_name={application}");
+    // Each process started gets `application_name` `{prefix}-p{n}`.
+    let prefix = format!("memgate-{schema}");
     // Clients call back to back, so the processes run saturated and a call
     // waits its turn behind the others: memgate's own deadlines (a recall's,
     // and the wait for a pooled connection, 5 s each by default) are raised
@@ -505,26 +533,20 @@ async fn a_fleet_of_three_loses_no_acknowledged_capture_under_kill9_and_a_postgr
             SATURATED_WAIT_MS / 1000
         ),
     );
-    let start: Arc<dyn Fn() -> Replica + Send + Sync> = {
+    let spawn: Arc<dyn Fn() -> Child + Send + Sync> = {
         let (home, config): (PathBuf, PathBuf) = (home.path().to_owned(), config.clone());
-        let fleet_dsn = fleet_dsn.clone();
+        let separator = if dsn.contains('?') { '&' } else { '?' };
+        let (dsn, prefix) = (dsn.clone(), prefix.clone());
+        let started = AtomicUsize::new(0);
         Arc::new(move || {
-            Replica::ready(Replica::spawn_with(
-                &home,
-                &config,
-                &[(FLEET_DSN_ENV, fleet_dsn.as_str())],
-            ))
+            let n = started.fetch_add(1, Ordering::Relaxed);
+            let dsn = format!("{dsn}{separator}application_name={prefix}-p{n}");
+            Replica::spawn_with(&home, &config, &[(FLEET_DSN_ENV, dsn.as_str())])
         })
     };
     // Started together, so their migrations race.
-    let replicas: Vec<Replica> = {
-        let children: Vec<_> = (0..PROCESSES)
-            .map(|_| {
-                Replica::spawn_with(home.path(), &config, &[(FLEET_DSN_ENV, fleet_dsn.as_str())])
-            })
-            .collect();
-        children.into_iter().map(Replica::ready).collect()
-    };
+    let children: Vec<Child> = (0..PROCESSES).map(|_| spawn()).collect();
+    let replicas: Vec<Replica> = children.into_iter().map(Replica::ready).collect();
     let mut backends = Vec::new();
     for r in &replicas {
         backends.push(r.client().await);
@@ -533,36 +555,41 @@ async fn a_fleet_of_three_loses_no_acknowledged_capture_under_kill9_and_a_postgr
     let stop_sampling = Arc::new(AtomicBool::new(false));
     let sampler = tokio::spawn(sample_connections(
         dsn.clone(),
-        application.clone(),
+        prefix,
         Arc::clone(&stop_sampling),
     ));
     let mut logs = Vec::new();
 
     // Throughput without faults at 1, 2 and 3 processes: the balancer
     // routes to the first n only (the others stay up, idle).
-    let mut throughput = Vec::new();
-    for (n, label) in [(1, "n1"), (2, "n2"), (3, "n3")] {
+    let mut by_count: Vec<(Vec<ClientLog>, Duration)> = (0..PROCESSES)
+        .map(|_| (Vec::new(), Duration::ZERO))
+        .collect();
+    for (n, label) in PHASES {
         let parked: Vec<_> = (n..PROCESSES)
             .map(|i| (i, balancer.take_down(i).unwrap()))
             .collect();
         let at = Instant::now();
         let phase = load(&balancer, label, at, at + PHASE).await;
-        throughput.push(format!(
-            "  {n} process(es): {}",
-            rates(&phase, at.elapsed())
-        ));
+        by_count[n - 1].1 += at.elapsed();
+        by_count[n - 1].0.extend(phase);
         for (i, backend) in parked {
             balancer.bring_up(i, backend);
         }
-        logs.extend(phase);
     }
+    let throughput: Vec<String> = by_count
+        .iter()
+        .enumerate()
+        .map(|(i, (phases, took))| format!("  {} process(es): {}", i + 1, rates(phases, *took)))
+        .collect();
+    logs.extend(by_count.into_iter().flat_map(|(phases, _)| phases));
 
     // The fault run: the load and the fault schedule side by side.
     let at = Instant::now();
     let schedule = tokio::spawn(faults(
         Arc::clone(&balancer),
         replicas,
-        start,
+        spawn,
         seed,
         at,
         at + FAULT_RUN,
@@ -571,7 +598,7 @@ async fn a_fleet_of_three_loses_no_acknowledged_capture_under_kill9_and_a_postgr
     let fault_took = at.elapsed();
     let (faults, _replicas) = schedule.await.unwrap();
     stop_sampling.store(true, Ordering::Relaxed);
-    let (peak, samples) = sampler.await.unwrap();
+    let peak = sampler.await.unwrap();
 
     let interrupted: usize = fault_logs.iter().map(|l| l.interrupted).sum();
     let failed: Vec<&Failed> = fault_logs.iter().flat_map(|l| &l.failed).collect();
@@ -588,14 +615,15 @@ async fn a_fleet_of_three_loses_no_acknowledged_capture_under_kill9_and_a_postgr
     println!(
         "fleet: {PROCESSES} memgate serve processes (pool_size {POOL_SIZE}) on one PostgreSQL, \
          {CLIENTS} clients\n\
-         throughput without faults ({}s each):\n{}\n  failed calls: {}{}\n\
+         throughput without faults (2 x {} s each, in the order 1, 2, 3, 3, 2, 1):\n{}\n  failed calls: {}{}\n\
          fault run ({:.0} s): {} kill -9 (replacement serving after p50 {:.0} / max {:.0} ms), \
          PostgreSQL restarted {:.1} s into it, back at {:.1} s\n  {fault_rates}\n\
          captures acknowledged {} (all phases), lost {}, stored twice {}, \
          stored though unacknowledged {}\n\
          calls interrupted by a kill and retried on another process: {interrupted}\n\
          failed calls: {} in the restart window (+{:?} grace), {} outside it{}\n\
-         connections at peak: {peak} (bound {PROCESSES} x {POOL_SIZE} = {}; {samples} samples)",
+         connections at peak: {} in all (bound {PROCESSES} x {POOL_SIZE} + {KILLED_POOL} = {}), \
+         {} of one process (bound {POOL_SIZE}); {} samples",
         PHASE.as_secs(),
         throughput.join("\n"),
         fault_free.len(),
@@ -614,7 +642,10 @@ async fn a_fleet_of_three_loses_no_acknowledged_capture_under_kill9_and_a_postgr
         super::RESTART_GRACE,
         outside.len(),
         kinds(&failed),
-        PROCESSES * POOL_SIZE,
+        peak.total,
+        TOTAL_BOUND,
+        peak.one_process,
+        peak.samples,
     );
     assert_eq!(tally.lost, 0, "acknowledged captures lost");
     assert_eq!(tally.duplicated, 0, "messages stored twice");
@@ -635,10 +666,15 @@ async fn a_fleet_of_three_loses_no_acknowledged_capture_under_kill9_and_a_postgr
         faults.postgres_up > faults.postgres_down,
         "PostgreSQL was restarted"
     );
-    assert!(samples > 0, "pg_stat_activity was sampled");
+    assert!(peak.samples > 0, "pg_stat_activity was sampled");
     assert!(
-        peak as usize <= PROCESSES * POOL_SIZE,
-        "{peak} connections, beyond the pools' {}",
-        PROCESSES * POOL_SIZE
+        peak.one_process as usize <= POOL_SIZE,
+        "{} connections of one process, beyond its pool of {POOL_SIZE}",
+        peak.one_process
+    );
+    assert!(
+        peak.total as usize <= TOTAL_BOUND,
+        "{} connections, beyond the pools' {TOTAL_BOUND}",
+        peak.total
     );
 }
