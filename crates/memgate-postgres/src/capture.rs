@@ -177,8 +177,10 @@ impl PostgresBackend {
                 ),
                 _ => None,
             };
+            if !stored.ids.is_empty() {
+                self.mark_written(&tx, &scope).await?;
+            }
             tx.commit().await.map_err(|e| self.err(e))?;
-            self.wrote(&client, &scope).await;
             if queued == Some(crate::distill::Queued::Skipped) {
                 self.distill_skipped
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

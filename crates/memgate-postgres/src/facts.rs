@@ -248,6 +248,9 @@ impl PostgresBackend {
                     ),
                 )
                 .await?;
+            if stored.is_some() {
+                self.mark_written(&tx, &scope).await?;
+            }
             let outcome = match stored {
                 Some(id) => Some(RememberOutcome::Stored {
                     citation: Citation::new(citation(id)),
@@ -262,7 +265,6 @@ impl PostgresBackend {
             };
             tx.commit().await.map_err(|e| self.err(e))?;
             if let Some(outcome) = outcome {
-                self.wrote(&client, &scope).await;
                 return Ok(outcome);
             }
         }
@@ -426,8 +428,8 @@ impl PostgresBackend {
         }
         let next = history::revised(current, revised);
         self.update_fact(&tx, row, &next).await?;
+        self.mark_written(&tx, &scope).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
-        self.wrote(&client, &scope).await;
         Ok(next)
     }
 
@@ -445,8 +447,8 @@ impl PostgresBackend {
             return Ok(current);
         };
         self.update_fact(&tx, row, &next).await?;
+        self.mark_written(&tx, &scope).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
-        self.wrote(&client, &scope).await;
         Ok(next)
     }
 }

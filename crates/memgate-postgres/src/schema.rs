@@ -125,7 +125,21 @@ const MIGRATIONS: &[Migration] = &[
         name: "per-scope document and lexeme totals for BM25, kept by the same triggers",
         sql: SCOPE_DOCS,
     },
+    Migration {
+        name: "a per-scope write mark, for read-your-writes on a read replica",
+        sql: WRITE_MARKS,
+    },
 ];
+
+/// Migration 9: every write recall or search can see sets its scope's
+/// `write_mark` to the next value of `write_marks`, in its own transaction
+/// ([`crate::replica`]): a read bound for a replica compares the primary's
+/// mark with the replica's. Scopes written before keep 0, which every
+/// replica that replayed this step shows too.
+const WRITE_MARKS: &str = "
+ALTER TABLE scopes ADD COLUMN write_mark bigint NOT NULL DEFAULT 0;
+CREATE SEQUENCE write_marks;
+";
 
 /// Migration 5: `distill_jobs` is the durable distillation queue, one row
 /// per thread's run of new turns (turn ids `first_turn..=last_turn` of that

@@ -1,11 +1,14 @@
 //! Reads from a real streaming replica (`testkit/postgres-up --replica`, a
-//! hot standby made with `pg_basebackup`): read-your-writes, and the replica
-//! taken away and brought back mid-run (`testkit/postgres-replica`).
+//! hot standby made with `pg_basebackup`): read-your-writes, within one
+//! backend and across two (two pools, as two `memgate serve` processes
+//! have), and the replica taken away and brought back mid-run
+//! (`testkit/postgres-replica`).
 
 mod common;
 
 use memgate_core::{
-    BackendContext, Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, RecallRequest,
+    BackendContext, Caller, CaptureKind, CaptureRequest, ForgetTarget, MemoryBackend, Message,
+    RecallRequest, RememberRequest,
 };
 use memgate_postgres::{PostgresBackend, PostgresConfig, ReplicaState};
 use serde_json::json;
@@ -132,6 +135,107 @@ async fn replica_read_your_writes_holds_over_1000_captures() {
     // The replica served the reads (else this checked only the primary).
     assert!(
         after.replica_reads - before.replica_reads >= 500,
+        "{after:?}"
+    );
+    assert_eq!(after.failed_reads, 0, "{after:?}");
+}
+
+/// Two backends on one primary and its replica, each with its own pool and
+/// no state shared in memory: what two `memgate serve` processes behind a
+/// load balancer are. Both have seen the replica caught up.
+async fn two_processes(schema: &str, caller: &Caller) -> (PostgresBackend, PostgresBackend) {
+    let (a, b) = (backend(schema), backend(schema));
+    capture(&a, caller, "m-seed", "the seed turn mentions kiwi").await;
+    read_until(&a, caller, Duration::from_secs(15), |s| s.up).await;
+    read_until(&b, caller, Duration::from_secs(15), |s| s.up).await;
+    (a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real servers: PostgreSQL and its hot standby (testkit/postgres-up, testkit/postgres-up --replica)"]
+async fn replica_read_your_writes_holds_across_two_backends_over_1000_writes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    let (a, b) = two_processes(&common::unique_schema("ryw_two"), &alice).await;
+    let before = state(&b);
+    for i in 0..1000 {
+        // Captures and explicit memories, each written through `a` and
+        // read straight after through `b`.
+        let token = format!("pomelo{i}x");
+        if i % 2 == 0 {
+            capture(
+                &a,
+                &alice,
+                &format!("m{i}"),
+                &format!("today's fruit is {token}"),
+            )
+            .await;
+        } else {
+            let fact = RememberRequest::new("fact", &format!("likes the {token}")).unwrap();
+            a.remember(&alice, &fact).await.unwrap();
+        }
+        let block = recall(&b, &alice, &token).await.unwrap();
+        assert!(
+            block.contains(&token),
+            "read {i} through the other backend missed the write {token}: {:?}",
+            state(&b)
+        );
+    }
+    let after = state(&b);
+    let (replica, primary) = (
+        after.replica_reads - before.replica_reads,
+        after.primary_reads - before.primary_reads,
+    );
+    eprintln!(
+        "read-your-writes across two backends, 1000 writes: the replica served {replica} reads, the primary {primary} ({} waited out the wait); {after:?}",
+        after.waited_out - before.waited_out
+    );
+    // The replica served the reads (else this checked only the primary).
+    assert!(replica >= 500, "{after:?}");
+    assert_eq!(after.failed_reads, 0, "{after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real servers: PostgreSQL and its hot standby (testkit/postgres-up, testkit/postgres-up --replica)"]
+async fn replica_a_forget_through_one_backend_is_never_read_back_through_another() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    let (a, b) = two_processes(&common::unique_schema("ryw_forget"), &alice).await;
+    let before = state(&b);
+    for i in 0..100 {
+        // A thread forget keeps the scope's row; a scope forget deletes it,
+        // and the next capture creates it again.
+        let (target, what) = if i % 4 == 3 {
+            (ForgetTarget::Scope, "scope")
+        } else {
+            (ForgetTarget::Thread, "thread")
+        };
+        let caller = alice.clone().with_thread(format!("t{i}"));
+        let token = format!("plum{i}x");
+        capture(
+            &a,
+            &caller,
+            &format!("p{i}"),
+            &format!("the secret fruit is {token}"),
+        )
+        .await;
+        assert!(recall(&b, &caller, &token).await.unwrap().contains(&token));
+        a.forget(&caller, &target).await.unwrap();
+        let block = recall(&b, &caller, &token).await.unwrap();
+        assert!(
+            !block.contains(&token),
+            "read {i} through the other backend still showed {token} after its {what} was forgotten: {:?}",
+            state(&b)
+        );
+    }
+    let after = state(&b);
+    eprintln!(
+        "forget across two backends, 100 rounds: the replica served {} reads, the primary {}; {after:?}",
+        after.replica_reads - before.replica_reads,
+        after.primary_reads - before.primary_reads
+    );
+    assert!(
+        after.replica_reads - before.replica_reads >= 100,
         "{after:?}"
     );
     assert_eq!(after.failed_reads, 0, "{after:?}");
