@@ -177,9 +177,6 @@ impl PostgresBackend {
                 ),
                 _ => None,
             };
-            if !stored.ids.is_empty() {
-                self.mark_written(&tx, &scope).await?;
-            }
             tx.commit().await.map_err(|e| self.err(e))?;
             if queued == Some(crate::distill::Queued::Skipped) {
                 self.distill_skipped

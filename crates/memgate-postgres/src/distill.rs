@@ -593,9 +593,6 @@ impl DistillQueue for PostgresBackend {
             )
             .await?;
         }
-        if applied.added + applied.superseded > 0 {
-            self.mark_written(&tx, &Scope::of(&job.caller)).await?;
-        }
         tx.commit().await.map_err(|e| self.err(e))?;
         Ok(applied)
     }

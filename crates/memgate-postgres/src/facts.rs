@@ -248,9 +248,6 @@ impl PostgresBackend {
                     ),
                 )
                 .await?;
-            if stored.is_some() {
-                self.mark_written(&tx, &scope).await?;
-            }
             let outcome = match stored {
                 Some(id) => Some(RememberOutcome::Stored {
                     citation: Citation::new(citation(id)),
@@ -428,7 +425,6 @@ impl PostgresBackend {
         }
         let next = history::revised(current, revised);
         self.update_fact(&tx, row, &next).await?;
-        self.mark_written(&tx, &scope).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
         Ok(next)
     }
@@ -447,7 +443,6 @@ impl PostgresBackend {
             return Ok(current);
         };
         self.update_fact(&tx, row, &next).await?;
-        self.mark_written(&tx, &scope).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
         Ok(next)
     }

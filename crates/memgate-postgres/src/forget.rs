@@ -102,7 +102,6 @@ impl PostgresBackend {
                 (Some(scope_id), _) => report = self.erase_scope(&tx, scope_id).await?,
             }
         }
-        self.mark_written(&tx, &scope).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
         tracing::info!(
             target_kind = target.as_str(),

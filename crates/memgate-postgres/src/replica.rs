@@ -4,18 +4,17 @@
 //!
 //! - **Read-your-writes, across processes.** Every write that recall or
 //!   search can see (capture, remember, a fact's change, forget, import,
-//!   distillation) sets its scope's `write_mark` (`scopes`, migration 9) to
-//!   the next value of one sequence, in the write's own transaction
-//!   ([`PostgresBackend::mark_written`]). A read bound for the replica first
+//!   distillation: whatever changes `turns` or `memories`) sets its scope's
+//!   `write_mark` to the next value of one sequence, in the write's own
+//!   transaction (a trigger, [`crate::schema`]'s migration 9). A read bound for the replica first
 //!   reads the scope's mark on the primary (a point query), then reads the
 //!   replica once the replica shows that mark or a later one, waiting up to
 //!   `replica_wait_ms`, else reads the primary (`waited_out`). So a capture
 //!   through one `memgate serve` process and a recall through another one
 //!   straight after never reads a replica that has not replayed it, and no
-//!   client token is needed. The mark is drawn under the scope row's lock
-//!   (an `UPDATE` that waited re-evaluates on the row's new version), so a
-//!   scope's marks grow in commit order, also across a forget that deletes
-//!   the row and a later write that creates it again.
+//!   client token is needed. The mark is drawn under the scope row's lock,
+//!   so a scope's marks grow in commit order, also across a forget that
+//!   deletes the row and a later write that creates it again.
 //! - **Lag.** A probe, at most once a second and started by a read, reads
 //!   the primary's position and times how long the replica takes to replay
 //!   it. Past `replica_max_lag_ms`, or unreachable, the replica is dropped
@@ -24,10 +23,10 @@
 //! - **Faults.** A read that fails on the replica is counted, drops it, and
 //!   is run again on the primary: a replica going away costs no failed read.
 
-use crate::backend::{PostgresBackend, Scope};
+use crate::backend::Scope;
 use crate::config::{PostgresConfig, ReplicaConfig};
 use crate::pool;
-use deadpool_postgres::{GenericClient, Object, Pool};
+use deadpool_postgres::{Object, Pool};
 use memgate_core::{Figure, Result};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,9 +43,6 @@ const POLL_EVERY: Duration = Duration::from_millis(2);
 const REPLAYED: &str = "SELECT coalesce(pg_last_wal_replay_lsn(), pg_current_wal_lsn())";
 /// A scope's write mark; no row: never written, or erased.
 const WRITE_MARK: &str = "SELECT write_mark FROM scopes WHERE user_id = $1 AND peer = $2";
-/// Marks a scope written, inside the write's transaction.
-const MARK_WRITTEN: &str =
-    "UPDATE scopes SET write_mark = nextval('write_marks') WHERE user_id = $1 AND peer = $2";
 
 /// One read replica: its pool, its bounds, its health and its counts.
 pub(crate) struct Replica {
@@ -296,18 +292,6 @@ async fn replayed(client: &Object) -> std::result::Result<u64, tokio_postgres::E
     let statement = client.prepare_cached(REPLAYED).await?;
     let row = client.query_one(&statement, &[]).await?;
     Ok(u64::from(row.get::<_, PgLsn>(0)))
-}
-
-impl PostgresBackend {
-    /// Marks `scope` written, inside the write's transaction `c` (just
-    /// before its commit: the scope row's lock is held until then), so any
-    /// process's next read of the scope waits for a replica to replay it.
-    /// A scope without a row (erased by this transaction) needs no mark.
-    pub(crate) async fn mark_written(&self, c: &impl GenericClient, scope: &Scope) -> Result<()> {
-        self.exec(c, MARK_WRITTEN, &[&scope.user, &scope.peer])
-            .await
-            .map(|_| ())
-    }
 }
 
 #[cfg(test)]

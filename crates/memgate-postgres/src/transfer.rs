@@ -208,9 +208,6 @@ impl PostgresBackend {
             report.turns_imported += stored.ids.len();
             report.turns_already_present += stored.already_known;
         }
-        if report.facts_imported + report.turns_imported > 0 {
-            self.mark_written(&tx, &scope).await?;
-        }
         tx.commit().await.map_err(|e| self.err(e))?;
         if report.facts_imported + report.turns_imported >= ANALYZE_AFTER_IMPORTED {
             // A bulk import can grow a table many times over; until

@@ -7,8 +7,8 @@
 mod common;
 
 use memgate_core::{
-    BackendContext, Caller, CaptureKind, CaptureRequest, ForgetTarget, MemoryBackend, Message,
-    RecallRequest, RememberRequest,
+    BackendContext, Caller, CaptureKind, CaptureRequest, FactPatch, ForgetTarget, MemoryBackend,
+    Message, RecallRequest, RememberOutcome, RememberRequest,
 };
 use memgate_postgres::{PostgresBackend, PostgresConfig, ReplicaState};
 use serde_json::json;
@@ -239,6 +239,102 @@ async fn replica_a_forget_through_one_backend_is_never_read_back_through_another
         "{after:?}"
     );
     assert_eq!(after.failed_reads, 0, "{after:?}");
+}
+
+/// `caller`'s scope's write mark on the primary (`None`: no scope row).
+async fn write_mark(db: &tokio_postgres::Client, schema: &str, caller: &Caller) -> Option<i64> {
+    let key = memgate_recall::scope::ScopeKey::of(caller);
+    db.query_opt(
+        &format!("SELECT write_mark FROM {schema}.scopes WHERE user_id = $1 AND peer = $2"),
+        &[&key.user, &key.peer],
+    )
+    .await
+    .unwrap()
+    .map(|r| r.get(0))
+}
+
+#[tokio::test]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn replica_every_write_recall_can_see_moves_its_scopes_write_mark() {
+    let schema = common::unique_schema("ryw_mark");
+    let b = common::backend(&common::dsn(), &schema);
+    let db = common::connect(&common::dsn()).await;
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    let bob = Caller::new("bob").with_agent("coder").with_thread("t1");
+    capture(&b, &bob, "b1", "bob's own turn").await;
+    let bobs = write_mark(&db, &schema, &bob).await;
+    let mut last = write_mark(&db, &schema, &alice).await;
+    assert_eq!(last, None, "a scope never written has no mark");
+    let mut moved = |what: &str, now: Option<i64>| {
+        assert!(
+            now.is_some() && now > last,
+            "{what} did not move the mark: {last:?} -> {now:?}"
+        );
+        last = now;
+    };
+
+    capture(&b, &alice, "m1", "the first turn mentions kiwi").await;
+    moved("a capture", write_mark(&db, &schema, &alice).await);
+    let fact = RememberRequest::new("fact", "likes kiwi").unwrap();
+    let RememberOutcome::Stored { citation } = b.remember(&alice, &fact).await.unwrap() else {
+        panic!("not stored")
+    };
+    moved("a remember", write_mark(&db, &schema, &alice).await);
+    let patch = FactPatch {
+        text: Some("likes green kiwi".to_owned()),
+        ..FactPatch::default()
+    };
+    b.revise_fact(&alice, citation.as_str(), &patch)
+        .await
+        .unwrap();
+    moved("a revision", write_mark(&db, &schema, &alice).await);
+    b.retire_fact(&alice, citation.as_str()).await.unwrap();
+    moved("a retire", write_mark(&db, &schema, &alice).await);
+    let fact = RememberRequest::new("fact", "likes plums").unwrap();
+    let RememberOutcome::Stored { citation } = b.remember(&alice, &fact).await.unwrap() else {
+        panic!("not stored")
+    };
+    moved("a second remember", write_mark(&db, &schema, &alice).await);
+    let forget_fact = ForgetTarget::Fact {
+        id: citation.as_str().to_owned(),
+    };
+    b.forget(&alice, &forget_fact).await.unwrap();
+    moved("a fact's forget", write_mark(&db, &schema, &alice).await);
+    b.forget(&alice, &ForgetTarget::Thread).await.unwrap();
+    moved("a thread's forget", write_mark(&db, &schema, &alice).await);
+
+    // What writes nothing marks nothing: the same snapshot again, the same memory again.
+    capture(&b, &alice, "m2", "the second turn").await;
+    moved(
+        "a capture after the forget",
+        write_mark(&db, &schema, &alice).await,
+    );
+    capture(&b, &alice, "m2", "the second turn").await;
+    b.remember(
+        &alice,
+        &RememberRequest::new("fact", "likes pears").unwrap(),
+    )
+    .await
+    .unwrap();
+    let unchanged = write_mark(&db, &schema, &alice).await;
+    b.remember(
+        &alice,
+        &RememberRequest::new("fact", "likes pears").unwrap(),
+    )
+    .await
+    .unwrap();
+    capture(&b, &alice, "m2", "the second turn").await;
+    assert_eq!(write_mark(&db, &schema, &alice).await, unchanged);
+
+    // A scope's forget takes its row (and so its mark) away; the next write
+    // marks it above every mark it had.
+    b.forget(&alice, &ForgetTarget::Scope).await.unwrap();
+    assert_eq!(write_mark(&db, &schema, &alice).await, None);
+    capture(&b, &alice, "m3", "a turn after the scope's forget").await;
+    let again = write_mark(&db, &schema, &alice).await;
+    assert!(again > unchanged, "{unchanged:?} -> {again:?}");
+    // Another scope's mark never moved.
+    assert_eq!(write_mark(&db, &schema, &bob).await, bobs);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
