@@ -6,10 +6,11 @@
 //!   search can see (capture, remember, a fact's change, forget, import,
 //!   distillation: whatever changes `turns` or `memories`) sets its scope's
 //!   `write_mark` to the next value of one sequence, in the write's own
-//!   transaction (a trigger, [`crate::schema`]'s migration 9). A read bound for the replica first
-//!   reads the scope's mark on the primary (a point query), then reads the
-//!   replica once the replica shows that mark or a later one, waiting up to
-//!   `replica_wait_ms`, else reads the primary (`waited_out`). So a capture
+//!   transaction (a trigger, [`crate::schema`]'s migration 9). A read bound
+//!   for the replica first reads the scope's mark on the primary (a point
+//!   query), then reads the replica once the replica shows that mark or a
+//!   later one, waiting up to `replica_wait_ms`, else reads the primary on
+//!   the connection it already holds (`waited_out`). So a capture
 //!   through one `memgate serve` process and a recall through another one
 //!   straight after never reads a replica that has not replayed it, and no
 //!   client token is needed. The mark is drawn under the scope row's lock,
