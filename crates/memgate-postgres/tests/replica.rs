@@ -338,6 +338,70 @@ async fn replica_every_write_recall_can_see_moves_its_scopes_write_mark() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn replica_write_marks_grow_in_commit_order_when_a_writer_waits_for_the_scope() {
+    // A writer that waits on the scope's row draws its mark again once the
+    // row is free (PostgreSQL re-evaluates the update on the row's new
+    // version): were the draw made before the wait, the first writer's later
+    // mark would be above it, and a standby showing that mark would pass for
+    // having replayed the waiting writer's commit.
+    let schema = common::unique_schema("ryw_order");
+    let b = common::backend(&common::dsn(), &schema);
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    for text in ["likes kiwi", "likes plums"] {
+        let fact = RememberRequest::new("fact", text).unwrap();
+        b.remember(&alice, &fact).await.unwrap();
+    }
+    let open = || async {
+        let c = common::connect(&common::dsn()).await;
+        c.batch_execute(&format!("SET search_path = {schema}"))
+            .await
+            .unwrap();
+        c
+    };
+    let (first, second, watcher) = (open().await, open().await, open().await);
+    let touch =
+        |text: &str| format!("UPDATE memories SET updated_at = updated_at WHERE text = '{text}'");
+    let mark = "SELECT write_mark FROM scopes WHERE user_id = 'alice'";
+
+    first.batch_execute("BEGIN").await.unwrap();
+    first.batch_execute(&touch("likes kiwi")).await.unwrap();
+    // The second writer changes another memory of the scope and waits for
+    // the scope's row inside its trigger.
+    let waiting = tokio::spawn(async move {
+        second.batch_execute(&touch("likes plums")).await.unwrap();
+    });
+    let started = Instant::now();
+    while watcher
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE '%likes plums%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the second writer never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The first writer marks again, after the waiting writer's first draw.
+    first.batch_execute(&touch("likes kiwi")).await.unwrap();
+    let first_mark: i64 = first.query_one(mark, &[]).await.unwrap().get(0);
+    first.batch_execute("COMMIT").await.unwrap();
+    waiting.await.unwrap();
+    let last: i64 = watcher.query_one(mark, &[]).await.unwrap().get(0);
+    assert!(
+        last > first_mark,
+        "the writer that committed last left mark {last}, below the first writer's {first_mark}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "real servers: PostgreSQL and its hot standby (testkit/postgres-up, testkit/postgres-up --replica)"]
 async fn replica_stopped_mid_run_reads_fall_back_and_it_is_used_again_when_back() {
     let _one = ONE_AT_A_TIME.lock().await;
