@@ -11,7 +11,7 @@
 
 use crate::config::PostgresConfig;
 use crate::pool::{self, db_error, pool_error};
-use crate::replica::{self as replica, Replica, ReplicaState};
+use crate::replica::{Replica, ReplicaState};
 use crate::schema;
 use crate::vectors::Vectors;
 use async_trait::async_trait;
@@ -286,16 +286,14 @@ impl PostgresBackend {
     /// A connection for a read of `scope`: the replica's when it may serve
     /// it ([`crate::replica`]), else the primary's. The flag says which.
     pub(crate) async fn read_client(&self, scope: &Scope) -> Result<(Object, bool)> {
-        if let (Some(r), Some(())) = (&self.replica, self.migrated.get()) {
-            if self.is_closing() {
-                return Err(MemoryError::Closed("postgres".to_owned()));
-            }
+        let primary = self.client().await?;
+        if let Some(r) = &self.replica {
             r.probe_if_due(&self.pool);
-            if let Some(client) = r.reader(scope).await {
+            if let Some(client) = r.reader(scope, &primary).await {
                 return Ok((client, true));
             }
         }
-        Ok((self.client().await?, false))
+        Ok((primary, false))
     }
 
     /// The outcome of a read that ran on the replica when `on_replica`:
@@ -311,14 +309,6 @@ impl PostgresBackend {
                 None
             }
             (read, _) => Some(read),
-        }
-    }
-
-    /// Records a committed write of `scope` (read on the connection that
-    /// wrote it), so that scope's reads wait for the replica to replay it.
-    pub(crate) async fn wrote(&self, client: &Object, scope: &Scope) {
-        if let Some(r) = &self.replica {
-            r.wrote(scope, replica::position_after_write(client).await);
         }
     }
 

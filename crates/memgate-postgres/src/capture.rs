@@ -178,7 +178,6 @@ impl PostgresBackend {
                 _ => None,
             };
             tx.commit().await.map_err(|e| self.err(e))?;
-            self.wrote(&client, &scope).await;
             if queued == Some(crate::distill::Queued::Skipped) {
                 self.distill_skipped
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

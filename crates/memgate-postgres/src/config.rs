@@ -13,7 +13,7 @@
 //! | `replica_dsn` | — | a hot standby of the same database (streaming replication) that recall and search read from; same rules as `dsn`; exactly one of `replica_dsn` / `replica_dsn_env`, or neither |
 //! | `replica_dsn_env` | — | the name of the environment variable holding the replica's DSN |
 //! | `replica_max_lag_ms` | 5000 | integer 100–600000: a replica further behind than this is dropped from reads until it catches up |
-//! | `replica_wait_ms` | 500 | integer 0–10000: after a write, how long that scope's reads wait for the replica to replay it before they go to the primary |
+//! | `replica_wait_ms` | 500 | integer 0–10000: after a write (through any process), how long that scope's reads wait for the replica to replay it before they go to the primary |
 //! | `embedder` | none | as `local`: turns on hybrid recall, with vectors in pgvector (the server must have the `vector` extension) |
 //! | `vector_index` | `hnsw` | `hnsw` (an approximate index per model, built in the background; [`crate::hnsw`]) or `exact` (every recall scans the scope's vectors) |
 //! | `hnsw_ef_search` | 100 | integer 10–1000: the HNSW search's candidate list; larger is closer to exact and slower |

@@ -262,7 +262,6 @@ impl PostgresBackend {
             };
             tx.commit().await.map_err(|e| self.err(e))?;
             if let Some(outcome) = outcome {
-                self.wrote(&client, &scope).await;
                 return Ok(outcome);
             }
         }
@@ -427,7 +426,6 @@ impl PostgresBackend {
         let next = history::revised(current, revised);
         self.update_fact(&tx, row, &next).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
-        self.wrote(&client, &scope).await;
         Ok(next)
     }
 
@@ -446,7 +444,6 @@ impl PostgresBackend {
         };
         self.update_fact(&tx, row, &next).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
-        self.wrote(&client, &scope).await;
         Ok(next)
     }
 }

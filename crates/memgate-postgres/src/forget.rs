@@ -103,7 +103,6 @@ impl PostgresBackend {
             }
         }
         tx.commit().await.map_err(|e| self.err(e))?;
-        self.wrote(&client, &scope).await;
         tracing::info!(
             target_kind = target.as_str(),
             facts = report.facts,

@@ -2,11 +2,20 @@
 //! (PostgreSQL's own streaming replication) while every write goes to the
 //! primary.
 //!
-//! - **Read-your-writes.** After a write commits, the primary's WAL position
-//!   (`pg_current_wal_lsn()`, read on the writing connection) is kept for
-//!   the scope. That scope's next read waits up to `replica_wait_ms` for the
-//!   replica to replay it (`pg_last_wal_replay_lsn()`), else reads the
-//!   primary. Positions the replica has replayed are forgotten.
+//! - **Read-your-writes, across processes.** Every write that recall or
+//!   search can see (capture, remember, a fact's change, forget, import,
+//!   distillation: whatever changes `turns` or `memories`) sets its scope's
+//!   `write_mark` to the next value of one sequence, in the write's own
+//!   transaction (a trigger, [`crate::schema`]'s migration 9). A read bound
+//!   for the replica first reads the scope's mark on the primary (a point
+//!   query), then reads the replica once the replica shows that mark or a
+//!   later one, waiting up to `replica_wait_ms`, else reads the primary on
+//!   the connection it already holds (`waited_out`). So a capture
+//!   through one `memgate serve` process and a recall through another one
+//!   straight after never reads a replica that has not replayed it, and no
+//!   client token is needed. The mark is drawn under the scope row's lock,
+//!   so a scope's marks grow in commit order, also across a forget that
+//!   deletes the row and a later write that creates it again.
 //! - **Lag.** A probe, at most once a second and started by a read, reads
 //!   the primary's position and times how long the replica takes to replay
 //!   it. Past `replica_max_lag_ms`, or unreachable, the replica is dropped
@@ -21,7 +30,6 @@ use crate::pool;
 use deadpool_postgres::{Object, Pool};
 use memgate_core::{Figure, Result};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,9 +42,8 @@ const POLL_EVERY: Duration = Duration::from_millis(2);
 /// The replica's replayed position; on a server that is not a standby
 /// (a replica DSN naming a primary), its own position.
 const REPLAYED: &str = "SELECT coalesce(pg_last_wal_replay_lsn(), pg_current_wal_lsn())";
-/// A write whose position could not be read: its scope reads the primary
-/// until a probe stands in the primary's position for it.
-const UNKNOWN: u64 = u64::MAX;
+/// A scope's write mark; no row: never written, or erased.
+const WRITE_MARK: &str = "SELECT write_mark FROM scopes WHERE user_id = $1 AND peer = $2";
 
 /// One read replica: its pool, its bounds, its health and its counts.
 pub(crate) struct Replica {
@@ -55,9 +62,6 @@ struct Health {
     ever_up: bool,
     next_probe: Instant,
     lag: Option<Duration>,
-    /// Per scope (user, peer): the newest write the replica has not been
-    /// seen to replay.
-    pending: HashMap<(String, String), u64>,
 }
 
 #[derive(Default)]
@@ -81,7 +85,8 @@ pub struct ReplicaState {
     pub replica_reads: u64,
     /// Reads sent to the primary while a replica is configured.
     pub primary_reads: u64,
-    /// Of those, reads whose scope's last write the replica had not replayed in time.
+    /// Of those, reads whose scope's last write (by any process) the replica
+    /// had not replayed in time.
     pub waited_out: u64,
     /// Reads that failed on the replica and were run again on the primary.
     pub failed_reads: u64,
@@ -119,7 +124,6 @@ impl Replica {
                 ever_up: false,
                 next_probe: Instant::now(),
                 lag: None,
-                pending: HashMap::new(),
             }),
             probing: AtomicBool::new(false),
             counts: Counts::default(),
@@ -145,36 +149,17 @@ impl Replica {
         }
     }
 
-    /// Records a committed write of `scope` at `position` (`None`: unknown).
-    pub(crate) fn wrote(&self, scope: &Scope, position: Option<u64>) {
-        let position = position.unwrap_or(UNKNOWN);
-        let mut h = self.health();
-        let at = h
-            .pending
-            .entry((scope.user.clone(), scope.peer.clone()))
-            .or_insert(0);
-        *at = (*at).max(position);
-    }
-
     /// A replica connection that may serve `scope`'s read now, or `None`
-    /// when the read must go to the primary (counted).
-    pub(crate) async fn reader(&self, scope: &Scope) -> Option<Object> {
-        let key = (scope.user.clone(), scope.peer.clone());
-        let pending = {
-            let h = self.health();
-            if !h.up {
-                None
-            } else {
-                Some(h.pending.get(&key).copied())
-            }
-        };
-        let Some(pending) = pending else {
-            return self.to_primary();
-        };
-        if pending == Some(UNKNOWN) {
-            self.counts.waited_out.fetch_add(1, Ordering::Relaxed);
+    /// when the read must go to the primary (counted). `primary` is a
+    /// connection to the primary, where the scope's write mark is read.
+    pub(crate) async fn reader(&self, scope: &Scope, primary: &Object) -> Option<Object> {
+        if !self.health().up {
             return self.to_primary();
         }
+        // The primary failing here fails the read there too, with its error.
+        let Ok(written) = write_mark(primary, scope).await else {
+            return self.to_primary();
+        };
         let client = match self.pool.get().await {
             Ok(c) => c,
             Err(e) => {
@@ -182,23 +167,18 @@ impl Replica {
                 return self.to_primary();
             }
         };
-        if let Some(position) = pending {
-            let started = Instant::now();
-            loop {
-                match replayed(&client).await {
-                    Ok(at) if at >= position => {
-                        self.forget_replayed(at);
-                        break;
-                    }
-                    Ok(_) if started.elapsed() < self.wait => tokio::time::sleep(POLL_EVERY).await,
-                    Ok(_) => {
-                        self.counts.waited_out.fetch_add(1, Ordering::Relaxed);
-                        return self.to_primary();
-                    }
-                    Err(e) => {
-                        self.drop_from_reads(&e.to_string());
-                        return self.to_primary();
-                    }
+        let started = Instant::now();
+        loop {
+            match write_mark(&client, scope).await {
+                Ok(shown) if replayed_mark(written, shown) => break,
+                Ok(_) if started.elapsed() < self.wait => tokio::time::sleep(POLL_EVERY).await,
+                Ok(_) => {
+                    self.counts.waited_out.fetch_add(1, Ordering::Relaxed);
+                    return self.to_primary();
+                }
+                Err(e) => {
+                    self.drop_from_reads(&e.to_string());
+                    return self.to_primary();
                 }
             }
         }
@@ -227,11 +207,6 @@ impl Replica {
         }
     }
 
-    /// Forgets every scope's write the replica has replayed.
-    fn forget_replayed(&self, replayed: u64) {
-        self.health().pending.retain(|_, at| *at > replayed);
-    }
-
     /// Starts a lag probe when one is due and none runs.
     pub(crate) fn probe_if_due(self: &Arc<Self>, primary: &Pool) {
         if Instant::now() < self.health().next_probe || self.probing.swap(true, Ordering::AcqRel) {
@@ -252,12 +227,6 @@ impl Replica {
         let Ok(target) = primary_position(primary).await else {
             return;
         };
-        {
-            let mut h = self.health();
-            for at in h.pending.values_mut().filter(|at| **at == UNKNOWN) {
-                *at = target;
-            }
-        }
         let started = Instant::now();
         let client = match self.pool.get().await {
             Ok(c) => c,
@@ -266,7 +235,6 @@ impl Replica {
         loop {
             match replayed(&client).await {
                 Ok(at) if at >= target => {
-                    self.forget_replayed(at);
                     let mut h = self.health();
                     h.lag = Some(started.elapsed());
                     if !h.up {
@@ -286,23 +254,63 @@ impl Replica {
     }
 }
 
-/// The primary's current WAL position, read on `client` right after a
-/// write commits (every committed write of that connection is at or before it).
-pub(crate) async fn position_after_write(client: &Object) -> Option<u64> {
-    client
-        .query_one("SELECT pg_current_wal_lsn()", &[])
-        .await
-        .ok()
-        .map(|r| u64::from(r.get::<_, PgLsn>(0)))
-}
-
+/// The primary's current WAL position: every write committed before is at
+/// or before it.
 async fn primary_position(primary: &Pool) -> std::result::Result<u64, ()> {
     let client = primary.get().await.map_err(|_| ())?;
-    position_after_write(&client).await.ok_or(())
+    let row = client
+        .query_one("SELECT pg_current_wal_lsn()", &[])
+        .await
+        .map_err(|_| ())?;
+    Ok(u64::from(row.get::<_, PgLsn>(0)))
+}
+
+/// `scope`'s write mark as `client`'s server shows it.
+async fn write_mark(
+    client: &Object,
+    scope: &Scope,
+) -> std::result::Result<Option<i64>, tokio_postgres::Error> {
+    let statement = client.prepare_cached(WRITE_MARK).await?;
+    let row = client
+        .query_opt(&statement, &[&scope.user, &scope.peer])
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// Whether a replica showing the mark `shown` has replayed the primary's
+/// `written` (`None`: no scope row).
+fn replayed_mark(written: Option<i64>, shown: Option<i64>) -> bool {
+    match (written, shown) {
+        // Never written, or erased on both.
+        (None, None) => true,
+        (Some(written), Some(shown)) => shown >= written,
+        // Created and not replayed yet, or erased and not replayed yet.
+        _ => false,
+    }
 }
 
 async fn replayed(client: &Object) -> std::result::Result<u64, tokio_postgres::Error> {
     let statement = client.prepare_cached(REPLAYED).await?;
     let row = client.query_one(&statement, &[]).await?;
     Ok(u64::from(row.get::<_, PgLsn>(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replayed_mark;
+
+    #[test]
+    fn a_replica_serves_a_scope_once_it_shows_the_primarys_write_mark() {
+        // Never written anywhere.
+        assert!(replayed_mark(None, None));
+        // The replica has replayed the last write, or a later one.
+        assert!(replayed_mark(Some(7), Some(7)));
+        assert!(replayed_mark(Some(7), Some(9)));
+        // Behind the last write.
+        assert!(!replayed_mark(Some(7), Some(6)));
+        // The scope created on the primary, not yet on the replica.
+        assert!(!replayed_mark(Some(1), None));
+        // Erased on the primary, the replica still holding it.
+        assert!(!replayed_mark(None, Some(7)));
+    }
 }

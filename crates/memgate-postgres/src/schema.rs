@@ -125,8 +125,46 @@ const MIGRATIONS: &[Migration] = &[
         name: "per-scope document and lexeme totals for BM25, kept by the same triggers",
         sql: SCOPE_DOCS,
     },
+    Migration {
+        name: "a per-scope write mark, for read-your-writes on a read replica",
+        sql: WRITE_MARKS,
+    },
 ];
 
+/// Migration 9: every statement that changes `turns` or `memories` (all
+/// that recall and search read) sets each scope it changed to the next
+/// value of `write_marks`, in the statement's own transaction
+/// ([`crate::replica`]: a read bound for a replica compares the primary's
+/// mark with the replica's). A trigger, so no write path can miss it and
+/// none pays a round trip for it; it fires after `count_terms`, whose
+/// `scope_docs` row already serialises a scope's writes. Scopes written
+/// before keep 0, which a replica that replayed this step shows too.
+const WRITE_MARKS: &str = r#"
+ALTER TABLE scopes ADD COLUMN write_mark bigint NOT NULL DEFAULT 0;
+CREATE SEQUENCE write_marks;
+CREATE FUNCTION mark_written() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$
+DECLARE
+    s bigint;
+BEGIN
+    -- Drawn under each row's lock (an update that waited runs again on the
+    -- row's new version), so a scope's marks grow in commit order.
+    FOR s IN SELECT DISTINCT scope_id FROM changed_rows ORDER BY 1 LOOP
+        UPDATE scopes SET write_mark = nextval('write_marks') WHERE id = s;
+    END LOOP;
+    RETURN NULL;
+END
+$f$;
+CREATE TRIGGER turns_written AFTER INSERT ON turns
+    REFERENCING NEW TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION mark_written();
+CREATE TRIGGER turns_written_away AFTER DELETE ON turns
+    REFERENCING OLD TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION mark_written();
+CREATE TRIGGER memories_written AFTER INSERT ON memories
+    REFERENCING NEW TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION mark_written();
+CREATE TRIGGER memories_written_again AFTER UPDATE ON memories
+    REFERENCING NEW TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION mark_written();
+CREATE TRIGGER memories_written_away AFTER DELETE ON memories
+    REFERENCING OLD TABLE AS changed_rows FOR EACH STATEMENT EXECUTE FUNCTION mark_written();
+"#;
 /// Migration 5: `distill_jobs` is the durable distillation queue, one row
 /// per thread's run of new turns (turn ids `first_turn..=last_turn` of that
 /// thread), committed with the capture that stored them; `done` and

@@ -209,7 +209,6 @@ impl PostgresBackend {
             report.turns_already_present += stored.already_known;
         }
         tx.commit().await.map_err(|e| self.err(e))?;
-        self.wrote(&client, &scope).await;
         if report.facts_imported + report.turns_imported >= ANALYZE_AFTER_IMPORTED {
             // A bulk import can grow a table many times over; until
             // autovacuum's analyse (up to a minute later) the planner would

@@ -1,11 +1,14 @@
 //! Reads from a real streaming replica (`testkit/postgres-up --replica`, a
-//! hot standby made with `pg_basebackup`): read-your-writes, and the replica
-//! taken away and brought back mid-run (`testkit/postgres-replica`).
+//! hot standby made with `pg_basebackup`): read-your-writes, within one
+//! backend and across two (two pools, as two `memgate serve` processes
+//! have), and the replica taken away and brought back mid-run
+//! (`testkit/postgres-replica`).
 
 mod common;
 
 use memgate_core::{
-    BackendContext, Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, RecallRequest,
+    BackendContext, Caller, CaptureKind, CaptureRequest, FactPatch, ForgetTarget, MemoryBackend,
+    Message, RecallRequest, RememberOutcome, RememberRequest,
 };
 use memgate_postgres::{PostgresBackend, PostgresConfig, ReplicaState};
 use serde_json::json;
@@ -135,6 +138,267 @@ async fn replica_read_your_writes_holds_over_1000_captures() {
         "{after:?}"
     );
     assert_eq!(after.failed_reads, 0, "{after:?}");
+}
+
+/// Two backends on one primary and its replica, each with its own pool and
+/// no state shared in memory: what two `memgate serve` processes behind a
+/// load balancer are. Both have seen the replica caught up.
+async fn two_processes(schema: &str, caller: &Caller) -> (PostgresBackend, PostgresBackend) {
+    let (a, b) = (backend(schema), backend(schema));
+    capture(&a, caller, "m-seed", "the seed turn mentions kiwi").await;
+    read_until(&a, caller, Duration::from_secs(15), |s| s.up).await;
+    read_until(&b, caller, Duration::from_secs(15), |s| s.up).await;
+    (a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real servers: PostgreSQL and its hot standby (testkit/postgres-up, testkit/postgres-up --replica)"]
+async fn replica_read_your_writes_holds_across_two_backends_over_1000_writes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    let (a, b) = two_processes(&common::unique_schema("ryw_two"), &alice).await;
+    let before = state(&b);
+    for i in 0..1000 {
+        // Captures and explicit memories, each written through `a` and
+        // read straight after through `b`.
+        let token = format!("pomelo{i}x");
+        if i % 2 == 0 {
+            capture(
+                &a,
+                &alice,
+                &format!("m{i}"),
+                &format!("today's fruit is {token}"),
+            )
+            .await;
+        } else {
+            let fact = RememberRequest::new("fact", &format!("likes the {token}")).unwrap();
+            a.remember(&alice, &fact).await.unwrap();
+        }
+        let block = recall(&b, &alice, &token).await.unwrap();
+        assert!(
+            block.contains(&token),
+            "read {i} through the other backend missed the write {token}: {:?}",
+            state(&b)
+        );
+    }
+    let after = state(&b);
+    let (replica, primary) = (
+        after.replica_reads - before.replica_reads,
+        after.primary_reads - before.primary_reads,
+    );
+    eprintln!(
+        "read-your-writes across two backends, 1000 writes: the replica served {replica} reads, the primary {primary} ({} waited out the wait); {after:?}",
+        after.waited_out - before.waited_out
+    );
+    // The replica served the reads (else this checked only the primary).
+    assert!(replica >= 500, "{after:?}");
+    assert_eq!(after.failed_reads, 0, "{after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real servers: PostgreSQL and its hot standby (testkit/postgres-up, testkit/postgres-up --replica)"]
+async fn replica_a_forget_through_one_backend_is_never_read_back_through_another() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    let (a, b) = two_processes(&common::unique_schema("ryw_forget"), &alice).await;
+    let before = state(&b);
+    for i in 0..100 {
+        // A thread forget keeps the scope's row; a scope forget deletes it,
+        // and the next capture creates it again.
+        let (target, what) = if i % 4 == 3 {
+            (ForgetTarget::Scope, "scope")
+        } else {
+            (ForgetTarget::Thread, "thread")
+        };
+        let caller = alice.clone().with_thread(format!("t{i}"));
+        let token = format!("plum{i}x");
+        capture(
+            &a,
+            &caller,
+            &format!("p{i}"),
+            &format!("the secret fruit is {token}"),
+        )
+        .await;
+        assert!(recall(&b, &caller, &token).await.unwrap().contains(&token));
+        a.forget(&caller, &target).await.unwrap();
+        let block = recall(&b, &caller, &token).await.unwrap();
+        assert!(
+            !block.contains(&token),
+            "read {i} through the other backend still showed {token} after its {what} was forgotten: {:?}",
+            state(&b)
+        );
+    }
+    let after = state(&b);
+    eprintln!(
+        "forget across two backends, 100 rounds: the replica served {} reads, the primary {}; {after:?}",
+        after.replica_reads - before.replica_reads,
+        after.primary_reads - before.primary_reads
+    );
+    assert!(
+        after.replica_reads - before.replica_reads >= 100,
+        "{after:?}"
+    );
+    assert_eq!(after.failed_reads, 0, "{after:?}");
+}
+
+/// `caller`'s scope's write mark on the primary (`None`: no scope row).
+async fn write_mark(db: &tokio_postgres::Client, schema: &str, caller: &Caller) -> Option<i64> {
+    let key = memgate_recall::scope::ScopeKey::of(caller);
+    db.query_opt(
+        &format!("SELECT write_mark FROM {schema}.scopes WHERE user_id = $1 AND peer = $2"),
+        &[&key.user, &key.peer],
+    )
+    .await
+    .unwrap()
+    .map(|r| r.get(0))
+}
+
+#[tokio::test]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn replica_every_write_recall_can_see_moves_its_scopes_write_mark() {
+    let schema = common::unique_schema("ryw_mark");
+    let b = common::backend(&common::dsn(), &schema);
+    let db = common::connect(&common::dsn()).await;
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    let bob = Caller::new("bob").with_agent("coder").with_thread("t1");
+    capture(&b, &bob, "b1", "bob's own turn").await;
+    let bobs = write_mark(&db, &schema, &bob).await;
+    let mut last = write_mark(&db, &schema, &alice).await;
+    assert_eq!(last, None, "a scope never written has no mark");
+    let mut moved = |what: &str, now: Option<i64>| {
+        assert!(
+            now.is_some() && now > last,
+            "{what} did not move the mark: {last:?} -> {now:?}"
+        );
+        last = now;
+    };
+
+    capture(&b, &alice, "m1", "the first turn mentions kiwi").await;
+    moved("a capture", write_mark(&db, &schema, &alice).await);
+    let fact = RememberRequest::new("fact", "likes kiwi").unwrap();
+    let RememberOutcome::Stored { citation } = b.remember(&alice, &fact).await.unwrap() else {
+        panic!("not stored")
+    };
+    moved("a remember", write_mark(&db, &schema, &alice).await);
+    let patch = FactPatch {
+        text: Some("likes green kiwi".to_owned()),
+        ..FactPatch::default()
+    };
+    b.revise_fact(&alice, citation.as_str(), &patch)
+        .await
+        .unwrap();
+    moved("a revision", write_mark(&db, &schema, &alice).await);
+    b.retire_fact(&alice, citation.as_str()).await.unwrap();
+    moved("a retire", write_mark(&db, &schema, &alice).await);
+    let fact = RememberRequest::new("fact", "likes plums").unwrap();
+    let RememberOutcome::Stored { citation } = b.remember(&alice, &fact).await.unwrap() else {
+        panic!("not stored")
+    };
+    moved("a second remember", write_mark(&db, &schema, &alice).await);
+    let forget_fact = ForgetTarget::Fact {
+        id: citation.as_str().to_owned(),
+    };
+    b.forget(&alice, &forget_fact).await.unwrap();
+    moved("a fact's forget", write_mark(&db, &schema, &alice).await);
+    b.forget(&alice, &ForgetTarget::Thread).await.unwrap();
+    moved("a thread's forget", write_mark(&db, &schema, &alice).await);
+
+    // What writes nothing marks nothing: the same snapshot again, the same memory again.
+    capture(&b, &alice, "m2", "the second turn").await;
+    moved(
+        "a capture after the forget",
+        write_mark(&db, &schema, &alice).await,
+    );
+    capture(&b, &alice, "m2", "the second turn").await;
+    b.remember(
+        &alice,
+        &RememberRequest::new("fact", "likes pears").unwrap(),
+    )
+    .await
+    .unwrap();
+    let unchanged = write_mark(&db, &schema, &alice).await;
+    b.remember(
+        &alice,
+        &RememberRequest::new("fact", "likes pears").unwrap(),
+    )
+    .await
+    .unwrap();
+    capture(&b, &alice, "m2", "the second turn").await;
+    assert_eq!(write_mark(&db, &schema, &alice).await, unchanged);
+
+    // A scope's forget takes its row (and so its mark) away; the next write
+    // marks it above every mark it had.
+    b.forget(&alice, &ForgetTarget::Scope).await.unwrap();
+    assert_eq!(write_mark(&db, &schema, &alice).await, None);
+    capture(&b, &alice, "m3", "a turn after the scope's forget").await;
+    let again = write_mark(&db, &schema, &alice).await;
+    assert!(again > unchanged, "{unchanged:?} -> {again:?}");
+    // Another scope's mark never moved.
+    assert_eq!(write_mark(&db, &schema, &bob).await, bobs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn replica_write_marks_grow_in_commit_order_when_a_writer_waits_for_the_scope() {
+    // A writer that waits on the scope's row draws its mark again once the
+    // row is free (PostgreSQL re-evaluates the update on the row's new
+    // version): were the draw made before the wait, the first writer's later
+    // mark would be above it, and a standby showing that mark would pass for
+    // having replayed the waiting writer's commit.
+    let schema = common::unique_schema("ryw_order");
+    let b = common::backend(&common::dsn(), &schema);
+    let alice = Caller::new("alice").with_agent("coder").with_thread("t1");
+    for text in ["likes kiwi", "likes plums"] {
+        let fact = RememberRequest::new("fact", text).unwrap();
+        b.remember(&alice, &fact).await.unwrap();
+    }
+    let open = || async {
+        let c = common::connect(&common::dsn()).await;
+        c.batch_execute(&format!("SET search_path = {schema}"))
+            .await
+            .unwrap();
+        c
+    };
+    let (first, second, watcher) = (open().await, open().await, open().await);
+    let touch =
+        |text: &str| format!("UPDATE memories SET updated_at = updated_at WHERE text = '{text}'");
+    let mark = "SELECT write_mark FROM scopes WHERE user_id = 'alice'";
+
+    first.batch_execute("BEGIN").await.unwrap();
+    first.batch_execute(&touch("likes kiwi")).await.unwrap();
+    // The second writer changes another memory of the scope and waits for
+    // the scope's row inside its trigger.
+    let waiting = tokio::spawn(async move {
+        second.batch_execute(&touch("likes plums")).await.unwrap();
+    });
+    let started = Instant::now();
+    while watcher
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE '%likes plums%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the second writer never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The first writer marks again, after the waiting writer's first draw.
+    first.batch_execute(&touch("likes kiwi")).await.unwrap();
+    let first_mark: i64 = first.query_one(mark, &[]).await.unwrap().get(0);
+    first.batch_execute("COMMIT").await.unwrap();
+    waiting.await.unwrap();
+    let last: i64 = watcher.query_one(mark, &[]).await.unwrap().get(0);
+    assert!(
+        last > first_mark,
+        "the writer that committed last left mark {last}, below the first writer's {first_mark}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
