@@ -479,6 +479,9 @@ impl DistillQueue for PostgresBackend {
         Ok(jobs)
     }
 
+    /// The facts the store's recall finds with the job's turns as the query
+    /// (hybrid with an embedder, else by words), and the scope's newest
+    /// current distilled facts (as on `local`).
     async fn related_facts(&self, job: &DistillJob, limit: usize) -> Result<Vec<Fact>> {
         let mut query = String::new();
         for turn in &job.turns {
@@ -501,27 +504,37 @@ impl DistillQueue for PostgresBackend {
             .filter_map(|hit| parse_memory_citation(&hit.id))
             .take(limit)
             .collect();
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
         let scope = Scope::of(&job.caller);
         let client = self.client().await?;
-        let sql = format!(
-            "SELECT {FACT_COLUMNS} FROM memories
-             WHERE id = ANY($1) AND scope_id = (SELECT id FROM scopes WHERE user_id = $2 AND peer = $3)
-             AND state = 'active' AND superseded_by IS NULL"
-        );
-        let mut facts: Vec<Fact> = self
+        let current = "scope_id = (SELECT id FROM scopes WHERE user_id = $2 AND peer = $3)
+             AND state = 'active' AND superseded_by IS NULL";
+        let sql = format!("SELECT {FACT_COLUMNS} FROM memories WHERE id = ANY($1) AND {current}");
+        let mut ranked: Vec<Fact> = self
             .rows(&client, &sql, &[&ids, &scope.user, &scope.peer])
             .await?
             .iter()
             .map(fact_from_row)
             .collect();
         // In the ranking's order.
-        facts.sort_by_key(|f| {
+        ranked.sort_by_key(|f| {
             parse_memory_citation(&f.id).and_then(|n| ids.iter().position(|i| *i == n))
         });
-        Ok(facts)
+        let sql = format!(
+            "SELECT {FACT_COLUMNS} FROM memories WHERE {current} AND origin = 'distilled'
+             ORDER BY id DESC LIMIT $1"
+        );
+        let newest: Vec<Fact> = self
+            .rows(&client, &sql, &[&(limit as i64), &scope.user, &scope.peer])
+            .await?
+            .iter()
+            .map(fact_from_row)
+            .collect();
+        Ok(memgate_core::distill::with_newest_distilled(
+            ranked,
+            newest,
+            limit,
+            self.vectors.is_some(),
+        ))
     }
 
     async fn apply(&self, job: &DistillJob, operations: &[Operation]) -> Result<Applied> {
