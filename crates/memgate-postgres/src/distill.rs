@@ -328,47 +328,7 @@ impl PostgresBackend {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        let bare: Vec<i64> = self
-            .rows(
-                c,
-                "SELECT m.id FROM memories m WHERE m.id = ANY($1) AND m.origin = 'distilled'
-                 AND NOT EXISTS (SELECT 1 FROM memory_sources s WHERE s.memory_id = m.id)",
-                &[&touched],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        self.erase_memories(c, &bare).await
-    }
-
-    /// Erases memories `ids` (any state) with their history; facts they
-    /// superseded no longer name them. Returns (facts, versions).
-    pub(crate) async fn erase_memories(
-        &self,
-        c: &impl GenericClient,
-        ids: &[i64],
-    ) -> Result<(usize, usize)> {
-        if ids.is_empty() {
-            return Ok((0, 0));
-        }
-        let versions = self
-            .exec(
-                c,
-                "DELETE FROM memory_history WHERE memory_id = ANY($1)",
-                &[&ids],
-            )
-            .await?;
-        self.exec(
-            c,
-            "UPDATE memories SET superseded_by = NULL WHERE superseded_by = ANY($1)",
-            &[&ids],
-        )
-        .await?;
-        let facts = self
-            .exec(c, "DELETE FROM memories WHERE id = ANY($1)", &[&ids])
-            .await?;
-        Ok((facts as usize, versions as usize))
+        crate::forget::erase_bare_distilled(c, &self.config, &touched).await
     }
 
     /// A distilled fact's line (and search hit) names the turns it rests

@@ -388,7 +388,7 @@ impl MemoryStore {
         let Some(age) = self.config.max_turn_age else {
             return Ok(0);
         };
-        let before = forget::cutoff(now, age);
+        let before = memgate_core::forget::retention_cutoff(now, age);
         let mut erased = 0;
         for _ in 0..SWEEP_MAX_BATCHES {
             let batch = self
