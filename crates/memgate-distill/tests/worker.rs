@@ -937,3 +937,118 @@ async fn postgres_a_job_held_by_a_dead_worker_is_taken_after_its_lease() {
     assert_eq!(model.requests().len(), 1);
     assert_eq!(other.list_facts(&dana("t1"), true).await.unwrap().len(), 1);
 }
+
+/// With an embedder, related facts are found by meaning: "We moved to
+/// Porto" shares no word with "Dana lives in Lisbon", and three distilled
+/// facts are newer than it, so without an embedder the two shown are the
+/// newest (the old residence is not among them); with all-MiniLM-L6-v2
+/// the hybrid ranking shows it, and the job supersedes it.
+#[tokio::test]
+#[ignore = "needs all-MiniLM-L6-v2: MEMGATE_TEST_MINILM_DIR=$(testkit/minilm)"]
+async fn local_with_an_embedder_finds_the_fact_a_change_supersedes_by_meaning() {
+    let [model_dir] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_MINILM_DIR"]);
+    let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
+        "text": "Dana lives in Porto", "confidence": 0.8, "sources": ["turn_5"]});
+    let model = ScriptedModel::start(
+        json!([
+            rule("Dana lives in Lisbon", answer(vec![supersede])),
+            rule(
+                "Porto",
+                answer(vec![add("Dana lives in Porto", &["turn_5"])])
+            ),
+        ]),
+        &[],
+    );
+    let embedder = memgate_store::config::EmbedderSettings::parse(
+        &json!({"kind": "local", "model_path": model_dir}),
+    )
+    .unwrap();
+    let mut shown_by = Vec::new();
+    for embedder in [None, Some(embedder)] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LocalConfig {
+            distill: Some(LIMITS),
+            ..LocalConfig::default()
+        };
+        let mut store =
+            memgate_store::MemoryStore::open(dir.path().join("memgate.sqlite3"), config).unwrap();
+        if let Some(embedder) = &embedder {
+            store = store.with_embedder(embedder.build().unwrap());
+        }
+        let backend = Arc::new(LocalBackend::from_store(store));
+        // The old residence first, then three newer, unrelated facts,
+        // applied as a model would have.
+        let said = [
+            ("march", "I live in Lisbon.", "Dana lives in Lisbon"),
+            (
+                "chess",
+                "I play chess on Sundays.",
+                "Dana plays chess on Sundays",
+            ),
+            ("dog", "My dog is called Rex.", "Dana's dog is called Rex"),
+            (
+                "tea",
+                "I drink green tea every morning.",
+                "Dana drinks green tea",
+            ),
+        ];
+        for (i, (thread, turn, fact)) in said.iter().enumerate() {
+            capture(backend.as_ref(), thread, &[turn]).await;
+            let job = backend.next_jobs(1, &[]).await.unwrap().remove(0);
+            let op = memgate_core::distill::Operation::Add(memgate_core::distill::ProposedFact {
+                kind: "fact".into(),
+                text: (*fact).into(),
+                confidence: 0.9,
+                sources: vec![format!("turn_{}", i + 1)],
+            });
+            backend.apply(&job, &[op]).await.unwrap();
+        }
+        if embedder.is_some() {
+            // Every turn and fact embedded now, not by the background indexer.
+            backend.store().index_all_vectors(64).unwrap();
+        }
+        capture(
+            backend.as_ref(),
+            "november",
+            &["We moved to Porto last week."],
+        )
+        .await;
+        let queue: Arc<dyn DistillQueue> = backend.clone();
+        let mut settings = settings(&model);
+        settings.related_facts = 2;
+        let report = Arc::new(
+            memgate_distill::distiller(queue, &settings, &no_env())
+                .unwrap()
+                .with_backoff(Duration::ZERO),
+        )
+        .run_until_idle()
+        .await
+        .unwrap();
+        let sent = model.requests();
+        let data: Value = serde_json::from_str(
+            sent.last().unwrap()["messages"][1]["content"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        let shown: Vec<String> = data["current_facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["text"].as_str().unwrap().to_owned())
+            .collect();
+        shown_by.push((shown, report.facts_superseded));
+    }
+    let (without, superseded_without) = &shown_by[0];
+    assert!(
+        !without.contains(&"Dana lives in Lisbon".to_owned()),
+        "{without:?}"
+    );
+    assert_eq!(*superseded_without, 0);
+    let (with, superseded_with) = &shown_by[1];
+    assert!(
+        with.contains(&"Dana lives in Lisbon".to_owned()),
+        "{with:?}"
+    );
+    assert_eq!(*superseded_with, 1);
+}
