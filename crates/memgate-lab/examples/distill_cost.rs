@@ -1,4 +1,4 @@
-//! `cargo run --release -p memgate-lab --example distill_cost -- [--store local|postgres] [FACTS...]`:
+//! `cargo run --release -p memgate-lab --example distill_cost -- [--store local|postgres] [--queue-only] [FACTS...]`:
 //! what distillation costs, against testkit's scripted model standing in
 //! for the model (a real HTTP endpoint on loopback that answers every job
 //! with no operations and reports `usage` estimated from the request,
@@ -18,6 +18,9 @@
 //!
 //! `--store postgres` uses the cluster of `testkit/postgres-up`
 //! (`MEMGATE_TEST_POSTGRES_DSN`), a schema of its own per store.
+//! `--queue-only` runs no worker in the "on" store: its captures queue
+//! jobs and nothing takes them, which tells the write path's own cost
+//! from the load of the worker running beside it.
 
 use memgate_assembly::{AssembledBackend, Deadlines, Gates};
 use memgate_core::distill::{DistillQueue, QueueLimits};
@@ -177,7 +180,7 @@ async fn recalls(http: &reqwest::Client, base: &str, user: &Caller) -> Vec<Durat
     took
 }
 
-async fn measure(store: &Store, facts: usize, settings: &DistillSettings) -> Row {
+async fn measure(store: &Store, facts: usize, settings: &DistillSettings, worker: bool) -> Row {
     let user = Caller::new("dana");
     let http = reqwest::Client::new();
     // Off: no queue, no worker.
@@ -199,15 +202,17 @@ async fn measure(store: &Store, facts: usize, settings: &DistillSettings) -> Row
     let distiller =
         Arc::new(memgate_distill::distiller(on.queue.clone(), settings, &no_env).unwrap());
     let stats: Arc<DistillStats> = Arc::clone(distiller.stats());
-    let assembled = Arc::new(
-        AssembledBackend::new(on.backend.clone(), Gates::default(), Deadlines::default())
-            .with_distiller(Worker::start(distiller).unwrap()),
-    );
+    let mut assembled =
+        AssembledBackend::new(on.backend.clone(), Gates::default(), Deadlines::default());
+    if worker {
+        assembled = assembled.with_distiller(Worker::start(distiller).unwrap());
+    }
+    let assembled = Arc::new(assembled);
     let base = serve(Arc::clone(&assembled)).await;
     let capture_on = capture_turns(&http, &base, &user).await;
     let recall_on = recalls(&http, &base, &user).await;
     let deadline = Instant::now() + Duration::from_secs(300);
-    while on.queue.queue_figures("-").await.unwrap().queued > 0 {
+    while worker && on.queue.queue_figures("-").await.unwrap().queued > 0 {
         assert!(Instant::now() < deadline, "the queue did not drain");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -245,6 +250,9 @@ async fn main() {
             _ => panic!("--store must be local or postgres"),
         },
     };
+    // `--queue-only`: "on" queues jobs with each capture but runs no
+    // worker, to tell the write path's own cost from the worker's load.
+    let worker = !args.iter().any(|a| a == "--queue-only");
     let mut sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     if sizes.is_empty() {
         sizes = vec![100, 1_000, 10_000];
@@ -264,15 +272,20 @@ async fn main() {
     };
     println!(
         "distillation cost on {name} per 100 captured turns over HTTP ({THREADS} threads x \
-         {ROUNDS} captures of 2 messages; related_facts {}; tokens = request chars / 4)",
-        settings.related_facts
+         {ROUNDS} captures of 2 messages; related_facts {}; tokens = request chars / 4){}",
+        settings.related_facts,
+        if worker {
+            ""
+        } else {
+            "; on = queue only, no worker"
+        }
     );
     println!(
         "{:>7} {:>6} {:>10} {:>10} | capture p50/p99 ms off -> on | recall p50/p99 ms off -> on",
         "facts", "calls", "prompt_tok", "compl_tok"
     );
     for facts in sizes {
-        let r = measure(&store, facts, &settings).await;
+        let r = measure(&store, facts, &settings, worker).await;
         println!(
             "{:>7} {:>6} {:>10} {:>10} | {:.2}/{:.2} -> {:.2}/{:.2} | {:.2}/{:.2} -> {:.2}/{:.2}",
             r.facts,
