@@ -186,6 +186,43 @@ pub fn check_supersedable(i: usize, named: &str, target: Option<SupersedeTarget>
     }
 }
 
+/// The facts a job is shown, `limit` in all: `ranked` (what the store's
+/// recall found with the job's turns as the query, most related first) and
+/// `newest` (the scope's newest current distilled facts, newest first).
+///
+/// Recall by words finds no fact for a turn that changes it without naming
+/// the old value ("we moved to Porto" against "lives in Lisbon"), and in a
+/// large store its words always find *some* facts, so when the ranking is
+/// by words alone (`by_meaning` false) half the room is kept for the newest
+/// distilled facts: the ones such a turn most likely changes, and the only
+/// ones a job may supersede. A hybrid ranking (an embedder) finds by
+/// meaning and gets the whole room; either side's unused room goes to the
+/// other. The ranking's share comes first, so the newest are dropped
+/// first when the prompt must shrink.
+pub fn with_newest_distilled(
+    ranked: Vec<Fact>,
+    newest: Vec<Fact>,
+    limit: usize,
+    by_meaning: bool,
+) -> Vec<Fact> {
+    let reserved = if by_meaning { 0 } else { limit / 2 };
+    let mut shown: Vec<Fact> = Vec::with_capacity(limit);
+    let take = |shown: &mut Vec<Fact>, facts: &[Fact], up_to: usize| {
+        for fact in facts {
+            if shown.len() >= up_to {
+                break;
+            }
+            if !shown.iter().any(|f| f.id == fact.id) {
+                shown.push(fact.clone());
+            }
+        }
+    };
+    take(&mut shown, &ranked, limit - reserved);
+    take(&mut shown, &newest, limit);
+    take(&mut shown, &ranked, limit);
+    shown
+}
+
 /// What applying a job did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
@@ -281,4 +318,39 @@ pub trait DistillQueue: Send + Sync {
     /// Queues every captured turn no job covers yet (threads captured
     /// before distillation was turned on); how many threads got work.
     async fn queue_backfill(&self) -> Result<usize>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fact(id: &str) -> Fact {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "kind": "fact", "text": id, "state": "active", "version": 1,
+            "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+        }))
+        .unwrap()
+    }
+
+    fn ids(facts: &[Fact]) -> Vec<&str> {
+        facts.iter().map(|f| f.id.as_str()).collect()
+    }
+
+    #[test]
+    fn related_facts_keep_room_for_the_newest_distilled_unless_ranked_by_meaning() {
+        let ranked = vec![fact("mem_3"), fact("mem_1"), fact("mem_2")];
+        let newest = vec![fact("mem_9"), fact("mem_3"), fact("mem_8"), fact("mem_7")];
+        // By words: half the room for the newest distilled facts.
+        let shown = with_newest_distilled(ranked.clone(), newest.clone(), 4, false);
+        assert_eq!(ids(&shown), ["mem_3", "mem_1", "mem_9", "mem_8"]);
+        // By meaning: the ranking first, the newest only in unused room.
+        let shown = with_newest_distilled(ranked.clone(), newest.clone(), 4, true);
+        assert_eq!(ids(&shown), ["mem_3", "mem_1", "mem_2", "mem_9"]);
+        // Unused room on one side goes to the other.
+        let shown = with_newest_distilled(Vec::new(), newest.clone(), 2, false);
+        assert_eq!(ids(&shown), ["mem_9", "mem_3"]);
+        let shown = with_newest_distilled(ranked, vec![fact("mem_9")], 4, false);
+        assert_eq!(ids(&shown), ["mem_3", "mem_1", "mem_9", "mem_2"]);
+        assert!(with_newest_distilled(Vec::new(), newest, 0, false).is_empty());
+    }
 }

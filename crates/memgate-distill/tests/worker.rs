@@ -626,12 +626,13 @@ async fn erasure_follows_provenance(place: Place) {
     let model = ScriptedModel::start(
         json!([
             rule("two now", answer(vec![supersede])),
+            // Keyed on the turns' words: the prompt also shows the newest facts.
             rule(
-                "dog",
+                "My dog",
                 answer(vec![add("Dana's dog is called Rex", &["turn_1"])])
             ),
             rule(
-                "violin",
+                "I play the violin",
                 answer(vec![add("Dana plays the violin", &["turn_2"])])
             ),
         ]),
@@ -708,6 +709,103 @@ async fn the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store
     );
 }
 
+/// "We moved to Porto" names nothing of "Dana lives in Lisbon", so recall
+/// by words finds no related fact; the scope's newest distilled facts are
+/// shown too, and the scripted model supersedes the old fact only when it
+/// is shown (it adds a second residence otherwise, as a model would).
+async fn a_change_that_does_not_name_the_old_value_supersedes_it(place: Place) {
+    let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
+        "text": "Dana lives in Porto", "confidence": 0.8, "sources": ["turn_2"]});
+    let model = ScriptedModel::start(
+        json!([
+            rule("Dana lives in Lisbon", answer(vec![supersede])),
+            rule(
+                "Lisbon",
+                answer(vec![add("Dana lives in Lisbon", &["turn_1"])])
+            ),
+            rule(
+                "Porto",
+                answer(vec![add("Dana lives in Porto", &["turn_2"])])
+            ),
+        ]),
+        &[],
+    );
+    let backend = place.open().await;
+    let mut settings = settings(&model);
+    settings.related_facts = 3;
+    let run = distiller(&backend, &settings);
+    capture(backend.as_ref(), "march", &["I live in Lisbon."]).await;
+    run.run_until_idle().await.unwrap();
+    // Explicit facts the new turn's words do find: they come first, and the
+    // prompt stays within `related_facts`.
+    for text in [
+        "We moved the piano",
+        "Last week was busy",
+        "Week plans: move",
+    ] {
+        let request = RememberRequest::new("fact", text).unwrap();
+        backend.remember(&dana("x"), &request).await.unwrap();
+    }
+    capture(
+        backend.as_ref(),
+        "november",
+        &["We moved to Porto last week."],
+    )
+    .await;
+    let report = run.run_until_idle().await.unwrap();
+    assert_eq!(
+        (report.applied, report.facts_superseded),
+        (1, 1),
+        "{report:?}"
+    );
+
+    let sent = model.requests();
+    let data: Value =
+        serde_json::from_str(sent[1]["messages"][1]["content"].as_str().unwrap()).unwrap();
+    let shown: Vec<&str> = data["current_facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(shown.len(), 3, "{shown:?}");
+    assert!(shown.contains(&"Dana lives in Lisbon"), "{shown:?}");
+    assert!(!data["new_turns"].to_string().contains("Lisbon"));
+
+    let caller = dana("november");
+    let old = backend.get_fact(&caller, "mem_1").await.unwrap();
+    assert!(!old.is_current());
+    assert!(old.valid_to.is_some());
+    let new_id = old.superseded_by.clone().expect("closed by its successor");
+    let new = backend.get_fact(&caller, &new_id).await.unwrap();
+    assert_eq!(new.text, "Dana lives in Porto");
+    assert!(new.is_current());
+    let current: Vec<String> = backend
+        .list_facts(&caller, false)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|f| f.origin == FactOrigin::Distilled)
+        .map(|f| f.text)
+        .collect();
+    assert_eq!(current, ["Dana lives in Porto"]);
+    for query in [Some("where does Dana live".to_owned()), None] {
+        let block = backend
+            .recall(&RecallRequest {
+                caller: dana("later"),
+                query,
+            })
+            .await
+            .unwrap();
+        assert!(
+            block.text.contains(&format!("[{new_id}]")),
+            "{}",
+            block.text
+        );
+        assert!(!block.text.contains("[mem_1]"), "{}", block.text);
+    }
+}
+
 async fn the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day(place: Place) {
     let model = ScriptedModel::start(
         json!([{"when": {"always": true}, "reply": {"content": answer(vec![]),
@@ -751,6 +849,7 @@ on_both_stores!(
     secrets_in_a_captured_turn_and_the_endpoint_key_never_reach_the_prompt_or_a_reason,
     erasure_follows_provenance,
     the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store,
+    a_change_that_does_not_name_the_old_value_supersedes_it,
     the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day,
 );
 
@@ -837,4 +936,119 @@ async fn postgres_a_job_held_by_a_dead_worker_is_taken_after_its_lease() {
     assert_eq!((report.applied, report.facts_added), (1, 1));
     assert_eq!(model.requests().len(), 1);
     assert_eq!(other.list_facts(&dana("t1"), true).await.unwrap().len(), 1);
+}
+
+/// With an embedder, related facts are found by meaning: "We moved to
+/// Porto" shares no word with "Dana lives in Lisbon", and three distilled
+/// facts are newer than it, so without an embedder the two shown are the
+/// newest (the old residence is not among them); with all-MiniLM-L6-v2
+/// the hybrid ranking shows it, and the job supersedes it.
+#[tokio::test]
+#[ignore = "needs all-MiniLM-L6-v2: MEMGATE_TEST_MINILM_DIR=$(testkit/minilm)"]
+async fn local_with_an_embedder_finds_the_fact_a_change_supersedes_by_meaning() {
+    let [model_dir] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_MINILM_DIR"]);
+    let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
+        "text": "Dana lives in Porto", "confidence": 0.8, "sources": ["turn_5"]});
+    let model = ScriptedModel::start(
+        json!([
+            rule("Dana lives in Lisbon", answer(vec![supersede])),
+            rule(
+                "Porto",
+                answer(vec![add("Dana lives in Porto", &["turn_5"])])
+            ),
+        ]),
+        &[],
+    );
+    let embedder = memgate_store::config::EmbedderSettings::parse(
+        &json!({"kind": "local", "model_path": model_dir}),
+    )
+    .unwrap();
+    let mut shown_by = Vec::new();
+    for embedder in [None, Some(embedder)] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LocalConfig {
+            distill: Some(LIMITS),
+            ..LocalConfig::default()
+        };
+        let mut store =
+            memgate_store::MemoryStore::open(dir.path().join("memgate.sqlite3"), config).unwrap();
+        if let Some(embedder) = &embedder {
+            store = store.with_embedder(embedder.build().unwrap());
+        }
+        let backend = Arc::new(LocalBackend::from_store(store));
+        // The old residence first, then three newer, unrelated facts,
+        // applied as a model would have.
+        let said = [
+            ("march", "I live in Lisbon.", "Dana lives in Lisbon"),
+            (
+                "chess",
+                "I play chess on Sundays.",
+                "Dana plays chess on Sundays",
+            ),
+            ("dog", "My dog is called Rex.", "Dana's dog is called Rex"),
+            (
+                "tea",
+                "I drink green tea every morning.",
+                "Dana drinks green tea",
+            ),
+        ];
+        for (i, (thread, turn, fact)) in said.iter().enumerate() {
+            capture(backend.as_ref(), thread, &[turn]).await;
+            let job = backend.next_jobs(1, &[]).await.unwrap().remove(0);
+            let op = memgate_core::distill::Operation::Add(memgate_core::distill::ProposedFact {
+                kind: "fact".into(),
+                text: (*fact).into(),
+                confidence: 0.9,
+                sources: vec![format!("turn_{}", i + 1)],
+            });
+            backend.apply(&job, &[op]).await.unwrap();
+        }
+        if embedder.is_some() {
+            // Every turn and fact embedded now, not by the background indexer.
+            backend.store().index_all_vectors(64).unwrap();
+        }
+        capture(
+            backend.as_ref(),
+            "november",
+            &["We moved to Porto last week."],
+        )
+        .await;
+        let queue: Arc<dyn DistillQueue> = backend.clone();
+        let mut settings = settings(&model);
+        settings.related_facts = 2;
+        let report = Arc::new(
+            memgate_distill::distiller(queue, &settings, &no_env())
+                .unwrap()
+                .with_backoff(Duration::ZERO),
+        )
+        .run_until_idle()
+        .await
+        .unwrap();
+        let sent = model.requests();
+        let data: Value = serde_json::from_str(
+            sent.last().unwrap()["messages"][1]["content"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        let shown: Vec<String> = data["current_facts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["text"].as_str().unwrap().to_owned())
+            .collect();
+        shown_by.push((shown, report.facts_superseded));
+    }
+    let (without, superseded_without) = &shown_by[0];
+    assert!(
+        !without.contains(&"Dana lives in Lisbon".to_owned()),
+        "{without:?}"
+    );
+    assert_eq!(*superseded_without, 0);
+    let (with, superseded_with) = &shown_by[1];
+    assert!(
+        with.contains(&"Dana lives in Lisbon".to_owned()),
+        "{with:?}"
+    );
+    assert_eq!(*superseded_with, 1);
 }

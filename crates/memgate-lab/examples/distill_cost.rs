@@ -1,23 +1,34 @@
-//! `cargo run --release -p memgate-lab --example distill_cost -- [FACTS...]`:
-//! what distillation costs, against testkit's scripted model (a real HTTP
-//! endpoint on loopback that answers every job with no operations and
-//! reports `usage` estimated from the request, characters / 4).
+//! `cargo run --release -p memgate-lab --example distill_cost -- [--store local|postgres] [--queue-only] [FACTS...]`:
+//! what distillation costs, against testkit's scripted model standing in
+//! for the model (a real HTTP endpoint on loopback that answers every job
+//! with no operations and reports `usage` estimated from the request,
+//! characters / 4).
 //!
 //! For each store size (default 100, 1000 and 10000 current facts in the
-//! scope) a local store captures 100 turns (10 threads, 5 captures each of
-//! a user and an assistant message) with distillation off, then a fresh
-//! one with it on and the background worker running, as `memgate serve`
-//! runs it. Printed per size: model calls and prompt / completion tokens
-//! per 100 captured turns (they should not grow with the facts: the prompt
-//! carries at most `related_facts` of them), and capture latency and
-//! recall p50 / p99 with distillation off and on in the same run.
+//! scope) a fresh store captures 100 turns (10 threads, 5 captures each of
+//! a user and an assistant message) with distillation off, then another
+//! with it on and the background worker running. Both are served as
+//! `memgate serve` serves them (the assembled backend behind the HTTP
+//! router on a loopback port) and every capture and recall is a `POST` to
+//! `/v1/capture` or `/v1/recall`: the boundary a user crosses. Printed per
+//! size: model calls and prompt / completion tokens per 100 captured turns
+//! (they should not grow with the facts: the prompt carries at most
+//! `related_facts` of them), and capture and recall p50 / p99 with
+//! distillation off and on in the same run.
+//!
+//! `--store postgres` uses the cluster of `testkit/postgres-up`
+//! (`MEMGATE_TEST_POSTGRES_DSN`), a schema of its own per store.
+//! `--queue-only` runs no worker in the "on" store: its captures queue
+//! jobs and nothing takes them, which tells the write path's own cost
+//! from the load of the worker running beside it.
 
+use memgate_assembly::{AssembledBackend, Deadlines, Gates};
 use memgate_core::distill::{DistillQueue, QueueLimits};
-use memgate_core::{
-    Caller, CaptureKind, CaptureRequest, MemoryBackend, MemoryExport, Message, RecallRequest,
-};
-use memgate_distill::{DistillSettings, Worker};
+use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, MemoryExport, Message};
+use memgate_distill::{DistillSettings, DistillStats, Worker};
 use memgate_lab::process::percentile_ms;
+use memgate_postgres::{PostgresBackend, PostgresConfig};
+use memgate_server::{router, ServerState};
 use memgate_store::config::LocalConfig;
 use memgate_store::LocalBackend;
 use memgate_testsupport::scripted_model::ScriptedModel;
@@ -34,6 +45,12 @@ const TOPICS: [&str; 10] = [
     "painting",
 ];
 
+/// Where the stores live.
+enum Store {
+    Local,
+    Postgres { dsn: String },
+}
+
 /// One size's figures.
 struct Row {
     facts: usize,
@@ -46,20 +63,59 @@ struct Row {
     recall_on: Vec<Duration>,
 }
 
-fn open(dir: &std::path::Path, distill: bool) -> Arc<LocalBackend> {
-    let config = LocalConfig {
-        distill: distill.then_some(QueueLimits {
-            max_turns_per_job: 32,
-            max_queued_jobs: 10_000,
-            lease: std::time::Duration::from_secs(300),
-        }),
-        ..LocalConfig::default()
-    };
-    Arc::new(LocalBackend::open(dir.join("memgate.sqlite3"), config).unwrap())
+/// A store with its queue, and what keeps its files alive.
+struct Opened {
+    backend: Arc<dyn MemoryBackend>,
+    queue: Arc<dyn DistillQueue>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn open(store: &Store, limits: Option<QueueLimits>) -> Opened {
+    match store {
+        Store::Local => {
+            let dir = tempfile::tempdir().unwrap();
+            let config = LocalConfig {
+                distill: limits,
+                ..LocalConfig::default()
+            };
+            let backend =
+                Arc::new(LocalBackend::open(dir.path().join("memgate.sqlite3"), config).unwrap());
+            Opened {
+                backend: backend.clone(),
+                queue: backend,
+                _dir: Some(dir),
+            }
+        }
+        Store::Postgres { dsn } => {
+            let config = PostgresConfig::for_dsn(dsn)
+                .unwrap()
+                .with_schema(&memgate_testsupport::real::unique_schema("distill_cost"))
+                .unwrap();
+            let mut backend = PostgresBackend::new(config).unwrap();
+            if let Some(limits) = limits {
+                backend = backend.with_distill(limits);
+            }
+            let backend = Arc::new(backend);
+            Opened {
+                backend: backend.clone(),
+                queue: backend,
+                _dir: None,
+            }
+        }
+    }
+}
+
+/// Serves `assembled` as `memgate serve` does, on a loopback port.
+async fn serve(assembled: Arc<AssembledBackend>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = router(ServerState::new(assembled));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
 }
 
 /// `n` current explicit facts in the scope, in one import.
-async fn seed(store: &LocalBackend, caller: &Caller, n: usize) {
+async fn seed(store: &dyn MemoryBackend, caller: &Caller, n: usize) {
     let now = memgate_core::time::now_rfc3339();
     let facts = (1..=n)
         .map(|i| {
@@ -78,8 +134,19 @@ async fn seed(store: &LocalBackend, caller: &Caller, n: usize) {
         .unwrap();
 }
 
-/// 100 captured turns; each capture's latency.
-async fn capture_turns(store: &LocalBackend, user: &Caller) -> Vec<Duration> {
+/// One timed `POST`; the answer must be a success.
+async fn post(http: &reqwest::Client, url: &str, body: &impl serde::Serialize) -> Duration {
+    let started = Instant::now();
+    let response = http.post(url).json(body).send().await.unwrap();
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    let took = started.elapsed();
+    assert!(status.is_success(), "{url}: {status} {text}");
+    took
+}
+
+/// 100 captured turns over HTTP; each capture's latency.
+async fn capture_turns(http: &reqwest::Client, base: &str, user: &Caller) -> Vec<Duration> {
     let mut history: Vec<Vec<Message>> = vec![Vec::new(); THREADS];
     let mut took = Vec::new();
     for round in 0..ROUNDS {
@@ -95,56 +162,63 @@ async fn capture_turns(store: &LocalBackend, user: &Caller) -> Vec<Duration> {
                 kind: CaptureKind::AfterTurn,
                 trace_id: None,
             };
-            let started = Instant::now();
-            store.capture(&request).await.unwrap();
-            took.push(started.elapsed());
+            took.push(post(http, &format!("{base}/v1/capture"), &request).await);
         }
     }
     took
 }
 
-async fn recalls(store: &LocalBackend, user: &Caller) -> Vec<Duration> {
+async fn recalls(http: &reqwest::Client, base: &str, user: &Caller) -> Vec<Duration> {
     let mut took = Vec::new();
     for i in 0..RECALLS {
-        let request = RecallRequest {
+        let request = memgate_core::RecallRequest {
             caller: user.clone().with_thread("recall"),
             query: Some(format!("what about my {}", TOPICS[i % TOPICS.len()])),
         };
-        let started = Instant::now();
-        store.recall(&request).await.unwrap();
-        took.push(started.elapsed());
+        took.push(post(http, &format!("{base}/v1/recall"), &request).await);
     }
     took
 }
 
-async fn measure(facts: usize, settings: &DistillSettings) -> Row {
+async fn measure(store: &Store, facts: usize, settings: &DistillSettings, worker: bool) -> Row {
     let user = Caller::new("dana");
+    let http = reqwest::Client::new();
     // Off: no queue, no worker.
-    let off_dir = tempfile::tempdir().unwrap();
-    let off = open(off_dir.path(), false);
-    seed(&off, &user, facts).await;
-    let capture_off = capture_turns(&off, &user).await;
-    let recall_off = recalls(&off, &user).await;
+    let off = open(store, None);
+    seed(off.backend.as_ref(), &user, facts).await;
+    let assembled = Arc::new(AssembledBackend::new(
+        off.backend.clone(),
+        Gates::default(),
+        Deadlines::default(),
+    ));
+    let base = serve(assembled).await;
+    let capture_off = capture_turns(&http, &base, &user).await;
+    let recall_off = recalls(&http, &base, &user).await;
 
     // On: the queue fills in the captures, the worker runs meanwhile.
-    let on_dir = tempfile::tempdir().unwrap();
-    let on = open(on_dir.path(), true);
-    seed(&on, &user, facts).await;
-    let queue: Arc<dyn DistillQueue> = on.clone();
+    let on = open(store, settings.queue_limits());
+    seed(on.backend.as_ref(), &user, facts).await;
     let no_env: memgate_core::setup::EnvSource = Arc::new(|_| None);
-    let distiller = Arc::new(memgate_distill::distiller(queue, settings, &no_env).unwrap());
-    let stats = Arc::clone(distiller.stats());
-    let mut worker = Worker::start(distiller).unwrap();
-    let capture_on = capture_turns(&on, &user).await;
-    let recall_on = recalls(&on, &user).await;
+    let distiller =
+        Arc::new(memgate_distill::distiller(on.queue.clone(), settings, &no_env).unwrap());
+    let stats: Arc<DistillStats> = Arc::clone(distiller.stats());
+    let mut assembled =
+        AssembledBackend::new(on.backend.clone(), Gates::default(), Deadlines::default());
+    if worker {
+        assembled = assembled.with_distiller(Worker::start(distiller).unwrap());
+    }
+    let assembled = Arc::new(assembled);
+    let base = serve(Arc::clone(&assembled)).await;
+    let capture_on = capture_turns(&http, &base, &user).await;
+    let recall_on = recalls(&http, &base, &user).await;
     let deadline = Instant::now() + Duration::from_secs(300);
-    while on.queue_figures("-").await.unwrap().queued > 0 {
+    while worker && on.queue.queue_figures("-").await.unwrap().queued > 0 {
         assert!(Instant::now() < deadline, "the queue did not drain");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(worker.stop(Duration::from_secs(10)));
-    let figures = on.queue_figures("-").await.unwrap();
+    let figures = on.queue.queue_figures("-").await.unwrap();
     assert_eq!(figures.parked, 0, "a job was parked");
+    assembled.drain(Duration::from_secs(10)).await;
     Row {
         facts,
         calls: stats.calls.load(Ordering::Relaxed),
@@ -165,10 +239,21 @@ fn p(samples: &[Duration], q: f64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let mut sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let store = match args.iter().position(|a| a == "--store") {
+        None => Store::Local,
+        Some(i) => match args.get(i + 1).map(String::as_str) {
+            Some("local") => Store::Local,
+            Some("postgres") => Store::Postgres {
+                dsn: memgate_testsupport::real::postgres_dsn(),
+            },
+            _ => panic!("--store must be local or postgres"),
+        },
+    };
+    // `--queue-only`: "on" queues jobs with each capture but runs no
+    // worker, to tell the write path's own cost from the worker's load.
+    let worker = !args.iter().any(|a| a == "--queue-only");
+    let mut sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     if sizes.is_empty() {
         sizes = vec![100, 1_000, 10_000];
     }
@@ -181,17 +266,26 @@ async fn main() {
         "enabled": true, "base_url": model.url, "model": "scripted",
     })))
     .unwrap();
+    let name = match store {
+        Store::Local => "local",
+        Store::Postgres { .. } => "postgres",
+    };
     println!(
-        "distillation cost per 100 captured turns ({THREADS} threads x {ROUNDS} captures of 2 \
-         messages; related_facts {}; tokens = request chars / 4)",
-        settings.related_facts
+        "distillation cost on {name} per 100 captured turns over HTTP ({THREADS} threads x \
+         {ROUNDS} captures of 2 messages; related_facts {}; tokens = request chars / 4){}",
+        settings.related_facts,
+        if worker {
+            ""
+        } else {
+            "; on = queue only, no worker"
+        }
     );
     println!(
         "{:>7} {:>6} {:>10} {:>10} | capture p50/p99 ms off -> on | recall p50/p99 ms off -> on",
         "facts", "calls", "prompt_tok", "compl_tok"
     );
     for facts in sizes {
-        let r = measure(facts, &settings).await;
+        let r = measure(&store, facts, &settings, worker).await;
         println!(
             "{:>7} {:>6} {:>10} {:>10} | {:.2}/{:.2} -> {:.2}/{:.2} | {:.2}/{:.2} -> {:.2}/{:.2}",
             r.facts,

@@ -176,7 +176,8 @@ fn locomo_eval_with_an_endpoint_runs_the_configured_model_and_counts_its_tokens(
         "text": "Ann has a greyhound named Comet", "confidence": 0.8, "sources": ["turn_1"]}]});
     let model = ScriptedModel::start(
         json!([
-            {"when": {"user_contains": "greyhound named Comet"},
+            // The turn's words, not the fact's: later prompts show the fact.
+            {"when": {"user_contains": "adopted a greyhound"},
              "reply": {"content": add.to_string(),
                        "usage": {"prompt_tokens": 100, "completion_tokens": 20}}},
             {"when": {"always": true},

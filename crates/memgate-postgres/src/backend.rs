@@ -57,6 +57,13 @@ pub struct PostgresBackend {
     pub(crate) claimer: String,
     /// Set once the background vector indexer runs.
     indexer_started: AtomicBool,
+    /// Set once the retention sweep runs in the background
+    /// (`max_turn_age_days`); starts set for a backend that sweeps only
+    /// when asked ([`Self::new`]).
+    sweeper_started: AtomicBool,
+    /// Dropped with the backend: the retention sweep holds it weakly and
+    /// ends with it.
+    alive: Arc<()>,
     /// Set once the schema is known to be current.
     migrated: OnceCell<()>,
     closing: AtomicBool,
@@ -146,10 +153,14 @@ impl PostgresBackend {
         if let Some(embedder) = embedder {
             backend = backend.with_embedder(embedder);
         }
+        backend.sweeper_started = AtomicBool::new(false);
         Ok(backend)
     }
 
     /// Builds the backend over validated settings; connects on first use.
+    /// Unlike [`Self::from_backend_config`] (what every surface builds), it
+    /// runs no retention sweep in the background: tests and tools call
+    /// [`Self::sweep_expired_turns`] when they mean to.
     pub fn new(config: PostgresConfig) -> Result<Self> {
         let pool = pool::build(&config)?;
         let replica = config
@@ -169,6 +180,8 @@ impl PostgresBackend {
             distill_skipped: std::sync::atomic::AtomicU64::new(0),
             claimer: crate::distill::new_claimer(),
             indexer_started: AtomicBool::new(false),
+            sweeper_started: AtomicBool::new(true),
+            alive: Arc::new(()),
             migrated: OnceCell::new(),
             closing: AtomicBool::new(false),
         })
@@ -280,6 +293,7 @@ impl PostgresBackend {
             })
             .await?;
         self.start_indexer();
+        self.start_sweeper();
         Ok(client)
     }
 
@@ -331,6 +345,21 @@ impl PostgresBackend {
                     self.pool.clone(),
                     self.config.clone(),
                     Arc::downgrade(v),
+                );
+            }
+        }
+    }
+
+    /// Starts the retention sweep once, after the migration, when a
+    /// maximum turn age is configured ([`crate::retention`]).
+    fn start_sweeper(&self) {
+        if let Some(age) = self.config.max_turn_age {
+            if !self.sweeper_started.swap(true, Ordering::AcqRel) {
+                crate::retention::spawn_sweeper(
+                    self.pool.clone(),
+                    self.config.clone(),
+                    age,
+                    Arc::downgrade(&self.alive),
                 );
             }
         }

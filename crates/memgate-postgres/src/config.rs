@@ -17,6 +17,7 @@
 //! | `embedder` | none | as `local`: turns on hybrid recall, with vectors in pgvector (the server must have the `vector` extension) |
 //! | `vector_index` | `hnsw` | `hnsw` (an approximate index per model, built in the background; [`crate::hnsw`]) or `exact` (every recall scans the scope's vectors) |
 //! | `hnsw_ef_search` | 100 | integer 10–1000: the HNSW search's candidate list; larger is closer to exact and slower |
+//! | `max_turn_age_days` | none (kept until forgotten) | as `local`: integer 1–36500; captured turns older than this are erased by a background sweep, with the distilled facts resting only on them ([`crate::retention`]) |
 //!
 //! TLS: a host that is not loopback (`localhost`, `127.0.0.0/8`, `::1`, a
 //! Unix socket) must be reached with `sslmode=require`; anything else is a
@@ -63,6 +64,7 @@ const OWN_KEYS: &[&str] = &[
     "replica_dsn_env",
     "replica_max_lag_ms",
     "replica_wait_ms",
+    "max_turn_age_days",
     // Injected by the factory for every backend; unused here.
     "storage_path",
 ];
@@ -91,6 +93,9 @@ pub struct PostgresConfig {
     pub vector_index: VectorIndex,
     /// The streaming replica that recall and search read from, if any.
     pub replica: Option<ReplicaConfig>,
+    /// Captured turns older than this are erased by the retention sweep
+    /// ([`crate::retention`]); `None` keeps them until they are forgotten.
+    pub max_turn_age: Option<Duration>,
 }
 
 /// How hybrid recall's nearest items are found on PostgreSQL.
@@ -139,6 +144,7 @@ impl fmt::Debug for PostgresConfig {
             .field("vector_index", &self.vector_index)
             .field("embedder", &self.embedder)
             .field("replica", &self.replica)
+            .field("max_turn_age", &self.max_turn_age)
             .finish()
     }
 }
@@ -226,6 +232,7 @@ impl PostgresConfig {
             settings.embedder = Some(EmbedderSettings::parse(v)?);
         }
         settings.replica = ReplicaConfig::read(config, ctx)?;
+        settings.max_turn_age = memgate_core::forget::max_turn_age(config)?;
         Ok(settings)
     }
 
@@ -330,6 +337,7 @@ impl PostgresConfig {
             embedder: None,
             vector_index,
             replica: None,
+            max_turn_age: None,
         })
     }
 
@@ -460,6 +468,21 @@ mod tests {
         assert_eq!(c.statement_timeout, Duration::from_secs(5));
         assert!(!c.tls);
         assert_eq!(c.recall, RecallSettings::default());
+    }
+
+    #[test]
+    fn the_maximum_turn_age_is_local_s_setting_with_local_s_wording() {
+        let c = parse(json!({"dsn_env": "PG_DSN"})).unwrap();
+        assert_eq!(c.max_turn_age, None);
+        let c = parse(json!({"dsn_env": "PG_DSN", "max_turn_age_days": 30})).unwrap();
+        assert_eq!(c.max_turn_age, Some(Duration::from_secs(86_400 * 30)));
+        for bad in [json!(0), json!(36_501), json!("30")] {
+            let e = parse(json!({"dsn_env": "PG_DSN", "max_turn_age_days": bad})).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "backend_config.max_turn_age_days must be an integer between 1 and 36500"
+            );
+        }
     }
 
     #[test]

@@ -328,47 +328,7 @@ impl PostgresBackend {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        let bare: Vec<i64> = self
-            .rows(
-                c,
-                "SELECT m.id FROM memories m WHERE m.id = ANY($1) AND m.origin = 'distilled'
-                 AND NOT EXISTS (SELECT 1 FROM memory_sources s WHERE s.memory_id = m.id)",
-                &[&touched],
-            )
-            .await?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        self.erase_memories(c, &bare).await
-    }
-
-    /// Erases memories `ids` (any state) with their history; facts they
-    /// superseded no longer name them. Returns (facts, versions).
-    pub(crate) async fn erase_memories(
-        &self,
-        c: &impl GenericClient,
-        ids: &[i64],
-    ) -> Result<(usize, usize)> {
-        if ids.is_empty() {
-            return Ok((0, 0));
-        }
-        let versions = self
-            .exec(
-                c,
-                "DELETE FROM memory_history WHERE memory_id = ANY($1)",
-                &[&ids],
-            )
-            .await?;
-        self.exec(
-            c,
-            "UPDATE memories SET superseded_by = NULL WHERE superseded_by = ANY($1)",
-            &[&ids],
-        )
-        .await?;
-        let facts = self
-            .exec(c, "DELETE FROM memories WHERE id = ANY($1)", &[&ids])
-            .await?;
-        Ok((facts as usize, versions as usize))
+        crate::forget::erase_bare_distilled(c, &self.config, &touched).await
     }
 
     /// A distilled fact's line (and search hit) names the turns it rests
@@ -479,6 +439,9 @@ impl DistillQueue for PostgresBackend {
         Ok(jobs)
     }
 
+    /// The facts the store's recall finds with the job's turns as the query
+    /// (hybrid with an embedder, else by words), and the scope's newest
+    /// current distilled facts (as on `local`).
     async fn related_facts(&self, job: &DistillJob, limit: usize) -> Result<Vec<Fact>> {
         let mut query = String::new();
         for turn in &job.turns {
@@ -501,27 +464,37 @@ impl DistillQueue for PostgresBackend {
             .filter_map(|hit| parse_memory_citation(&hit.id))
             .take(limit)
             .collect();
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
         let scope = Scope::of(&job.caller);
         let client = self.client().await?;
-        let sql = format!(
-            "SELECT {FACT_COLUMNS} FROM memories
-             WHERE id = ANY($1) AND scope_id = (SELECT id FROM scopes WHERE user_id = $2 AND peer = $3)
-             AND state = 'active' AND superseded_by IS NULL"
-        );
-        let mut facts: Vec<Fact> = self
+        let current = "scope_id = (SELECT id FROM scopes WHERE user_id = $2 AND peer = $3)
+             AND state = 'active' AND superseded_by IS NULL";
+        let sql = format!("SELECT {FACT_COLUMNS} FROM memories WHERE id = ANY($1) AND {current}");
+        let mut ranked: Vec<Fact> = self
             .rows(&client, &sql, &[&ids, &scope.user, &scope.peer])
             .await?
             .iter()
             .map(fact_from_row)
             .collect();
         // In the ranking's order.
-        facts.sort_by_key(|f| {
+        ranked.sort_by_key(|f| {
             parse_memory_citation(&f.id).and_then(|n| ids.iter().position(|i| *i == n))
         });
-        Ok(facts)
+        let sql = format!(
+            "SELECT {FACT_COLUMNS} FROM memories WHERE {current} AND origin = 'distilled'
+             ORDER BY id DESC LIMIT $1"
+        );
+        let newest: Vec<Fact> = self
+            .rows(&client, &sql, &[&(limit as i64), &scope.user, &scope.peer])
+            .await?
+            .iter()
+            .map(fact_from_row)
+            .collect();
+        Ok(memgate_core::distill::with_newest_distilled(
+            ranked,
+            newest,
+            limit,
+            self.vectors.is_some(),
+        ))
     }
 
     async fn apply(&self, job: &DistillJob, operations: &[Operation]) -> Result<Applied> {

@@ -27,8 +27,12 @@
 //! thread's capture lock, so it never interleaves with a capture of it.
 
 use crate::backend::{PostgresBackend, Scope};
+use crate::config::PostgresConfig;
+use crate::pool::db_error;
 use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, ForgetReport, ForgetTarget, MemoryError, Result};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 
 impl PostgresBackend {
     /// Erases `target` in the caller's scope (see the module doc for what
@@ -140,7 +144,7 @@ impl PostgresBackend {
         if chain.is_empty() {
             return Err(not_found(n));
         }
-        let (facts, versions) = self.erase_memories(c, &chain).await?;
+        let (facts, versions) = erase_memories(c, &self.config, &chain).await?;
         Ok(ForgetReport {
             facts,
             versions,
@@ -185,4 +189,84 @@ fn not_found(n: Option<i64>) -> MemoryError {
         "memory mem_{} in this scope",
         n.unwrap_or_default()
     ))
+}
+
+/// Runs `sql` (prepared once per connection) for erasure code that also
+/// runs outside a backend handle (the retention sweep).
+pub(crate) async fn query(
+    c: &impl GenericClient,
+    config: &PostgresConfig,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>> {
+    let statement = c
+        .prepare_cached(sql)
+        .await
+        .map_err(|e| db_error(config, &e))?;
+    c.query(&statement, params)
+        .await
+        .map_err(|e| db_error(config, &e))
+}
+
+/// Erases memories `ids` (any state) with their history; facts they
+/// superseded no longer name them. Returns (facts, versions).
+pub(crate) async fn erase_memories(
+    c: &impl GenericClient,
+    config: &PostgresConfig,
+    ids: &[i64],
+) -> Result<(usize, usize)> {
+    if ids.is_empty() {
+        return Ok((0, 0));
+    }
+    let versions = query(
+        c,
+        config,
+        "WITH gone AS (DELETE FROM memory_history WHERE memory_id = ANY($1) RETURNING 1)
+         SELECT count(*) FROM gone",
+        &[&ids],
+    )
+    .await?[0]
+        .get::<_, i64>(0);
+    query(
+        c,
+        config,
+        "UPDATE memories SET superseded_by = NULL WHERE superseded_by = ANY($1)",
+        &[&ids],
+    )
+    .await?;
+    let facts = query(
+        c,
+        config,
+        "WITH gone AS (DELETE FROM memories WHERE id = ANY($1) RETURNING 1)
+         SELECT count(*) FROM gone",
+        &[&ids],
+    )
+    .await?[0]
+        .get::<_, i64>(0);
+    Ok((facts as usize, versions as usize))
+}
+
+/// Erases the distilled facts among `touched` (facts that just lost
+/// sources) that rest on no turn any more, with their history; explicit
+/// facts and facts with sources left stay. Returns (facts, versions).
+pub(crate) async fn erase_bare_distilled(
+    c: &impl GenericClient,
+    config: &PostgresConfig,
+    touched: &[i64],
+) -> Result<(usize, usize)> {
+    if touched.is_empty() {
+        return Ok((0, 0));
+    }
+    let bare: Vec<i64> = query(
+        c,
+        config,
+        "SELECT m.id FROM memories m WHERE m.id = ANY($1) AND m.origin = 'distilled'
+         AND NOT EXISTS (SELECT 1 FROM memory_sources s WHERE s.memory_id = m.id)",
+        &[&touched],
+    )
+    .await?
+    .iter()
+    .map(|r| r.get(0))
+    .collect();
+    erase_memories(c, config, &bare).await
 }

@@ -24,7 +24,8 @@
 //! [`vectors`] (pgvector: storage, indexer, nearest items), [`hnsw`] (the
 //! approximate index per model, built in the background),
 //! [`replica`] (reads from a streaming replica, read-your-writes),
-//! [`transfer`], [`forget`] (erasure), [`distill`] (the distillation
+//! [`transfer`], [`forget`] (erasure), [`retention`] (the sweep of turns
+//! past `max_turn_age_days`), [`distill`] (the distillation
 //! queue and the transaction that applies a job), [`handoff`] (handoffs in
 //! flight), [`backend`].
 
@@ -41,6 +42,7 @@ pub mod plan;
 pub mod pool;
 pub mod recall;
 pub mod replica;
+pub mod retention;
 pub mod schema;
 pub mod terms;
 mod threads;

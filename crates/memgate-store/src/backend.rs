@@ -47,8 +47,7 @@ use tokio::sync::Semaphore;
 /// finds one pooled.
 pub const MAX_CONCURRENT_WORK: usize = crate::db::MAX_IDLE_READERS;
 
-/// How often the retention sweep runs when a maximum turn age is set.
-pub const RETENTION_SWEEP_INTERVAL: Duration = Duration::from_secs(600);
+pub use memgate_core::forget::RETENTION_SWEEP_INTERVAL;
 
 /// Stops the retention thread when dropped (or at shutdown).
 struct Retention(Mutex<Option<Sender<()>>>);

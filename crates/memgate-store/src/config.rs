@@ -45,8 +45,6 @@ use std::time::Duration;
 pub const DATABASE_RELATIVE_PATH: &str = "local/memgate.sqlite3";
 
 const BUSY_TIMEOUT_MS: RangeInclusive<u64> = 0..=600_000;
-const MAX_TURN_AGE_DAYS: RangeInclusive<u64> = 1..=36_500;
-const DAY: Duration = Duration::from_secs(86_400);
 /// The keys this backend understands, for error messages.
 const KNOWN_KEYS: &[&str] = &[
     "storage_path",
@@ -150,10 +148,7 @@ impl LocalConfig {
                 HANDOFF_LIFETIME_SECS,
             )?);
         }
-        if let Some(v) = config.get("max_turn_age_days") {
-            settings.max_turn_age =
-                Some(DAY * integer_setting(v, "max_turn_age_days", MAX_TURN_AGE_DAYS)? as u32);
-        }
+        settings.max_turn_age = memgate_core::forget::max_turn_age(config)?;
         let redactor = match config.get("redaction") {
             None | Some(Value::Null) => Arc::clone(&ctx.redactor),
             Some(v) => Arc::new(redactor_from_config(v, "backend_config.redaction")?),
@@ -267,7 +262,10 @@ mod tests {
         .unwrap();
         assert!(!r.redactor.rule_ids().any(|id| id == "jwt"));
         assert!(r.redactor.rule_ids().any(|id| id == "ticket"));
-        assert_eq!(r.settings.max_turn_age, Some(DAY * 30));
+        assert_eq!(
+            r.settings.max_turn_age,
+            Some(Duration::from_secs(86_400 * 30))
+        );
         let off = parse(json!({"redaction": {"enabled": false}})).unwrap();
         assert!(!off.redactor.is_enabled());
         let e = parse(json!({"redaction": {"disable": ["nope"]}})).unwrap_err();

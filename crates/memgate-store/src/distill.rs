@@ -523,19 +523,27 @@ pub(crate) fn figures(conn: &Connection, day: &str) -> Result<QueueFigures> {
     })
 }
 
-/// The scope's current facts named by `citations`, in that order.
-pub(crate) fn current_facts(
+/// The scope's current facts named by `ids` (the ranking's), in that
+/// order, with its newest current distilled facts, `limit` in all
+/// ([`memgate_core::distill::with_newest_distilled`]; `by_meaning`: the
+/// ranking was hybrid).
+pub(crate) fn related_facts(
     conn: &Connection,
     scope: i64,
     ids: &[i64],
+    limit: usize,
+    by_meaning: bool,
 ) -> Result<Vec<memgate_core::Fact>> {
-    let mut out = Vec::new();
+    let mut ranked = Vec::new();
     for &id in ids {
         if let Some(fact) = facts::load_in_scope(conn, scope, id)? {
             if fact.is_current() {
-                out.push(fact);
+                ranked.push(fact);
             }
         }
     }
-    Ok(out)
+    let newest = facts::newest_distilled(conn, scope, limit)?;
+    Ok(memgate_core::distill::with_newest_distilled(
+        ranked, newest, limit, by_meaning,
+    ))
 }

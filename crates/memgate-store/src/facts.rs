@@ -84,6 +84,23 @@ pub(crate) fn load_in_scope(conn: &Connection, scope: i64, id: i64) -> Result<Op
     .map_err(db_error)
 }
 
+/// The scope's `limit` newest current distilled facts, newest first: the
+/// facts a distillation job may supersede, shown beside those its words
+/// found so a change that does not name the old value still reaches it.
+pub(crate) fn newest_distilled(conn: &Connection, scope: i64, limit: usize) -> Result<Vec<Fact>> {
+    conn.prepare_cached(&format!(
+        "SELECT {FACT_COLUMNS} FROM memories
+         WHERE scope_id = ?1 AND state = 'active' AND superseded_by IS NULL
+           AND origin = 'distilled'
+         ORDER BY id DESC LIMIT ?2"
+    ))
+    .and_then(|mut s| {
+        s.query_map(params![scope, limit as i64], fact_from_row)?
+            .collect()
+    })
+    .map_err(db_error)
+}
+
 /// The active memory with exactly this kind and text, if any.
 pub(crate) fn find_active(
     conn: &Connection,

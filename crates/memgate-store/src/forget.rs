@@ -28,17 +28,11 @@ use crate::error::db_error;
 use crate::index::IndexWrites;
 use crate::scope::ScopeRow;
 use crate::vectors::erase_vectors;
-use memgate_core::time::format_unix_millis;
 use memgate_core::{ForgetReport, ForgetTarget, MemoryError, Result};
 use memgate_recall::scope::ScopeKey;
 use rusqlite::{params, Connection, OptionalExtension};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Turns one retention transaction erases at most, so a sweep never holds
-/// the write lock for long.
-pub const SWEEP_BATCH: usize = 500;
-/// Batches one sweep runs at most; the rest waits for the next sweep.
-pub const SWEEP_MAX_BATCHES: usize = 20;
+pub use memgate_core::forget::{SWEEP_BATCH, SWEEP_MAX_BATCHES};
 
 fn ids(conn: &Connection, sql: &str, args: impl rusqlite::Params) -> Result<Vec<i64>> {
     conn.prepare_cached(sql)
@@ -178,13 +172,6 @@ fn erase_scope(conn: &Connection, index: &mut IndexWrites, scope: i64) -> Result
     Ok(report)
 }
 
-/// `captured_at` values before this are older than `age` (RFC 3339 UTC
-/// strings of one format compare in time order).
-pub(crate) fn cutoff(now: SystemTime, age: Duration) -> String {
-    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    format_unix_millis(now.saturating_sub(age).as_millis() as i64)
-}
-
 /// Erases `target` (not [`ForgetTarget::User`]: [`erase_user`]) in `key`'s
 /// scope; `fact` and `thread` are what the target names
 /// ([`named_by`](memgate_recall::citation::named_by)). Forgetting what is
@@ -279,22 +266,4 @@ pub(crate) fn erase_expired_batch(
         index.purge_removed();
     }
     Ok(turns.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_cutoff_is_the_age_before_now() {
-        let now = UNIX_EPOCH + Duration::from_secs(86_400 * 31);
-        assert_eq!(
-            cutoff(now, Duration::from_secs(86_400 * 30)),
-            "1970-01-02T00:00:00.000Z"
-        );
-        assert_eq!(
-            cutoff(UNIX_EPOCH, Duration::from_secs(5)),
-            "1970-01-01T00:00:00.000Z"
-        );
-    }
 }

@@ -388,7 +388,7 @@ impl MemoryStore {
         let Some(age) = self.config.max_turn_age else {
             return Ok(0);
         };
-        let before = forget::cutoff(now, age);
+        let before = memgate_core::forget::retention_cutoff(now, age);
         let mut erased = 0;
         for _ in 0..SWEEP_MAX_BATCHES {
             let batch = self
@@ -750,8 +750,10 @@ impl MemoryStore {
             .read(|conn| distill::next_jobs(conn, limit, running))
     }
 
-    /// At most `limit` current facts of the job's scope most related to its
-    /// turns, by this store's own ranking (the turns' text as the query).
+    /// At most `limit` current facts of the job's scope related to its
+    /// turns: those this store's own ranking finds with the turns' text as
+    /// the query (hybrid with an embedder, else by words), and the newest
+    /// current distilled facts.
     pub fn related_facts(&self, job: &DistillJob, limit: usize) -> Result<Vec<Fact>> {
         const QUERY_CHARS: usize = 1_000;
         let mut query = String::new();
@@ -780,7 +782,9 @@ impl MemoryStore {
             .collect();
         let key = ScopeKey::of(&job.caller);
         self.db.read(|conn| match key.find(conn)? {
-            Some(scope) => distill::current_facts(conn, scope, &ids),
+            Some(scope) => {
+                distill::related_facts(conn, scope, &ids, limit, self.vectorizer.is_some())
+            }
             None => Ok(Vec::new()),
         })
     }
