@@ -39,6 +39,7 @@
 use memgate_core::{
     Caller, CaptureRequest, MemoryBackend, RecallRequest, RememberRequest, SearchQuery,
 };
+use memgate_lab::process::percentile_ms;
 use memgate_lab::synthetic::RandomEmbedder;
 use memgate_lab::workload;
 use memgate_postgres::{PostgresBackend, PostgresConfig, VectorIndex};
@@ -111,11 +112,6 @@ fn options() -> Options {
         }
     }
     o
-}
-
-fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
-    let idx = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[idx].as_secs_f64() * 1000.0
 }
 
 /// The workload of one size, generated once and replayed on each backend.
@@ -193,6 +189,11 @@ struct Figures {
     fill_secs: f64,
     recall_p50_ms: f64,
     recall_p99_ms: f64,
+    /// p50 / p99 of the recalls with a query (the ranking), and of those
+    /// without (the first-turn block, one recall in 20): the block reads
+    /// and excerpts the newest turns, so the two bend differently with size.
+    queried_ms: (f64, f64),
+    block_ms: (f64, f64),
     mean_items: f64,
     /// Share of the timed queries whose source turn a search's top 10 holds.
     source_at_10: f64,
@@ -376,6 +377,17 @@ async fn measure(
                 .await;
         }
     }
+    let split = |with_query: bool| {
+        let mut part: Vec<Duration> = latencies
+            .iter()
+            .zip(&w.queries[200..])
+            .filter(|(_, q)| q.is_some() == with_query)
+            .map(|(l, _)| *l)
+            .collect();
+        part.sort_unstable();
+        (percentile_ms(&part, 0.5), percentile_ms(&part, 0.99))
+    };
+    let (queried_ms, block_ms) = (split(true), split(false));
     latencies.sort_unstable();
     let source_at_10 = source_at_10(backend, w).await;
     Figures {
@@ -383,6 +395,8 @@ async fn measure(
         fill_secs,
         recall_p50_ms: percentile_ms(&latencies, 0.5),
         recall_p99_ms: percentile_ms(&latencies, 0.99),
+        queried_ms,
+        block_ms,
         mean_items: items as f64 / latencies.len() as f64,
         source_at_10,
     }
@@ -441,6 +455,10 @@ fn print(name: &str, items: usize, f: &Figures) {
     println!(
         "{name:<8} items={items:<8} capture={:>8.0} turns/s  fill={:>6.1}s  recall p50={:>6.2} ms  p99={:>6.2} ms  items/recall={:.1}  source turn in top 10={:.3}",
         f.capture_turns_per_sec, f.fill_secs, f.recall_p50_ms, f.recall_p99_ms, f.mean_items, f.source_at_10
+    );
+    println!(
+        "{name:<8} items={items:<8} with a query p50={:>6.2} ms  p99={:>6.2} ms;  no query (first-turn block) p50={:>6.2} ms  p99={:>6.2} ms",
+        f.queried_ms.0, f.queried_ms.1, f.block_ms.0, f.block_ms.1
     );
 }
 

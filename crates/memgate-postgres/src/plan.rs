@@ -160,21 +160,37 @@ impl Bm25 {
         out
     }
 
-    /// The SQL of a document's score, for a row `m` with `search`: the
-    /// lexemes as `$5`, their idfs as `$6`, the average length as `$7`.
-    /// Lexemes are letters and digits ([`crate::terms`]), so each is a
-    /// `tsquery` as it stands.
-    pub fn score_sql() -> String {
-        format!(
-            "(SELECT coalesce(sum(w.idf * w.tf * {k1p1}
-                                  / (w.tf + {K1} * ({one_minus_b} + {B} * length(m.search) / $7::float8))), 0)
-              FROM (SELECT q.idf,
-                           CASE WHEN m.search @@ (q.lexeme || ':A')::tsquery THEN 1.0 ELSE 0.5 END AS tf
-                    FROM unnest($5::text[], $6::float8[]) AS q(lexeme, idf)
-                    WHERE m.search @@ q.lexeme::tsquery) w)",
-            k1p1 = K1 + 1.0,
-            one_minus_b = 1.0 - B,
-        )
+    /// The SQL of a document's score, for a row `m` with `search`, for
+    /// this query's lexemes: `$5` (text[]), their idfs `$6` (float8[]) and
+    /// the average length `$7`. One `CASE` per lexeme, each testing the
+    /// lexeme's `tsquery` (parsed once per statement, an InitPlan): a
+    /// per-row subquery over `unnest` parsed every lexeme again at every
+    /// row and cost more than the walk itself at 1M items
+    /// (docs/design/lexical-pruning.md). Lexemes are letters and digits
+    /// ([`crate::terms`]), so each is a `tsquery` as it stands.
+    pub fn score_sql(&self) -> String {
+        if self.lexemes.is_empty() {
+            // The statement still names its parameters' types.
+            return "(0 * $7::float8 + 0 * cardinality($5::text[]) + 0 * cardinality($6::float8[]))"
+                .to_owned();
+        }
+        let norm = format!(
+            "({K1} * ({one_minus_b} + {B} * length(m.search) / $7::float8))",
+            one_minus_b = 1.0 - B
+        );
+        let terms: Vec<String> = (1..=self.lexemes.len())
+            .map(|i| {
+                format!(
+                    "CASE WHEN NOT m.search @@ (SELECT (($5::text[])[{i}])::tsquery) THEN 0
+                          WHEN m.search @@ (SELECT (($5::text[])[{i}] || ':A')::tsquery)
+                          THEN ($6::float8[])[{i}] * {full} / (1.0 + {norm})
+                          ELSE ($6::float8[])[{i}] * {half} / (0.5 + {norm}) END",
+                    full = K1 + 1.0,
+                    half = 0.5 * (K1 + 1.0),
+                )
+            })
+            .collect();
+        format!("({})", terms.join(" + "))
     }
 }
 

@@ -348,7 +348,10 @@ impl PostgresBackend {
             (Category::Memories(_), _) => "AND kind = $5",
             _ => "",
         };
-        let score = Bm25::score_sql();
+        let score = match order {
+            Order::Scored(bm25) => bm25.score_sql(),
+            _ => String::new(),
+        };
         let (turns_sql, memories_sql) = match order {
             // The match keeps the inline query: with a `FROM` item inside,
             // the generic plan walked turns_by_scope instead of the GIN

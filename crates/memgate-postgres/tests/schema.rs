@@ -265,3 +265,69 @@ async fn a_bulk_import_refreshes_the_planners_statistics_and_a_small_one_does_no
         );
     }
 }
+
+/// Every search reads a GIN index's whole pending list, so the schema keeps
+/// the recall indexes' lists at 256 kB (32 pages) instead of the default
+/// 4 MB: after ~900 kB of new postings, each list is still within it
+/// (`pgstattuple`'s `pgstatginindex`; at the default 4 MB, 182 pages).
+#[tokio::test]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn the_recall_indexes_pending_lists_stay_within_256_kb() {
+    let dsn = common::dsn();
+    let schema = common::unique_schema("pending");
+    let b = common::backend(&dsn, &schema);
+    let alice = Caller::new("alice").with_agent("coder");
+    for thread in 0..20 {
+        let messages = (0..200)
+            .map(|i| {
+                let n = thread * 200 + i;
+                memgate_core::Message::human(format!(
+                    "turn{n} names place{n} person{n} colour{n} animal{n} tool{n} \
+                     river{n} city{n} dish{n} song{n} book{n} game{n}"
+                ))
+                .with_id(format!("m{n}"))
+            })
+            .collect();
+        b.capture(&memgate_core::CaptureRequest {
+            caller: alice.clone().with_thread(format!("t{thread}")),
+            messages,
+            kind: memgate_core::CaptureKind::AfterTurn,
+            trace_id: None,
+        })
+        .await
+        .unwrap();
+    }
+    for n in 0..200 {
+        b.remember(
+            &alice,
+            &RememberRequest::new("fact", &format!("fact{n} about harbour{n} and quay{n}"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    sql(
+        &dsn,
+        "CREATE EXTENSION IF NOT EXISTS pgstattuple SCHEMA public",
+    )
+    .await;
+    for index in ["turns_terms", "memories_search"] {
+        let pending = count(
+            &dsn,
+            &format!("SELECT pending_pages::int8 FROM public.pgstatginindex('{schema}.{index}'::regclass)"),
+        )
+        .await;
+        println!("{index}: {pending} pending pages");
+        assert!(pending <= 32, "{index}: {pending} pending pages");
+    }
+    let turns_pages = count(
+        &dsn,
+        &format!("SELECT pg_relation_size('{schema}.turns_terms') / 8192"),
+    )
+    .await;
+    assert!(
+        turns_pages > 64,
+        "the postings outgrew a short list ({turns_pages} pages)"
+    );
+    sql(&dsn, &format!("DROP SCHEMA {schema} CASCADE")).await;
+}
