@@ -358,15 +358,14 @@ impl MemoryBackend for AssembledBackend {
                 .observe(Operation::Recall.as_str(), "disabled", Duration::ZERO);
             return Ok(Recall::empty());
         }
-        match self
+        // The read policy decides every failure, not only the deadline this
+        // wrapper imposes: `local` and `postgres` leave their own failures
+        // (a database that is down) to it, and a backend that applied it
+        // already returns only what the policy does not soften.
+        let recalled = self
             .run(Operation::Recall, self.inner.recall(request))
-            .await
-        {
-            Err(err @ MemoryError::DeadlineExceeded(_)) => {
-                self.policy.read.apply(Err(err), Recall::empty(), "recall")
-            }
-            other => other,
-        }
+            .await;
+        self.policy.read.apply(recalled, Recall::empty(), "recall")
     }
 
     async fn capture(&self, request: &CaptureRequest) -> Result<CaptureReport> {
@@ -838,5 +837,66 @@ mod handoff_tests {
             err.to_string(),
             "handoff_finalize not supported by fake-lost-commit"
         );
+    }
+}
+
+#[cfg(test)]
+mod read_policy_tests {
+    use super::*;
+    use memgate_core::ReadPolicy;
+
+    /// A fake store whose recall fails with `error` (a database going away
+    /// mid-call is what the real stores give; this makes it deterministic).
+    struct FakeFailingRecall {
+        error: fn() -> MemoryError,
+        read: ReadPolicy,
+    }
+
+    #[async_trait]
+    impl MemoryBackend for FakeFailingRecall {
+        fn name(&self) -> &str {
+            "fake-failing-recall"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+
+        fn failure_policy(&self) -> FailurePolicy {
+            FailurePolicy {
+                read: self.read,
+                ..FailurePolicy::default()
+            }
+        }
+
+        async fn recall(&self, _: &RecallRequest) -> Result<Recall> {
+            Err((self.error)())
+        }
+
+        async fn capture(&self, _: &CaptureRequest) -> Result<CaptureReport> {
+            Ok(CaptureReport::default())
+        }
+    }
+
+    async fn recall(error: fn() -> MemoryError, read: ReadPolicy) -> Result<Recall> {
+        AssembledBackend::with_defaults(Arc::new(FakeFailingRecall { error, read }))
+            .recall(&RecallRequest {
+                caller: memgate_core::Caller::new("alice"),
+                query: Some("harbour".into()),
+            })
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_store_failure_is_an_empty_recall_under_fail_open_and_an_error_under_raise() {
+        let down = || MemoryError::backend("postgres: connection refused");
+        let empty = recall(down, ReadPolicy::FailOpen).await.unwrap();
+        assert!(empty.items.is_empty() && empty.text.is_empty(), "{empty:?}");
+        let raised = recall(down, ReadPolicy::Raise).await.unwrap_err();
+        assert_eq!(raised.code(), "backend_failure");
+        // Refusals are never softened into an empty answer.
+        let refused = || MemoryError::RejectedIdentity("user default is refused".into());
+        let err = recall(refused, ReadPolicy::FailOpen).await.unwrap_err();
+        assert_eq!(err.code(), "rejected_identity");
     }
 }
