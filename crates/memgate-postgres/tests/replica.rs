@@ -197,9 +197,13 @@ async fn replica_stopped_mid_run_reads_fall_back_and_it_is_used_again_when_back(
     eprintln!("replica back: {:?}", state(&b));
 }
 
-/// Replay paused on the standby (`pg_wal_replay_pause()`) and resumed on drop,
-/// so a failing test never leaves the shared standby stuck.
-struct PausedReplay(tokio_postgres::Client);
+/// Replay paused on the standby (`pg_wal_replay_pause()`) and resumed on drop
+/// unless `resume` did it, so a failing test never leaves the shared standby
+/// stuck.
+struct PausedReplay {
+    client: tokio_postgres::Client,
+    resumed: bool,
+}
 
 impl PausedReplay {
     async fn start() -> Self {
@@ -211,20 +215,26 @@ impl PausedReplay {
             .execute("SELECT pg_wal_replay_pause()", &[])
             .await
             .expect("pause replay (the testkit's role may)");
-        Self(client)
+        Self {
+            client,
+            resumed: false,
+        }
     }
 
-    async fn resume(self) {
-        self.0
+    async fn resume(mut self) {
+        self.client
             .execute("SELECT pg_wal_replay_resume()", &[])
             .await
             .expect("resume replay");
-        std::mem::forget(self);
+        self.resumed = true;
     }
 }
 
 impl Drop for PausedReplay {
     fn drop(&mut self) {
+        if self.resumed {
+            return;
+        }
         let _ = std::process::Command::new("psql")
             .args([&replica_dsn(), "-qc", "SELECT pg_wal_replay_resume()"])
             .status();
