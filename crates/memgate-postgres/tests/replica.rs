@@ -70,16 +70,35 @@ async fn read_until(
     within: Duration,
     done: impl Fn(&ReplicaState) -> bool,
 ) {
+    reads_until(b, within, done, async || {
+        recall(b, caller, "kiwi").await.unwrap();
+    })
+    .await;
+}
+
+/// Runs `read` every 20 ms until `done` holds of the replica's state, failing
+/// after `within`; returns how many reads ran and the slowest of them.
+async fn reads_until(
+    b: &PostgresBackend,
+    within: Duration,
+    done: impl Fn(&ReplicaState) -> bool,
+    mut read: impl AsyncFnMut(),
+) -> (u32, Duration) {
     let started = Instant::now();
+    let (mut reads, mut slowest) = (0u32, Duration::ZERO);
     while !done(&state(b)) {
         assert!(
             started.elapsed() < within,
             "replica state not reached in {within:?}: {:?}",
             state(b)
         );
-        recall(b, caller, "kiwi").await.unwrap();
+        let read_started = Instant::now();
+        read().await;
+        slowest = slowest.max(read_started.elapsed());
+        reads += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    (reads, slowest)
 }
 
 fn replica_ctl(action: &str) -> std::io::Result<std::process::ExitStatus> {
@@ -259,25 +278,18 @@ async fn replica_lagging_past_the_bound_is_dropped_reads_go_on_and_it_is_taken_b
     let paused = PausedReplay::start().await;
     capture(&b, &alice, "m-new", "the new turn mentions a quince").await;
     let lagging = Instant::now();
-    let (mut reads, mut slowest) = (0u32, Duration::ZERO);
-    while state(&b).up {
-        assert!(
-            lagging.elapsed() < Duration::from_secs(15),
-            "the lagging standby was never dropped: {:?}",
-            state(&b)
-        );
-        let started = Instant::now();
-        // Alice reads her own write (from the primary); bob's reads go on.
-        let block = recall(&b, &alice, "quince").await.unwrap();
-        assert!(
-            block.contains("quince"),
-            "read {reads} missed alice's write"
-        );
-        assert!(recall(&b, &bob, "kiwi").await.unwrap().contains("kiwi"));
-        slowest = slowest.max(started.elapsed());
-        reads += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Alice reads her own write (from the primary); bob's reads go on.
+    let (reads, slowest) = reads_until(
+        &b,
+        Duration::from_secs(15),
+        |s| !s.up,
+        async || {
+            let block = recall(&b, &alice, "quince").await.unwrap();
+            assert!(block.contains("quince"), "a read missed alice's write");
+            assert!(recall(&b, &bob, "kiwi").await.unwrap().contains("kiwi"));
+        },
+    )
+    .await;
     let down = state(&b);
     eprintln!(
         "standby lagging: dropped after {:?}, {reads} read pairs, slowest {slowest:?}, {down:?}",
