@@ -5,10 +5,31 @@
 use memgate_server::{router, ServerState};
 
 pub async fn spawn(state: ServerState) -> String {
+    serve(router(state)).await
+}
+
+/// Serves `app` on a free loopback port; returns its base URL.
+pub async fn serve(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     format!("http://{addr}")
+}
+
+/// A JSON API call, as a host makes it to put memory in; it must succeed.
+pub async fn api(base: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
+    let response = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
+    response.json().await.unwrap()
 }
 
 pub struct Page {
