@@ -9,10 +9,11 @@ use memgate_core::{BackendContext, MemoryBackend};
 use memgate_openviking::OpenVikingBackend;
 use memgate_postgres::{PostgresBackend, PostgresConfig};
 use memgate_server::ServerState;
+use memgate_testsupport::browser::api;
 use memgate_testsupport::real;
 use serde_json::json;
 use std::sync::Arc;
-use ui_common::{api, browse_alice, get, post, spawn};
+use ui_common::{browse_alice, get, post, spawn};
 
 mod ui_common;
 

@@ -9,14 +9,12 @@ use memgate_assembly::AssembledBackend;
 use memgate_core::MemoryBackend;
 use memgate_server::{router, ServerState};
 use memgate_store::{LocalBackend, LocalConfig};
-use memgate_testsupport::browser::Browser;
+use memgate_testsupport::browser::{api, Browser};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 mod ui_common;
-
-use ui_common::api;
 
 /// Opens `path` of the UI served at `base`.
 async fn open(browser: &Browser, base: &str, path: &str) {

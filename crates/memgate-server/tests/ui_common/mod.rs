@@ -16,22 +16,6 @@ pub async fn serve(app: axum::Router) -> String {
     format!("http://{addr}")
 }
 
-/// A JSON API call, as a host makes it to put memory in; it must succeed.
-pub async fn api(base: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
-    let response = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{path}: {}",
-        response.status()
-    );
-    response.json().await.unwrap()
-}
-
 pub struct Page {
     pub status: u16,
     pub headers: reqwest::header::HeaderMap,
