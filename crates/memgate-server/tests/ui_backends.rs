@@ -9,7 +9,7 @@ use memgate_core::{BackendContext, MemoryBackend};
 use memgate_openviking::OpenVikingBackend;
 use memgate_postgres::{PostgresBackend, PostgresConfig};
 use memgate_server::ServerState;
-use memgate_testsupport::browser::api;
+use memgate_testsupport::http::api;
 use memgate_testsupport::real;
 use serde_json::json;
 use std::sync::Arc;

@@ -14,23 +14,6 @@ use std::time::{Duration, Instant};
 pub const NEEDS_BROWSER: &str =
     "needs chromium and chromium-driver (Debian packages; .ci/run installs them)";
 
-/// A JSON API call to the server at `base`, as a host makes it to put
-/// memory in before the browser looks; it must succeed.
-pub async fn api(base: &str, path: &str, body: Value) -> Value {
-    let response = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{path}: {}",
-        response.status()
-    );
-    response.json().await.unwrap()
-}
-
 /// A headless Chromium behind its own chromedriver.
 pub struct Browser {
     pub client: Client,
