@@ -8,23 +8,10 @@ use memgate_core::MemoryBackend;
 use memgate_server::{router, ServerState};
 use memgate_store::{LocalBackend, LocalConfig};
 use memgate_testsupport::browser::Browser;
-use serde_json::{json, Value};
+use memgate_testsupport::http::api;
+use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-async fn api(base: &str, path: &str, body: Value) {
-    let response = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{path}: {}",
-        response.status()
-    );
-}
 
 #[tokio::main]
 async fn main() {

@@ -8,31 +8,47 @@ use memgate_core::{
     Caller, PageRequest, Result, ThreadList, ThreadSummary, ThreadTurn, ThreadTurns,
 };
 use memgate_recall::citation::turn_citation;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 
 fn to_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl PostgresBackend {
+    /// How many rows a listing of the caller's scope has, and one page of
+    /// them. Both statements take the scope as `$1, $2`, then `args`; the
+    /// page's statement takes its limit and offset after those.
+    async fn scope_page(
+        &self,
+        caller: &Caller,
+        count_sql: &str,
+        page_sql: &str,
+        args: &[&(dyn ToSql + Sync)],
+        page: PageRequest,
+    ) -> Result<(u64, Vec<Row>)> {
+        let scope = Scope::of(caller);
+        let (limit, offset) = (to_i64(page.limit), to_i64(page.offset));
+        let client = self.client().await?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&scope.user, &scope.peer];
+        params.extend_from_slice(args);
+        let total = self.rows(&client, count_sql, &params).await?;
+        let total: i64 = total.first().map_or(0, |r| r.get(0));
+        params.extend([&limit as &(dyn ToSql + Sync), &offset]);
+        let rows = self.rows(&client, page_sql, &params).await?;
+        Ok((total.unsigned_abs(), rows))
+    }
+
     /// One page of the caller's threads, by name.
     pub(crate) async fn thread_page(
         &self,
         caller: &Caller,
         page: PageRequest,
     ) -> Result<ThreadList> {
-        let scope = Scope::of(caller);
-        let client = self.client().await?;
-        let total = self
-            .rows(
-                &client,
+        let (total, rows) = self
+            .scope_page(
+                caller,
                 &format!("SELECT count(DISTINCT thread) FROM turns WHERE scope_id = {SCOPE_ID}"),
-                &[&scope.user, &scope.peer],
-            )
-            .await?;
-        let total: i64 = total.first().map_or(0, |r| r.get(0));
-        let rows = self
-            .rows(
-                &client,
                 &format!(
                     "WITH page AS (
                          SELECT scope_id, thread, count(*) AS n, min(seq) AS first, max(seq) AS last
@@ -44,7 +60,8 @@ impl PostgresBackend {
                      JOIN turns l ON l.scope_id = p.scope_id AND l.thread = p.thread AND l.seq = p.last
                      ORDER BY p.thread"
                 ),
-                &[&scope.user, &scope.peer, &to_i64(page.limit), &to_i64(page.offset)],
+                &[],
+                page,
             )
             .await?;
         Ok(ThreadList {
@@ -57,7 +74,7 @@ impl PostgresBackend {
                     last_captured_at: r.get(3),
                 })
                 .collect(),
-            total: total.unsigned_abs(),
+            total,
         })
     }
 
@@ -68,31 +85,17 @@ impl PostgresBackend {
         thread: &str,
         page: PageRequest,
     ) -> Result<ThreadTurns> {
-        let scope = Scope::of(caller);
-        let client = self.client().await?;
-        let total = self
-            .rows(
-                &client,
+        let (total, rows) = self
+            .scope_page(
+                caller,
                 &format!("SELECT count(*) FROM turns WHERE scope_id = {SCOPE_ID} AND thread = $3"),
-                &[&scope.user, &scope.peer, &thread],
-            )
-            .await?;
-        let total: i64 = total.first().map_or(0, |r| r.get(0));
-        let rows = self
-            .rows(
-                &client,
                 &format!(
                     "SELECT id, role, text, captured_at FROM turns
                      WHERE scope_id = {SCOPE_ID} AND thread = $3
                      ORDER BY seq LIMIT $4 OFFSET $5"
                 ),
-                &[
-                    &scope.user,
-                    &scope.peer,
-                    &thread,
-                    &to_i64(page.limit),
-                    &to_i64(page.offset),
-                ],
+                &[&thread],
+                page,
             )
             .await?;
         Ok(ThreadTurns {
@@ -105,7 +108,7 @@ impl PostgresBackend {
                     captured_at: r.get(3),
                 })
                 .collect(),
-            total: total.unsigned_abs(),
+            total,
         })
     }
 }

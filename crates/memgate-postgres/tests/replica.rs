@@ -73,16 +73,35 @@ async fn read_until(
     within: Duration,
     done: impl Fn(&ReplicaState) -> bool,
 ) {
+    reads_until(b, within, done, async || {
+        recall(b, caller, "kiwi").await.unwrap();
+    })
+    .await;
+}
+
+/// Runs `read` every 20 ms until `done` holds of the replica's state, failing
+/// after `within`; returns how many reads ran and the slowest of them.
+async fn reads_until(
+    b: &PostgresBackend,
+    within: Duration,
+    done: impl Fn(&ReplicaState) -> bool,
+    mut read: impl AsyncFnMut(),
+) -> (u32, Duration) {
     let started = Instant::now();
+    let (mut reads, mut slowest) = (0u32, Duration::ZERO);
     while !done(&state(b)) {
         assert!(
             started.elapsed() < within,
             "replica state not reached in {within:?}: {:?}",
             state(b)
         );
-        recall(b, caller, "kiwi").await.unwrap();
+        let read_started = Instant::now();
+        read().await;
+        slowest = slowest.max(read_started.elapsed());
+        reads += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    (reads, slowest)
 }
 
 fn replica_ctl(action: &str) -> std::io::Result<std::process::ExitStatus> {
@@ -461,9 +480,13 @@ async fn replica_stopped_mid_run_reads_fall_back_and_it_is_used_again_when_back(
     eprintln!("replica back: {:?}", state(&b));
 }
 
-/// Replay paused on the standby (`pg_wal_replay_pause()`) and resumed on drop,
-/// so a failing test never leaves the shared standby stuck.
-struct PausedReplay(tokio_postgres::Client);
+/// Replay paused on the standby (`pg_wal_replay_pause()`) and resumed on drop
+/// unless `resume` did it, so a failing test never leaves the shared standby
+/// stuck.
+struct PausedReplay {
+    client: tokio_postgres::Client,
+    resumed: bool,
+}
 
 impl PausedReplay {
     async fn start() -> Self {
@@ -475,20 +498,26 @@ impl PausedReplay {
             .execute("SELECT pg_wal_replay_pause()", &[])
             .await
             .expect("pause replay (the testkit's role may)");
-        Self(client)
+        Self {
+            client,
+            resumed: false,
+        }
     }
 
-    async fn resume(self) {
-        self.0
+    async fn resume(mut self) {
+        self.client
             .execute("SELECT pg_wal_replay_resume()", &[])
             .await
             .expect("resume replay");
-        std::mem::forget(self);
+        self.resumed = true;
     }
 }
 
 impl Drop for PausedReplay {
     fn drop(&mut self) {
+        if self.resumed {
+            return;
+        }
         let _ = std::process::Command::new("psql")
             .args([&replica_dsn(), "-qc", "SELECT pg_wal_replay_resume()"])
             .status();
@@ -513,25 +542,18 @@ async fn replica_lagging_past_the_bound_is_dropped_reads_go_on_and_it_is_taken_b
     let paused = PausedReplay::start().await;
     capture(&b, &alice, "m-new", "the new turn mentions a quince").await;
     let lagging = Instant::now();
-    let (mut reads, mut slowest) = (0u32, Duration::ZERO);
-    while state(&b).up {
-        assert!(
-            lagging.elapsed() < Duration::from_secs(15),
-            "the lagging standby was never dropped: {:?}",
-            state(&b)
-        );
-        let started = Instant::now();
-        // Alice reads her own write (from the primary); bob's reads go on.
-        let block = recall(&b, &alice, "quince").await.unwrap();
-        assert!(
-            block.contains("quince"),
-            "read {reads} missed alice's write"
-        );
-        assert!(recall(&b, &bob, "kiwi").await.unwrap().contains("kiwi"));
-        slowest = slowest.max(started.elapsed());
-        reads += 1;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Alice reads her own write (from the primary); bob's reads go on.
+    let (reads, slowest) = reads_until(
+        &b,
+        Duration::from_secs(15),
+        |s| !s.up,
+        async || {
+            let block = recall(&b, &alice, "quince").await.unwrap();
+            assert!(block.contains("quince"), "a read missed alice's write");
+            assert!(recall(&b, &bob, "kiwi").await.unwrap().contains("kiwi"));
+        },
+    )
+    .await;
     let down = state(&b);
     eprintln!(
         "standby lagging: dropped after {:?}, {reads} read pairs, slowest {slowest:?}, {down:?}",

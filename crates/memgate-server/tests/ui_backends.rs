@@ -9,27 +9,13 @@ use memgate_core::{BackendContext, MemoryBackend};
 use memgate_openviking::OpenVikingBackend;
 use memgate_postgres::{PostgresBackend, PostgresConfig};
 use memgate_server::ServerState;
+use memgate_testsupport::http::api;
 use memgate_testsupport::real;
 use serde_json::json;
 use std::sync::Arc;
 use ui_common::{browse_alice, get, post, spawn};
 
 mod ui_common;
-
-async fn api(base: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
-    let response = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{path}: {}",
-        response.status()
-    );
-    response.json().await.unwrap()
-}
 
 #[tokio::test]
 #[ignore = "real server: PostgreSQL (testkit/postgres-up)"]

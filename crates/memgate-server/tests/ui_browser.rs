@@ -10,15 +10,21 @@ use memgate_core::MemoryBackend;
 use memgate_server::{router, ServerState};
 use memgate_store::{LocalBackend, LocalConfig};
 use memgate_testsupport::browser::Browser;
+use memgate_testsupport::http::api;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 mod ui_common;
 
+/// Opens `path` of the UI served at `base`.
+async fn open(browser: &Browser, base: &str, path: &str) {
+    browser.client.goto(&format!("{base}{path}")).await.unwrap();
+}
+
 /// Chooses whose memory to browse, on the overview's form.
 async fn browse(browser: &Browser, base: &str, user: &str, agent: &str) {
-    browser.client.goto(&format!("{base}/ui")).await.unwrap();
+    open(browser, base, "/ui").await;
     browser.fill("#choose input[name=user]", user).await;
     browser.fill("#choose input[name=agent]", agent).await;
     browser.press("#choose button").await;
@@ -49,29 +55,11 @@ async fn serve_local() -> Served {
             },
         ),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     Served {
-        base: format!("http://{addr}"),
+        base: ui_common::serve(app).await,
         dir,
         requests,
     }
-}
-
-async fn api(base: &str, path: &str, body: Value) -> Value {
-    let response = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{path}: {}",
-        response.status()
-    );
-    response.json().await.unwrap()
 }
 
 /// Files under `dir` whose bytes contain `needle`.
@@ -121,7 +109,7 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
 
     let browser = Browser::start().await;
     // Who: the store's users and their agents, chosen with a click.
-    browser.client.goto(&format!("{base}/ui")).await.unwrap();
+    open(&browser, base, "/ui").await;
     let users = browser.texts("li.user b").await;
     assert_eq!(users, vec![("alice-7731".to_owned(), 0)]);
     browser.press("li.user button.agent").await;
@@ -136,11 +124,7 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
     browser.assert_no_script_ran("facts").await;
 
     // What a new conversation starts with, and the block for a query.
-    browser
-        .client
-        .goto(&format!("{base}/ui/block"))
-        .await
-        .unwrap();
+    open(&browser, base, "/ui/block").await;
     let block = browser.texts("pre#block").await;
     assert_eq!(block.len(), 1, "a no-query block is shown");
     assert!(block[0].0.contains("green tea"), "{block:?}");
@@ -156,11 +140,7 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
     assert!(block[0].0.contains("Lisbon"), "{block:?}");
 
     // Revise a fact; the page shows the new version.
-    browser
-        .client
-        .goto(&format!("{base}/ui/facts"))
-        .await
-        .unwrap();
+    open(&browser, base, "/ui/facts").await;
     let cards = browser
         .client
         .find_all(Locator::Css("article.fact"))
@@ -205,11 +185,7 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
     browser.assert_no_script_ran("revised fact").await;
 
     // Search across what was said.
-    browser
-        .client
-        .goto(&format!("{base}/ui/threads"))
-        .await
-        .unwrap();
+    open(&browser, base, "/ui/threads").await;
     browser
         .fill("form[action='/ui/search'] input[name=query]", "Lisbon")
         .await;
@@ -221,11 +197,7 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
     );
 
     // The thread, its turns, then forget it: gone from the page and the files.
-    browser
-        .client
-        .goto(&format!("{base}/ui/threads"))
-        .await
-        .unwrap();
+    open(&browser, base, "/ui/threads").await;
     let link = browser
         .client
         .find(Locator::LinkText("trip-thread-5512"))
@@ -248,11 +220,7 @@ async fn a_person_finds_revises_and_erases_memory_in_a_real_browser() {
     );
     browser.press("button.danger").await;
     assert!(browser.body_text().await.contains("2 captured turns"));
-    browser
-        .client
-        .goto(&format!("{base}/ui/threads"))
-        .await
-        .unwrap();
+    open(&browser, base, "/ui/threads").await;
     assert!(!browser.body_text().await.contains("trip-thread-5512"));
     assert_eq!(
         files_containing(served.dir.path(), "platypus5519"),
@@ -355,7 +323,7 @@ async fn hostile_memory_renders_as_text_and_runs_nothing() {
     .await;
 
     let browser = Browser::start().await;
-    browser.client.goto(&format!("{base}/ui")).await.unwrap();
+    open(&browser, base, "/ui").await;
     let users = browser.texts("li.user b").await;
     assert!(users.contains(&(evil_user.to_owned(), 0)), "{users:?}");
     let agents = browser.texts("li.user button.agent").await;
@@ -402,11 +370,7 @@ async fn hostile_memory_renders_as_text_and_runs_nothing() {
         browser.assert_no_script_ran(&text).await;
     }
 
-    browser
-        .client
-        .goto(&format!("{base}/ui/threads"))
-        .await
-        .unwrap();
+    open(&browser, base, "/ui/threads").await;
     let link = browser.client.find(Locator::LinkText("xss")).await.unwrap();
     browser.click_and_wait(link).await;
     let mut turns = browser.texts("li.turn p.text").await;
@@ -418,11 +382,7 @@ async fn hostile_memory_renders_as_text_and_runs_nothing() {
     assert!(turns.iter().all(|(_, children)| *children == 0));
     browser.assert_no_script_ran("thread").await;
 
-    browser
-        .client
-        .goto(&format!("{base}/ui/block"))
-        .await
-        .unwrap();
+    open(&browser, base, "/ui/block").await;
     let block = browser.texts("pre#block").await;
     assert_eq!(block[0].1, 0, "the block is text");
     assert!(
@@ -431,11 +391,7 @@ async fn hostile_memory_renders_as_text_and_runs_nothing() {
     );
     browser.assert_no_script_ran("block").await;
 
-    browser
-        .client
-        .goto(&format!("{base}/ui/threads"))
-        .await
-        .unwrap();
+    open(&browser, base, "/ui/threads").await;
     browser
         .fill(
             "form[action='/ui/search'] input[name=query]",
@@ -469,10 +425,7 @@ async fn a_facts_source_turns_open_in_their_thread_in_a_real_browser() {
     .await;
     let cited = cited[0].clone();
     let backend: Arc<dyn MemoryBackend> = Arc::new(local);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = router(ServerState::new(AssembledBackend::with_defaults(backend)));
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let base = ui_common::spawn(ServerState::new(AssembledBackend::with_defaults(backend))).await;
 
     let browser = Browser::start().await;
     browse(&browser, &base, "alice", "helper").await;

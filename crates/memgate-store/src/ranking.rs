@@ -914,6 +914,22 @@ mod tests {
         Db::open(dir.path().join("m.sqlite3"), config.busy_timeout).unwrap()
     }
 
+    /// A fresh store with nothing in it yet, for user `u`: its directory
+    /// (bound first, so it is removed after the database closes), the
+    /// database, the user.
+    fn empty_store() -> (tempfile::TempDir, Db, Caller) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open_db(&dir);
+        (dir, db, Caller::new("u"))
+    }
+
+    /// The row id of `user`'s scope, which a capture has made.
+    fn scope_of(conn: &Connection, user: &Caller) -> Result<i64> {
+        Ok(ScopeKey::of(user)
+            .find(conn)?
+            .expect("the user's scope exists"))
+    }
+
     /// Captures one turn per text into thread `thread` of `user`'s scope, as
     /// the store's capture does.
     fn capture_texts(db: &Db, user: &Caller, thread: &str, texts: &[&str]) {
@@ -940,7 +956,7 @@ mod tests {
     /// and how many counts it read from the index.
     fn plan_with(db: &Db, user: &Caller, known: &TermCounts, query: &str) -> (Option<Plan>, usize) {
         db.read(|conn| {
-            let scope = ScopeKey::of(user).find(conn)?.unwrap();
+            let scope = scope_of(conn, user)?;
             let phrases = query_phrases(&scope_tag(scope), query);
             let mut counter = Counter::new(conn, known, scope);
             let plan = plan_query(&mut counter, 3, &phrases)?;
@@ -954,9 +970,7 @@ mod tests {
     /// again (here a term crosses the budget of 3, which changes the plan).
     #[test]
     fn known_counts_give_the_plan_of_fresh_counts_until_the_scope_is_written() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = open_db(&dir);
-        let user = Caller::new("u");
+        let (_dir, db, user) = empty_store();
         capture_texts(
             &db,
             &user,
@@ -993,9 +1007,7 @@ mod tests {
     /// with none, before and after a write to the scope.
     #[test]
     fn rankings_with_known_counts_equal_rankings_counted_afresh() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = open_db(&dir);
-        let user = Caller::new("u");
+        let (_dir, db, user) = empty_store();
         let texts: Vec<String> = (0..60)
             .map(|i| format!("word{} topic{} tomatoes", i % 13, i % 7))
             .collect();
@@ -1003,7 +1015,7 @@ mod tests {
         capture_texts(&db, &user, "t", &texts);
         let ranked = |known: &TermCounts, budget: usize| {
             db.read(|conn| {
-                let scope = ScopeKey::of(&user).find(conn)?.unwrap();
+                let scope = scope_of(conn, &user)?;
                 rank_within(
                     conn,
                     known,
@@ -1083,6 +1095,33 @@ mod tests {
         }
     }
 
+    /// A fresh store holding user `u`'s scope of `turns` generated turns
+    /// (seeded), as `empty_store` returns it.
+    fn generated_store(seed: u64, turns: usize) -> (tempfile::TempDir, Db, Caller) {
+        let (dir, db, user) = empty_store();
+        generated_scope(&db, &user, &mut SplitMix::new(seed), turns);
+        (dir, db, user)
+    }
+
+    /// `memgate_bm25`'s candidates for `expr`, scored with the counted
+    /// frequencies `dfs`, the best `pool` of them.
+    fn scored_candidates(
+        conn: &Connection,
+        scope: i64,
+        expr: &str,
+        dfs: &[i64],
+        pool: usize,
+    ) -> Result<Vec<(i64, f64)>> {
+        candidates(
+            conn,
+            scope,
+            expr,
+            Rows::Scored(&frequencies_blob(dfs)),
+            None,
+            pool,
+        )
+    }
+
     /// (rowid, score) of the best `pool` by FTS5's own `bm25()` over every
     /// match of `terms`: the reference ranking.
     fn fts5_top(conn: &Connection, terms: &[(usize, String)], pool: usize) -> Vec<(i64, f64)> {
@@ -1135,7 +1174,7 @@ mod tests {
             generated_scope(&db, &Caller::new("other"), &mut rng, 300);
             generated_scope(&db, &user, &mut rng, 2_000 + 1_000 * round);
             db.read(|conn| {
-                let scope = ScopeKey::of(&user).find(conn)?.unwrap();
+                let scope = scope_of(conn, &user)?;
                 for q in 0..40 {
                     let n = 1 + rng.below(6);
                     let query: Vec<String> = (0..n).map(|_| zipf_word(&mut rng, 500)).collect();
@@ -1180,36 +1219,18 @@ mod tests {
     /// phrase given 0 adds nothing.
     #[test]
     fn memgate_bm25_is_fts5s_bm25_with_given_frequencies() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = open_db(&dir);
-        let user = Caller::new("u");
-        let mut rng = SplitMix::new(7);
-        generated_scope(&db, &user, &mut rng, 500);
+        let (_dir, db, user) = generated_store(7, 500);
         db.read(|conn| {
-            let scope = ScopeKey::of(&user).find(conn)?.unwrap();
+            let scope = scope_of(conn, &user)?;
             let terms = scored_terms(conn, scope, "w1 w7 w40 w3").unwrap();
             let want = fts5_top(conn, &terms, 1_000);
             let (expr, dfs) = walk_expression(&terms, terms.len());
-            let got = candidates(
-                conn,
-                scope,
-                &expr,
-                Rows::Scored(&frequencies_blob(&dfs)),
-                None,
-                1_000,
-            )?;
+            let got = scored_candidates(conn, scope, &expr, &dfs, 1_000)?;
             assert_same_top(&got, &want, "every term walked");
             // The rarest walked, the others looked up: the same scores for
             // the rarest's documents.
             let (expr, dfs) = walk_expression(&terms, 1);
-            let got = candidates(
-                conn,
-                scope,
-                &expr,
-                Rows::Scored(&frequencies_blob(&dfs)),
-                None,
-                1_000,
-            )?;
+            let got = scored_candidates(conn, scope, &expr, &dfs, 1_000)?;
             assert_eq!(got.len(), terms[0].0);
             for (id, score) in &got {
                 let w = want.iter().find(|w| w.0 == *id).unwrap();
@@ -1217,14 +1238,7 @@ mod tests {
             }
             let mut silent = dfs.clone();
             silent.iter_mut().for_each(|d| *d = 0);
-            let got = candidates(
-                conn,
-                scope,
-                &expr,
-                Rows::Scored(&frequencies_blob(&silent)),
-                None,
-                5,
-            )?;
+            let got = scored_candidates(conn, scope, &expr, &silent, 5)?;
             assert!(got.iter().all(|h| h.1 == 0.0), "{got:?}");
             Ok(())
         })
@@ -1236,26 +1250,15 @@ mod tests {
     /// FTS5's own top by `bm25()`, scores included.
     #[test]
     fn memgate_bm25_skips_lengths_only_of_rows_outside_the_pool() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = open_db(&dir);
-        let user = Caller::new("u");
-        let mut rng = SplitMix::new(11);
-        generated_scope(&db, &user, &mut rng, 2_000);
+        let (_dir, db, user) = generated_store(11, 2_000);
         db.read(|conn| {
-            let scope = ScopeKey::of(&user).find(conn)?.unwrap();
+            let scope = scope_of(conn, &user)?;
             for query in ["w1 w7 w40 w3", "w0 w2", "w120 w5 w9"] {
                 let terms = scored_terms(conn, scope, query).unwrap();
                 let (expr, dfs) = walk_expression(&terms, terms.len());
                 for pool in [1, 10, 50] {
                     let before = skipped_lengths();
-                    let got = candidates(
-                        conn,
-                        scope,
-                        &expr,
-                        Rows::Scored(&frequencies_blob(&dfs)),
-                        None,
-                        pool,
-                    )?;
+                    let got = scored_candidates(conn, scope, &expr, &dfs, pool)?;
                     let skipped = skipped_lengths() - before;
                     let what = format!("{query:?}, pool {pool}");
                     assert_same_top(&got, &fts5_top(conn, &terms, pool), &what);

@@ -6,11 +6,14 @@
 //! seeded generator ([`SplitMix`]) for tests and the lab's benchmarks;
 //! testkit's scripted model, started per test (`scripted_model`, feature
 //! `scripted-model`);
+//! with the `http` feature, JSON posts to a served memgate ([`http`]);
 //! with the `browser` feature, a real headless Chromium ([`browser`]).
 
 pub mod black_hole;
 #[cfg(feature = "browser")]
 pub mod browser;
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 pub mod real;

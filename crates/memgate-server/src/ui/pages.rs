@@ -112,6 +112,23 @@ impl Ui {
             view::problem(self.backend.name(), what, err),
         )
     }
+
+    /// A page of this session's, as asked: `200 OK`.
+    fn show(&self, visit: &Visit, title: &str, body: Markup) -> Response {
+        self.render(visit, StatusCode::OK, title, body)
+    }
+
+    /// What an operation returned, or the page saying what failed (with
+    /// `try_page!`, a handler's every load ends early the same way).
+    fn loaded<T>(
+        &self,
+        visit: &Visit,
+        title: &str,
+        what: &str,
+        outcome: Result<T, MemoryError>,
+    ) -> Result<T, Refusal> {
+        outcome.map_err(|e| Box::new(self.failed(visit, title, what, &e)))
+    }
 }
 
 fn html_page(status: StatusCode, markup: Markup) -> Response {
@@ -132,9 +149,8 @@ fn refuse(status: StatusCode, reason: &'static str) -> Response {
 fn principal(ui: &Ui, visit: &Visit, title: &str) -> Result<Caller, Refusal> {
     match &visit.session.principal {
         Some(p) => Ok(p.caller()),
-        None => Err(Box::new(ui.render(
+        None => Err(Box::new(ui.show(
             visit,
-            StatusCode::OK,
             title,
             view::choose_principal_first(),
         ))),
@@ -264,7 +280,7 @@ pub(super) async fn overview(State(ui): State<Ui>, headers: HeaderMap) -> Respon
             (capabilities(&caps))
         }
     };
-    ui.render(&visit, StatusCode::OK, "Overview", body)
+    ui.show(&visit, "Overview", body)
 }
 
 /// Users, each with a button per agent that chooses it (a POST: the names
@@ -376,23 +392,24 @@ pub(super) async fn facts(
 ) -> Response {
     let visit = try_page!(ui.visit(&headers));
     let caller = try_page!(principal(&ui, &visit, "Facts"));
-    match ui.backend.list_facts(&caller, true).await {
-        Ok(facts) => {
-            let shown = facts
-                .iter()
-                .rev()
-                .skip(paging.page * PAGE_SIZE)
-                .take(PAGE_SIZE);
-            let body = html! {
-                p { (facts.len()) " facts, newest first (retired ones included, marked)." }
-                (pager("/ui/facts", paging.page, facts.len()))
-                @for f in shown { (view::fact(f, true)) }
-                (pager("/ui/facts", paging.page, facts.len()))
-            };
-            ui.render(&visit, StatusCode::OK, "Facts", body)
-        }
-        Err(e) => ui.failed(&visit, "Facts", "Listing facts", &e),
-    }
+    let facts = try_page!(ui.loaded(
+        &visit,
+        "Facts",
+        "Listing facts",
+        ui.backend.list_facts(&caller, true).await
+    ));
+    let shown = facts
+        .iter()
+        .rev()
+        .skip(paging.page * PAGE_SIZE)
+        .take(PAGE_SIZE);
+    let body = html! {
+        p { (facts.len()) " facts, newest first (retired ones included, marked)." }
+        (pager("/ui/facts", paging.page, facts.len()))
+        @for f in shown { (view::fact(f, true)) }
+        (pager("/ui/facts", paging.page, facts.len()))
+    };
+    ui.show(&visit, "Facts", body)
 }
 
 pub(super) async fn fact(
@@ -402,10 +419,12 @@ pub(super) async fn fact(
 ) -> Response {
     let visit = try_page!(ui.visit(&headers));
     let caller = try_page!(principal(&ui, &visit, "Fact"));
-    let fact = match ui.backend.get_fact(&caller, &id).await {
-        Ok(fact) => fact,
-        Err(e) => return ui.failed(&visit, "Fact", "Reading the fact", &e),
-    };
+    let fact = try_page!(ui.loaded(
+        &visit,
+        "Fact",
+        "Reading the fact",
+        ui.backend.get_fact(&caller, &id).await
+    ));
     let history = ui.backend.fact_history(&caller, &id).await;
     let csrf = &visit.session.csrf;
     let action = |verb: &str| format!("/ui/facts/{}/{verb}", view::segment(&fact.id));
@@ -435,7 +454,7 @@ pub(super) async fn fact(
             a href=(action("forget")) { "Forget this fact and every version of it" }
         }
     };
-    ui.render(&visit, StatusCode::OK, "Fact", body)
+    ui.show(&visit, "Fact", body)
 }
 
 /// Every version of a fact, newest first: when, by whom, what changed.
@@ -512,10 +531,13 @@ pub(super) async fn revise_fact(
         text: Some(form.text),
         confidence: None,
     };
-    match ui.backend.revise_fact(&caller, &id, &patch).await {
-        Ok(fact) => Redirect::to(&format!("/ui/facts/{}", view::segment(&fact.id))).into_response(),
-        Err(e) => ui.failed(&visit, "Fact", "Revising the fact", &e),
-    }
+    let fact = try_page!(ui.loaded(
+        &visit,
+        "Fact",
+        "Revising the fact",
+        ui.backend.revise_fact(&caller, &id, &patch).await
+    ));
+    Redirect::to(&format!("/ui/facts/{}", view::segment(&fact.id))).into_response()
 }
 
 pub(super) async fn retire_fact(
@@ -526,10 +548,13 @@ pub(super) async fn retire_fact(
 ) -> Response {
     let visit = try_page!(ui.submit(&headers, &form.csrf));
     let caller = try_page!(principal(&ui, &visit, "Fact"));
-    match ui.backend.retire_fact(&caller, &id).await {
-        Ok(fact) => Redirect::to(&format!("/ui/facts/{}", view::segment(&fact.id))).into_response(),
-        Err(e) => ui.failed(&visit, "Fact", "Retiring the fact", &e),
-    }
+    let fact = try_page!(ui.loaded(
+        &visit,
+        "Fact",
+        "Retiring the fact",
+        ui.backend.retire_fact(&caller, &id).await
+    ));
+    Redirect::to(&format!("/ui/facts/{}", view::segment(&fact.id))).into_response()
 }
 
 /// A confirmation page: says exactly what the button erases.
@@ -560,17 +585,19 @@ pub(super) async fn confirm_forget_fact(
 ) -> Response {
     let visit = try_page!(ui.visit(&headers));
     let caller = try_page!(principal(&ui, &visit, "Forget a fact"));
-    let fact = match ui.backend.get_fact(&caller, &id).await {
-        Ok(fact) => fact,
-        Err(e) => return ui.failed(&visit, "Forget a fact", "Reading the fact", &e),
-    };
+    let fact = try_page!(ui.loaded(
+        &visit,
+        "Forget a fact",
+        "Reading the fact",
+        ui.backend.get_fact(&caller, &id).await
+    ));
     let action = format!("/ui/facts/{}/forget", view::segment(&fact.id));
     let body = confirmation(
         &visit.session.csrf,
         &action,
         html! { p { "this fact, with all " (fact.version) " of its versions:" } (view::fact(&fact, false)) },
     );
-    ui.render(&visit, StatusCode::OK, "Forget a fact", body)
+    ui.show(&visit, "Forget a fact", body)
 }
 
 pub(super) async fn forget_fact(
@@ -581,10 +608,13 @@ pub(super) async fn forget_fact(
 ) -> Response {
     let visit = try_page!(ui.submit(&headers, &form.csrf));
     let caller = try_page!(principal(&ui, &visit, "Forget a fact"));
-    match ui.backend.forget(&caller, &ForgetTarget::Fact { id }).await {
-        Ok(report) => ui.render(&visit, StatusCode::OK, "Forgotten", erased(&report)),
-        Err(e) => ui.failed(&visit, "Forget a fact", "Forgetting the fact", &e),
-    }
+    let report = try_page!(ui.loaded(
+        &visit,
+        "Forget a fact",
+        "Forgetting the fact",
+        ui.backend.forget(&caller, &ForgetTarget::Fact { id }).await
+    ));
+    ui.show(&visit, "Forgotten", erased(&report))
 }
 
 /// The recall block and its items, as `/v1/recall` returns them.
@@ -707,7 +737,7 @@ pub(super) async fn threads(
             }
         }
     };
-    ui.render(&visit, StatusCode::OK, "Threads", body)
+    ui.show(&visit, "Threads", body)
 }
 
 /// The thread a session's handle names.
@@ -742,14 +772,14 @@ pub(super) async fn thread(
     let visit = try_page!(ui.visit(&headers));
     let caller = try_page!(principal(&ui, &visit, "Thread"));
     let name = try_page!(thread_of(&ui, &visit, n));
-    let page = match ui
-        .backend
-        .read_thread(&caller, &name, page_of(paging.page))
-        .await
-    {
-        Ok(page) => page,
-        Err(e) => return ui.failed(&visit, "Thread", "Reading the thread", &e),
-    };
+    let page = try_page!(ui.loaded(
+        &visit,
+        "Thread",
+        "Reading the thread",
+        ui.backend
+            .read_thread(&caller, &name, page_of(paging.page))
+            .await
+    ));
     let path = format!("/ui/threads/{n}");
     let total = usize::try_from(page.total).unwrap_or(usize::MAX);
     let body = html! {
@@ -761,7 +791,7 @@ pub(super) async fn thread(
         (pager(&path, paging.page, total))
         p { a href={ (path) "/forget" } { "Forget this thread" } }
     };
-    ui.render(&visit, StatusCode::OK, "Thread", body)
+    ui.show(&visit, "Thread", body)
 }
 
 /// How many pages of a thread the sources page reads looking for a fact's
@@ -776,13 +806,15 @@ pub(super) async fn fact_sources(
 ) -> Response {
     let visit = try_page!(ui.visit(&headers));
     let caller = try_page!(principal(&ui, &visit, "Sources"));
-    let fact = match ui.backend.get_fact(&caller, &id).await {
-        Ok(fact) => fact,
-        Err(e) => return ui.failed(&visit, "Sources", "Reading the fact", &e),
-    };
+    let fact = try_page!(ui.loaded(
+        &visit,
+        "Sources",
+        "Reading the fact",
+        ui.backend.get_fact(&caller, &id).await
+    ));
     let Some(thread) = fact.thread.clone().filter(|_| !fact.sources.is_empty()) else {
         let body = html! { (view::fact(&fact, true)) p #no-sources { "This fact cites no captured turns." } };
-        return ui.render(&visit, StatusCode::OK, "Sources", body);
+        return ui.show(&visit, "Sources", body);
     };
     // (turn, page of the thread it is on), in the fact's order.
     let mut found: Vec<(ThreadTurn, usize)> = Vec::new();
@@ -794,10 +826,12 @@ pub(super) async fn fact_sources(
             offset: n.saturating_mul(PAGE_SIZE),
             limit: PAGE_SIZE,
         };
-        let page = match ui.backend.read_thread(&caller, &thread, request).await {
-            Ok(page) => page,
-            Err(e) => return ui.failed(&visit, "Sources", "Reading the cited thread", &e),
-        };
+        let page = try_page!(ui.loaded(
+            &visit,
+            "Sources",
+            "Reading the cited thread",
+            ui.backend.read_thread(&caller, &thread, request).await
+        ));
         let last = page.turns.len() < PAGE_SIZE;
         found.extend(
             page.turns
@@ -835,7 +869,7 @@ pub(super) async fn fact_sources(
             }
         }
     };
-    ui.render(&visit, StatusCode::OK, "Sources", body)
+    ui.show(&visit, "Sources", body)
 }
 
 pub(super) async fn confirm_forget_thread(
@@ -851,7 +885,7 @@ pub(super) async fn confirm_forget_thread(
         &format!("/ui/threads/{n}/forget"),
         html! { p { "every captured turn of thread " b { (name) } "." } },
     );
-    ui.render(&visit, StatusCode::OK, "Forget a thread", body)
+    ui.show(&visit, "Forget a thread", body)
 }
 
 pub(super) async fn forget_thread(
@@ -863,19 +897,17 @@ pub(super) async fn forget_thread(
     let visit = try_page!(ui.submit(&headers, &form.csrf));
     let caller = try_page!(principal(&ui, &visit, "Forget a thread"));
     let name = try_page!(thread_of(&ui, &visit, n));
-    match ui
-        .backend
-        .forget(&caller.with_thread(name), &ForgetTarget::Thread)
-        .await
-    {
-        Ok(report) => {
-            ui.sessions.update(&visit.id, |s| s.threads.clear());
-            let body =
-                html! { (erased(&report)) p { a href="/ui/threads" { "Back to the threads" } } };
-            ui.render(&visit, StatusCode::OK, "Forgotten", body)
-        }
-        Err(e) => ui.failed(&visit, "Forget a thread", "Forgetting the thread", &e),
-    }
+    let report = try_page!(ui.loaded(
+        &visit,
+        "Forget a thread",
+        "Forgetting the thread",
+        ui.backend
+            .forget(&caller.with_thread(name), &ForgetTarget::Thread)
+            .await
+    ));
+    ui.sessions.update(&visit.id, |s| s.threads.clear());
+    let body = html! { (erased(&report)) p { a href="/ui/threads" { "Back to the threads" } } };
+    ui.show(&visit, "Forgotten", body)
 }
 
 pub(super) async fn search(
@@ -890,27 +922,28 @@ pub(super) async fn search(
         top_k: SEARCH_RESULTS,
         kind: None,
     };
-    match ui.backend.search(&caller, &query).await {
-        Ok(hits) => {
-            let body = html! {
-                (search_form(&visit.session.csrf))
-                p { (hits.len()) " results for " q { (form.query) } "." }
-                table.items {
-                    tr { th { "kind" } th { "text" } th { "score" } th { "source" } }
-                    @for hit in &hits {
-                        tr.hit {
-                            td { (hit.category) }
-                            td.text { (hit.content) }
-                            td { @if let Some(s) = hit.score { (format!("{s:.4}")) } }
-                            td { @if let Some(s) = &hit.source { (s) } }
-                        }
-                    }
+    let hits = try_page!(ui.loaded(
+        &visit,
+        "Search",
+        "Searching",
+        ui.backend.search(&caller, &query).await
+    ));
+    let body = html! {
+        (search_form(&visit.session.csrf))
+        p { (hits.len()) " results for " q { (form.query) } "." }
+        table.items {
+            tr { th { "kind" } th { "text" } th { "score" } th { "source" } }
+            @for hit in &hits {
+                tr.hit {
+                    td { (hit.category) }
+                    td.text { (hit.content) }
+                    td { @if let Some(s) = hit.score { (format!("{s:.4}")) } }
+                    td { @if let Some(s) = &hit.source { (s) } }
                 }
-            };
-            ui.render(&visit, StatusCode::OK, "Search", body)
+            }
         }
-        Err(e) => ui.failed(&visit, "Search", "Searching", &e),
-    }
+    };
+    ui.show(&visit, "Search", body)
 }
 
 /// `agent` (the session's user under its agent) or `user` (every agent).
@@ -948,7 +981,7 @@ pub(super) async fn confirm_forget_scope(
         }
     };
     let body = confirmation(&visit.session.csrf, &format!("/ui/forget/{level}"), erases);
-    ui.render(&visit, StatusCode::OK, title, body)
+    ui.show(&visit, title, body)
 }
 
 pub(super) async fn forget_scope(
@@ -962,10 +995,13 @@ pub(super) async fn forget_scope(
     let Some(target) = forget_level(&level) else {
         return refuse(StatusCode::NOT_FOUND, "no such erasure");
     };
-    match ui.backend.forget(&caller, &target).await {
-        Ok(report) => ui.render(&visit, StatusCode::OK, "Forgotten", erased(&report)),
-        Err(e) => ui.failed(&visit, "Forget", "Forgetting", &e),
-    }
+    let report = try_page!(ui.loaded(
+        &visit,
+        "Forget",
+        "Forgetting",
+        ui.backend.forget(&caller, &target).await
+    ));
+    ui.show(&visit, "Forgotten", erased(&report))
 }
 
 pub(super) async fn transfer(State(ui): State<Ui>, headers: HeaderMap) -> Response {
@@ -992,7 +1028,7 @@ pub(super) async fn transfer(State(ui): State<Ui>, headers: HeaderMap) -> Respon
             }
         }
     };
-    ui.render(&visit, StatusCode::OK, "Export / import", body)
+    ui.show(&visit, "Export / import", body)
 }
 
 pub(super) async fn export(
@@ -1002,25 +1038,28 @@ pub(super) async fn export(
 ) -> Response {
     let visit = try_page!(ui.submit(&headers, &form.csrf));
     let caller = try_page!(principal(&ui, &visit, "Export"));
-    match ui.backend.export(&caller).await {
-        Ok(data) => match serde_json::to_vec_pretty(&data) {
-            Ok(bytes) => (
-                [
-                    (header::CONTENT_TYPE, "application/json"),
-                    (
-                        header::CONTENT_DISPOSITION,
-                        "attachment; filename=\"memgate-export.json\"",
-                    ),
-                ],
-                bytes,
-            )
-                .into_response(),
-            Err(e) => {
-                let err = MemoryError::Corruption(format!("the export did not serialize: {e}"));
-                ui.failed(&visit, "Export", "Exporting", &err)
-            }
-        },
-        Err(e) => ui.failed(&visit, "Export", "Exporting", &e),
+    let data = try_page!(ui.loaded(
+        &visit,
+        "Export",
+        "Exporting",
+        ui.backend.export(&caller).await
+    ));
+    match serde_json::to_vec_pretty(&data) {
+        Ok(bytes) => (
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"memgate-export.json\"",
+                ),
+            ],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => {
+            let err = MemoryError::Corruption(format!("the export did not serialize: {e}"));
+            ui.failed(&visit, "Export", "Exporting", &err)
+        }
     }
 }
 
@@ -1057,16 +1096,17 @@ pub(super) async fn import(
         );
         return ui.failed(&visit, "Import", "Importing", &err);
     }
-    match ui.backend.import(&caller, &data).await {
-        Ok(r) => {
-            let body = html! {
-                p #imported { "Imported " (r.facts_imported) " facts (" (r.facts_already_present) " already present) and "
-                  (r.turns_imported) " turns (" (r.turns_already_present) " already present)." }
-            };
-            ui.render(&visit, StatusCode::OK, "Imported", body)
-        }
-        Err(e) => ui.failed(&visit, "Import", "Importing", &e),
-    }
+    let r = try_page!(ui.loaded(
+        &visit,
+        "Import",
+        "Importing",
+        ui.backend.import(&caller, &data).await
+    ));
+    let body = html! {
+        p #imported { "Imported " (r.facts_imported) " facts (" (r.facts_already_present) " already present) and "
+          (r.turns_imported) " turns (" (r.turns_already_present) " already present)." }
+    };
+    ui.show(&visit, "Imported", body)
 }
 
 pub(super) async fn health(State(ui): State<Ui>, headers: HeaderMap) -> Response {
@@ -1135,5 +1175,5 @@ async fn health_page(
             }
         }
     };
-    ui.render(visit, StatusCode::OK, "Health", body)
+    ui.show(visit, "Health", body)
 }

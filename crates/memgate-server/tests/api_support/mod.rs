@@ -3,7 +3,6 @@
 
 use memgate_core::MemoryBackend;
 use memgate_server::{router, ServerState};
-use serde_json::Value;
 use std::sync::Arc;
 
 pub async fn spawn(backend: Arc<dyn MemoryBackend>) -> String {
@@ -22,13 +21,4 @@ pub async fn spawn(backend: Arc<dyn MemoryBackend>) -> String {
     format!("http://{addr}")
 }
 
-pub async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
-    let response = reqwest::Client::new()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
+pub use memgate_testsupport::http::post_json as post;

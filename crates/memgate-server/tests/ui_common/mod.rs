@@ -5,9 +5,14 @@
 use memgate_server::{router, ServerState};
 
 pub async fn spawn(state: ServerState) -> String {
+    serve(router(state)).await
+}
+
+/// Serves `app` on a free loopback port; returns its base URL.
+pub async fn serve(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     format!("http://{addr}")
 }
 
