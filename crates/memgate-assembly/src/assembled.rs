@@ -601,6 +601,10 @@ impl MemoryBackend for AssembledBackend {
         figures
     }
 
+    fn release_idle_memory(&self) {
+        self.inner.release_idle_memory();
+    }
+
     async fn shutdown(&self, timeout: Duration) -> bool {
         self.drain(timeout).await.drained()
     }

@@ -404,6 +404,11 @@ pub trait MemoryBackend: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Gives back memory held only to be fast under load (the caches of
+    /// idle connections); called when a busy spell has ended. Nothing by
+    /// default. Cheap and local, never a request to a server.
+    fn release_idle_memory(&self) {}
+
     /// Stops accepting new work, waits for in-flight work up to `timeout`,
     /// then releases resources. True when everything drained in time.
     async fn shutdown(&self, timeout: Duration) -> bool {

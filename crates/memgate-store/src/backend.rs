@@ -436,6 +436,10 @@ impl MemoryBackend for LocalBackend {
         Ok(WarmStatus::Ready)
     }
 
+    fn release_idle_memory(&self) {
+        self.store.release_idle_memory();
+    }
+
     /// Refuses new work, waits up to `timeout` for in-flight work, then
     /// checkpoints the WAL and closes. False when work was still running at
     /// the deadline; the file is then closed when the backend is dropped.

@@ -39,6 +39,24 @@ fn truncate_wal(conn: &Connection) -> Result<()> {
         .map_err(db_error)
 }
 
+/// One of a connection's `sqlite3_db_status` counters, reset after reading
+/// when `reset` (counters that count; gauges ignore it).
+fn db_status(conn: &Connection, op: std::os::raw::c_int, reset: bool) -> u64 {
+    let (mut current, mut highest) = (0, 0);
+    // SAFETY: the handle is live for the borrow of `conn`; the out pointers
+    // are valid for the call.
+    unsafe {
+        rusqlite::ffi::sqlite3_db_status(
+            conn.handle(),
+            op,
+            &mut current,
+            &mut highest,
+            i32::from(reset),
+        )
+    };
+    current.max(0) as u64
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic inside a closure rolled its transaction back when it unwound;
     // the connection itself is still sound.
@@ -120,23 +138,46 @@ impl Db {
         Ok(conn)
     }
 
+    /// Frees the page caches of the connections nobody is using, once a
+    /// busy spell has ended: each connection's cache (up to `cache_size`)
+    /// fills under load and would otherwise stay filled while idle, one per
+    /// pooled reader. A writer busy with background work keeps its cache.
+    pub fn release_idle_memory(&self) {
+        let shrink = |conn: &Connection| {
+            // Only unused cache pages go; a failure leaves the cache as it was.
+            let _ = conn.execute_batch("PRAGMA shrink_memory");
+        };
+        for conn in lock(&self.readers).iter() {
+            shrink(conn);
+        }
+        if let Ok(writer) = self.writer.try_lock() {
+            if let Some(conn) = writer.as_ref() {
+                shrink(conn);
+            }
+        }
+    }
+
     /// Page cache hits and misses of a reader connection since the last call
     /// (the counters are reset).
     pub fn page_cache_counts(&self) -> Result<(u64, u64)> {
         use rusqlite::ffi;
         self.read(|conn| {
-            let read = |op| {
-                let (mut current, mut highest) = (0, 0);
-                // SAFETY: the handle is live for the borrow of `conn`; the out
-                // pointers are valid for the call.
-                unsafe { ffi::sqlite3_db_status(conn.handle(), op, &mut current, &mut highest, 1) };
-                current.max(0) as u64
-            };
             Ok((
-                read(ffi::SQLITE_DBSTATUS_CACHE_HIT),
-                read(ffi::SQLITE_DBSTATUS_CACHE_MISS),
+                db_status(conn, ffi::SQLITE_DBSTATUS_CACHE_HIT, true),
+                db_status(conn, ffi::SQLITE_DBSTATUS_CACHE_MISS, true),
             ))
         })
+    }
+
+    /// The idle pooled readers and the bytes their page caches hold.
+    #[cfg(test)]
+    pub fn idle_cache_bytes(&self) -> (usize, u64) {
+        let pool = lock(&self.readers);
+        let bytes = pool
+            .iter()
+            .map(|c| db_status(c, rusqlite::ffi::SQLITE_DBSTATUS_CACHE_USED, false))
+            .sum();
+        (pool.len(), bytes)
     }
 
     /// Runs SQLite's quick integrity check; corruption is an error.

@@ -132,6 +132,11 @@ impl MemoryStore {
         &self.config
     }
 
+    /// Frees the page caches of idle connections (see [`Db::release_idle_memory`]).
+    pub fn release_idle_memory(&self) {
+        self.db.release_idle_memory();
+    }
+
     /// Page cache hits and misses of a reader connection since the last call
     /// (the counters are reset): how much of a recall the cache answers.
     pub fn page_cache_counts(&self) -> Result<(u64, u64)> {
@@ -920,5 +925,93 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+    }
+
+    /// A busy spell leaves a filled page cache in every pooled reader;
+    /// releasing them once it has ended gives that memory back and changes
+    /// no answer.
+    #[test]
+    fn idle_readers_give_their_page_caches_back_and_recall_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            MemoryStore::open(dir.path().join("m.sqlite3"), LocalConfig::default()).unwrap();
+        let user = Caller::new("u");
+        let words = [
+            "refund", "invoice", "lisbon", "piano", "schema", "budget", "garden",
+        ];
+        for t in 0..4 {
+            let messages = (0..500)
+                .map(|i| {
+                    let text = (0..12)
+                        .map(|j| {
+                            words[(i * 7 + j * 3 + t) % words.len()].to_owned()
+                                + &format!("{}", (i + j) % 97)
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    Message::human(text).with_id(format!("t{t}-m{i}"))
+                })
+                .collect();
+            store
+                .capture(&CaptureRequest {
+                    caller: user.clone().with_thread(format!("t{t}")),
+                    messages,
+                    kind: CaptureKind::AfterTurn,
+                    trace_id: None,
+                })
+                .unwrap();
+        }
+        let queries: Vec<String> = (0..40)
+            .map(|i| {
+                format!(
+                    "{}{} {}{}",
+                    words[i % 7],
+                    i % 97,
+                    words[(i + 3) % 7],
+                    (i * 5) % 97
+                )
+            })
+            .collect();
+        let recall_all = || {
+            queries
+                .iter()
+                .map(|q| {
+                    store
+                        .recall(&memgate_core::RecallRequest {
+                            caller: user.clone(),
+                            query: Some(q.clone()),
+                        })
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+        };
+        let answers = recall_all();
+        // Readers recalling at once each take a pooled connection of their own.
+        let start = std::sync::Barrier::new(crate::db::MAX_IDLE_READERS);
+        std::thread::scope(|s| {
+            for _ in 0..crate::db::MAX_IDLE_READERS {
+                s.spawn(|| {
+                    start.wait();
+                    recall_all();
+                });
+            }
+        });
+        let (readers, filled) = store.db.idle_cache_bytes();
+        assert!(
+            readers >= 2,
+            "only {readers} pooled readers after a busy spell"
+        );
+
+        store.release_idle_memory();
+        let (_, left) = store.db.idle_cache_bytes();
+        assert!(
+            left * 4 < filled,
+            "{readers} idle readers still hold {left} of {filled} bytes of page cache"
+        );
+        assert_eq!(
+            recall_all(),
+            answers,
+            "recall answers the same after the release"
+        );
     }
 }

@@ -231,9 +231,6 @@ enum ConfigCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let verbose = matches!(cli.command, Command::Serve { .. });
-    if verbose {
-        heap::cap_arenas();
-    }
     output::init_logging(verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -72,7 +72,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
             .map(|a| a.to_string())
             .unwrap_or_else(|_| addr.to_string())
     );
-    let trimming = super::heap::trim_after_bursts(Arc::clone(&requests));
+    let releasing = super::heap::release_after_bursts(Arc::clone(&requests), backend.clone());
     let graceful = stop.clone();
     let mut serving = tokio::spawn(
         axum::serve(listener, router(state))
@@ -90,7 +90,7 @@ pub async fn run(config_path: Option<&Path>, addr: Option<&str>, cli: &Caller) -
         () = shutdown_signal() => {}
     }
 
-    trimming.abort();
+    releasing.abort();
     // One budget for everything: HTTP first, then the backend's own work.
     let budget = Duration::from_secs_f64(config.memory.shutdown_flush_timeout_seconds);
     let deadline = Instant::now() + budget;
