@@ -39,7 +39,7 @@
 use memgate_core::{
     Caller, CaptureRequest, MemoryBackend, RecallRequest, RememberRequest, SearchQuery,
 };
-use memgate_lab::process::percentile_ms;
+use memgate_lab::process::{drop_schema, load_average, percentile_ms};
 use memgate_lab::synthetic::RandomEmbedder;
 use memgate_lab::workload;
 use memgate_postgres::{PostgresBackend, PostgresConfig, VectorIndex};
@@ -595,18 +595,5 @@ async fn postgres(dsn: &str, o: &Options, items: usize, w: &Arc<Workload>) {
         );
         return;
     }
-    let (client, connection) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .unwrap();
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
+    drop_schema(dsn, &schema).await;
 }

@@ -24,6 +24,7 @@
 //! after each round. Each round's schema is dropped at its end.
 
 use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, RecallRequest};
+use memgate_lab::process::{drop_schema, load_average};
 use memgate_postgres::{PostgresBackend, PostgresConfig};
 use serde_json::json;
 use std::sync::Arc;
@@ -147,26 +148,9 @@ async fn recall(b: &PostgresBackend, caller: &Caller, query: &str) -> String {
     .text
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-async fn drop_schema(dsn: &str, schema: &str) {
-    let (client, connection) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .unwrap();
-}
-
 async fn round(o: &Options, dsn: &str, replica: Option<&str>, r: usize) {
     let schema = memgate_testsupport::real::unique_schema("replica_bench");
-    println!("round {r}: load average {}", loadavg());
+    println!("round {r}: load average {}", load_average());
     let writer = Arc::new(backend(dsn, None, &schema, o.clients));
     writer.migrate().await.unwrap();
     let one = capture_rate(&writer, o.captures, 1, |_| {
@@ -237,7 +221,7 @@ async fn round(o: &Options, dsn: &str, replica: Option<&str>, r: usize) {
             o.recalls
         );
     }
-    println!("  load average after: {}", loadavg());
+    println!("  load average after: {}", load_average());
     drop_schema(dsn, &schema).await;
 }
 

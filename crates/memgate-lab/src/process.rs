@@ -83,3 +83,24 @@ pub fn overlap(found: &[i64], exact: &[i64]) -> f64 {
     let top: HashSet<i64> = found.iter().take(exact.len()).copied().collect();
     exact.iter().filter(|i| top.contains(i)).count() as f64 / exact.len() as f64
 }
+
+/// The machine's 1, 5 and 15 minute load averages as `/proc/loadavg`
+/// prints them (empty where there is none): benchmarks print it beside
+/// their figures, since a shared machine's load moves them.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Drops a benchmark's PostgreSQL schema and everything in it.
+pub async fn drop_schema(dsn: &str, schema: &str) {
+    let (client, connection) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .expect("connect to drop the schema");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop the schema");
+}
