@@ -232,8 +232,7 @@ impl PostgresBackend {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>> {
-        let statement = self.prepared(c, sql).await?;
-        c.query(&statement, params).await.map_err(|e| self.err(e))
+        crate::pool::query(c, &self.config, sql, params).await
     }
 
     pub(crate) async fn row_opt(
@@ -592,8 +591,8 @@ impl MemoryBackend for PostgresBackend {
         self.import_scope(caller, data).await
     }
 
-    /// Ready once the server answers and the schema is current (migrating
-    /// it if needed); a foreign or newer schema is an error.
+    /// Counted in the store (what DeerFlow's memory page shows), without
+    /// reading the scope's export.
     async fn holdings(&self, caller: &Caller) -> Result<memgate_core::Holdings> {
         self.count_holdings(caller).await
     }
@@ -637,6 +636,8 @@ impl MemoryBackend for PostgresBackend {
         self.commit_held_handoff(caller, id).await
     }
 
+    /// Ready once the server answers and the schema is current (migrating
+    /// it if needed); a foreign or newer schema is an error.
     async fn warm(&self) -> Result<WarmStatus> {
         let client = self.client().await?;
         client

@@ -28,11 +28,9 @@
 
 use crate::backend::{PostgresBackend, Scope};
 use crate::config::PostgresConfig;
-use crate::pool::db_error;
+use crate::pool::query;
 use deadpool_postgres::GenericClient;
 use memgate_core::{Caller, ForgetReport, ForgetTarget, MemoryError, Result};
-use tokio_postgres::types::ToSql;
-use tokio_postgres::Row;
 
 impl PostgresBackend {
     /// Erases `target` in the caller's scope (see the module doc for what
@@ -189,23 +187,6 @@ fn not_found(n: Option<i64>) -> MemoryError {
         "memory mem_{} in this scope",
         n.unwrap_or_default()
     ))
-}
-
-/// Runs `sql` (prepared once per connection) for erasure code that also
-/// runs outside a backend handle (the retention sweep).
-pub(crate) async fn query(
-    c: &impl GenericClient,
-    config: &PostgresConfig,
-    sql: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<Vec<Row>> {
-    let statement = c
-        .prepare_cached(sql)
-        .await
-        .map_err(|e| db_error(config, &e))?;
-    c.query(&statement, params)
-        .await
-        .map_err(|e| db_error(config, &e))
 }
 
 /// Erases memories `ids` (any state) with their history; facts they

@@ -101,6 +101,25 @@ fn tls_connector(config: &PostgresConfig) -> Result<tokio_postgres_rustls::MakeR
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
 }
 
+/// Runs `sql` as a statement prepared once per connection (a cached
+/// statement saves the parse round trip on every later call); what
+/// [`crate::PostgresBackend`]'s own reads use, and the erasure code that
+/// also runs without a backend handle (the retention sweep).
+pub(crate) async fn query(
+    c: &impl deadpool_postgres::GenericClient,
+    config: &PostgresConfig,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>> {
+    let statement = c
+        .prepare_cached(sql)
+        .await
+        .map_err(|e| db_error(config, &e))?;
+    c.query(&statement, params)
+        .await
+        .map_err(|e| db_error(config, &e))
+}
+
 /// Maps a driver error: a cancelled statement is a deadline, a unique
 /// violation a conflict, everything else a backend failure.
 pub(crate) fn db_error(config: &PostgresConfig, err: &tokio_postgres::Error) -> MemoryError {

@@ -13,7 +13,8 @@
 
 use crate::backend::PostgresBackend;
 use crate::config::PostgresConfig;
-use crate::forget::{erase_bare_distilled, query};
+use crate::forget::erase_bare_distilled;
+use crate::pool::query;
 use crate::pool::{db_error, pool_error};
 use deadpool_postgres::Pool;
 use memgate_core::forget::{

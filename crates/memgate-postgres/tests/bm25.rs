@@ -6,7 +6,7 @@
 
 mod common;
 
-use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, SearchQuery};
+use memgate_core::{Caller, MemoryBackend, Message, SearchQuery};
 
 #[tokio::test]
 #[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
@@ -18,29 +18,16 @@ async fn every_present_term_is_scored_by_bm25_and_the_rare_one_weighs_most() {
     // in 647 of the first 650 (a common term: over the 600 postings a plan
     // once read, under the 2 000 it walks now); of the quartz turns only the
     // oldest (turn 0) holds both.
-    for thread in 0..20 {
-        let messages = (0..100)
-            .map(|i| {
-                let n = thread * 100 + i;
-                let first = if n % 200 == 0 { "quartz" } else { "pebble" };
-                let second = if n == 0 || (n < 650 && n % 200 != 0) {
-                    "harbour"
-                } else {
-                    "meadow"
-                };
-                Message::human(format!("{first} {second} filler number{n}"))
-                    .with_id(format!("m{n}"))
-            })
-            .collect();
-        b.capture(&CaptureRequest {
-            caller: alice.clone().with_thread(format!("t{thread}")),
-            messages,
-            kind: CaptureKind::AfterTurn,
-            trace_id: None,
-        })
-        .await
-        .unwrap();
-    }
+    common::capture_numbered(&b, &alice, 20, 100, |n| {
+        let first = if n % 200 == 0 { "quartz" } else { "pebble" };
+        let second = if n == 0 || (n < 650 && n % 200 != 0) {
+            "harbour"
+        } else {
+            "meadow"
+        };
+        Message::human(format!("{first} {second} filler number{n}"))
+    })
+    .await;
     let hits = b
         .search(
             &alice,

@@ -6,7 +6,7 @@
 
 mod common;
 
-use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, Message, SearchQuery};
+use memgate_core::{Caller, MemoryBackend, Message, SearchQuery};
 use memgate_postgres::plan::{choose, Walk};
 
 /// 20 000 turns: every one says "frequent", every ninth also "uncommon
@@ -16,34 +16,22 @@ async fn filled() -> (memgate_postgres::PostgresBackend, Caller) {
     let dsn = common::dsn();
     let b = common::backend(&dsn, &common::unique_schema("walks"));
     let alice = Caller::new("alice").with_agent("coder");
-    for thread in 0..200 {
-        let messages = (0..100)
-            .map(|i| {
-                let n = thread * 100 + i;
-                let mut text = format!("frequent filler number{n}");
-                if n % 9 == 0 {
-                    text.push_str(" uncommon seldom");
-                }
-                if n < 5000 {
-                    text.push_str(" older");
-                }
-                let m = if i % 2 == 0 {
-                    Message::human(text)
-                } else {
-                    Message::ai(text)
-                };
-                m.with_id(format!("m{n}"))
-            })
-            .collect();
-        b.capture(&CaptureRequest {
-            caller: alice.clone().with_thread(format!("t{thread}")),
-            messages,
-            kind: CaptureKind::AfterTurn,
-            trace_id: None,
-        })
-        .await
-        .unwrap();
-    }
+    common::capture_numbered(&b, &alice, 200, 100, |n| {
+        let mut text = format!("frequent filler number{n}");
+        if n % 9 == 0 {
+            text.push_str(" uncommon seldom");
+        }
+        if n < 5000 {
+            text.push_str(" older");
+        }
+        // Threads are 100 long, so a thread's even messages are the user's.
+        if n % 2 == 0 {
+            Message::human(text)
+        } else {
+            Message::ai(text)
+        }
+    })
+    .await;
     (b, alice)
 }
 

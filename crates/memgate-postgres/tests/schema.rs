@@ -277,26 +277,13 @@ async fn the_recall_indexes_pending_lists_stay_within_256_kb() {
     let schema = common::unique_schema("pending");
     let b = common::backend(&dsn, &schema);
     let alice = Caller::new("alice").with_agent("coder");
-    for thread in 0..20 {
-        let messages = (0..200)
-            .map(|i| {
-                let n = thread * 200 + i;
-                memgate_core::Message::human(format!(
-                    "turn{n} names place{n} person{n} colour{n} animal{n} tool{n} \
-                     river{n} city{n} dish{n} song{n} book{n} game{n}"
-                ))
-                .with_id(format!("m{n}"))
-            })
-            .collect();
-        b.capture(&memgate_core::CaptureRequest {
-            caller: alice.clone().with_thread(format!("t{thread}")),
-            messages,
-            kind: memgate_core::CaptureKind::AfterTurn,
-            trace_id: None,
-        })
-        .await
-        .unwrap();
-    }
+    common::capture_numbered(&b, &alice, 20, 200, |n| {
+        memgate_core::Message::human(format!(
+            "turn{n} names place{n} person{n} colour{n} animal{n} tool{n} \
+             river{n} city{n} dish{n} song{n} book{n} game{n}"
+        ))
+    })
+    .await;
     for n in 0..200 {
         b.remember(
             &alice,

@@ -2,7 +2,7 @@
 //! child process, and `/mcp` on `memgate serve` answering the MCP
 //! handshake over streamable HTTP.
 
-use memgate_testsupport::mcp::{call, tool_names, try_call};
+use memgate_testsupport::mcp::{call, tool_names, try_call, McpClient};
 use rmcp::model::ClientConfig;
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
@@ -22,16 +22,22 @@ fn command(home: &Path, args: &[&str]) -> tokio::process::Command {
     cmd
 }
 
+/// `memgate mcp` started under `home` (its `config.yaml` as written), after
+/// the MCP handshake.
+async fn session(home: &Path) -> McpClient {
+    let transport = TokioChildProcess::new(command(home, &["mcp"])).unwrap();
+    ClientConfig::default()
+        .serve(transport)
+        .await
+        .expect("MCP handshake")
+}
+
 #[tokio::test]
 async fn stdio_session_saves_and_recalls_as_the_configured_user() {
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
     std::fs::write(h.join("config.yaml"), "mcp:\n  user: alice\n").unwrap();
-    let transport = TokioChildProcess::new(command(h, &["mcp"])).unwrap();
-    let client = ClientConfig::default()
-        .serve(transport)
-        .await
-        .expect("MCP handshake");
+    let client = session(h).await;
     let info = client.peer_info().expect("server info");
     assert_eq!(
         info.server_info.as_ref().map(|i| i.name.as_str()),
@@ -84,11 +90,7 @@ async fn stdio_offers_forget_only_when_the_config_opts_in() {
         ("mcp:\n  user: alice\n  forget_tool: true\n", true),
     ] {
         std::fs::write(h.join("config.yaml"), config).unwrap();
-        let transport = TokioChildProcess::new(command(h, &["mcp"])).unwrap();
-        let client = ClientConfig::default()
-            .serve(transport)
-            .await
-            .expect("MCP handshake");
+        let client = session(h).await;
         let tools = tool_names(&client).await;
         assert_eq!(
             tools.iter().any(|t| t == "forget"),
@@ -139,11 +141,7 @@ async fn stdio_offers_handoff_tools_only_when_the_config_opts_in() {
         ("mcp:\n  user: alice\n  handoff_tools: true\n", true),
     ] {
         std::fs::write(h.join("config.yaml"), config).unwrap();
-        let transport = TokioChildProcess::new(command(h, &["mcp"])).unwrap();
-        let client = ClientConfig::default()
-            .serve(transport)
-            .await
-            .expect("MCP handshake");
+        let client = session(h).await;
         let tools = tool_names(&client).await;
         assert_eq!(
             tools.iter().any(|t| t == "handoff_prepare"),

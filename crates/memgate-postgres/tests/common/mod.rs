@@ -3,6 +3,7 @@
 //! own, so tests run in parallel on one database.
 #![allow(dead_code)]
 
+use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, Message};
 use memgate_postgres::{PostgresBackend, PostgresConfig};
 
 /// The test cluster's DSN (tests that use it are `#[ignore]`d, so a plain
@@ -36,4 +37,32 @@ pub async fn connect(dsn: &str) -> tokio_postgres::Client {
         .unwrap();
     tokio::spawn(conn);
     client
+}
+
+/// Captures `threads` threads of `per_thread` messages into `caller`'s
+/// scope, thread `t{k}`; message `n` (numbered across threads from 0) is
+/// `message(n)`, with id `m{n}`.
+pub async fn capture_numbered(
+    b: &PostgresBackend,
+    caller: &Caller,
+    threads: usize,
+    per_thread: usize,
+    message: impl Fn(usize) -> Message,
+) {
+    for thread in 0..threads {
+        let messages = (0..per_thread)
+            .map(|i| {
+                let n = thread * per_thread + i;
+                message(n).with_id(format!("m{n}"))
+            })
+            .collect();
+        b.capture(&CaptureRequest {
+            caller: caller.clone().with_thread(format!("t{thread}")),
+            messages,
+            kind: CaptureKind::AfterTurn,
+            trace_id: None,
+        })
+        .await
+        .unwrap();
+    }
 }
