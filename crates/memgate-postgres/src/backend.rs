@@ -309,6 +309,18 @@ impl PostgresBackend {
         Ok((primary, false))
     }
 
+    /// A second connection to the server a read placed by
+    /// [`Self::read_client`] runs on (the replica when `on_replica`), when
+    /// its pool has one to spare now ([`crate::pool::spare`]). A standby
+    /// only replays forward, so it shows the scope's writes the first
+    /// connection was placed for.
+    pub(crate) async fn spare_reader(&self, on_replica: bool) -> Option<Object> {
+        match &self.replica {
+            Some(r) if on_replica => r.spare().await,
+            _ => crate::pool::spare(&self.pool).await,
+        }
+    }
+
     /// The outcome of a read that ran on the replica when `on_replica`:
     /// `None` when it failed there and must run again on the primary.
     pub(crate) fn replica_outcome<T>(

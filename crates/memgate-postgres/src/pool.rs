@@ -64,6 +64,18 @@ pub(crate) fn build(config: &PostgresConfig) -> Result<Pool> {
         .map_err(|e| MemoryError::Config(format!("postgres connection pool: {e}")))
 }
 
+/// A second connection of `pool` when the pool has room for it right now
+/// (an idle one, or a new one below `pool_size`), else `None`: it never
+/// waits for a connection another caller holds, so a read that takes one
+/// beside the connection it already holds cannot deadlock a full pool.
+pub(crate) async fn spare(pool: &Pool) -> Option<deadpool_postgres::Object> {
+    let timeouts = deadpool_postgres::Timeouts {
+        wait: Some(std::time::Duration::ZERO),
+        ..pool.timeouts()
+    };
+    pool.timeout_get(&timeouts).await.ok()
+}
+
 /// TLS with the public web roots, plus the roots in `tls_ca_file`.
 fn tls_connector(config: &PostgresConfig) -> Result<tokio_postgres_rustls::MakeRustlsConnect> {
     let mut roots = rustls::RootCertStore::empty();

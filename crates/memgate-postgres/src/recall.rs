@@ -137,6 +137,24 @@ fn newest_memories(q: &str, kind_filter: &str) -> String {
     )
 }
 
+/// A read's connection, and whether [`PostgresBackend::read_client`]
+/// placed it on the replica (a second connection must go to the same server).
+#[derive(Clone, Copy)]
+struct Reader<'a> {
+    client: &'a Object,
+    on_replica: bool,
+}
+
+impl<'a> Reader<'a> {
+    fn new(client: &'a Object, on_replica: bool) -> Self {
+        Self { client, on_replica }
+    }
+
+    fn primary(client: &'a Object) -> Self {
+        Self::new(client, false)
+    }
+}
+
 impl PostgresBackend {
     /// Ranks `query` in the caller's scope, best first, at most `top_k`:
     /// hybrid ([`DEFAULT_FUSION`] and [`Rerank::DEFAULT`], `local`'s own
@@ -144,13 +162,14 @@ impl PostgresBackend {
     /// vectors are of this backend's model, else full text only.
     async fn rank(
         &self,
-        c: &impl GenericClient,
+        read: Reader<'_>,
         scope: &Scope,
         query: &str,
         vector: Option<&[f32]>,
         top_k: usize,
         category: Category<'_>,
     ) -> Result<Vec<Ranked>> {
+        let c = read.client;
         let Some(q) = vector else {
             return self.lexical_rank(c, scope, query, top_k, category).await;
         };
@@ -158,11 +177,25 @@ impl PostgresBackend {
             return self.lexical_rank(c, scope, query, top_k, category).await;
         }
         let pool = candidate_pool(top_k);
-        let lexical = self.lexical_rank(c, scope, query, pool, category).await?;
-        let lexical_items: Vec<i64> = lexical.iter().filter_map(Ranked::item).collect();
-        let (dense, similarity) = self
-            .nearest_items(c, scope, q, pool * DEFAULT_DENSE_POOL, &lexical_items)
-            .await?;
+        let dense_pool = pool * DEFAULT_DENSE_POOL;
+        // The nearest-items search and the full text are each a few
+        // milliseconds of server time at a million items; on one connection
+        // they run one after the other, so the search runs on a second
+        // connection to the same server when the pool has one to spare.
+        let spare = self.spare_reader(read.on_replica).await;
+        let lexical = self.lexical_rank(c, scope, query, pool, category);
+        let (lexical, dense) = match &spare {
+            Some(s) => tokio::try_join!(lexical, self.nearest_items(s, scope, q, dense_pool))?,
+            None => tokio::try_join!(lexical, self.nearest_items(c, scope, q, dense_pool))?,
+        };
+        drop(spare);
+        let mut similarity: HashMap<i64, f32> = dense.iter().copied().collect();
+        let unscored: Vec<i64> = lexical
+            .iter()
+            .filter_map(Ranked::item)
+            .filter(|i| !similarity.contains_key(i))
+            .collect();
+        similarity.extend(self.similarity(c, scope, q, &unscored).await?);
         if let Some(v) = &self.vectors {
             v.stats.hybrid.fetch_add(1, Ordering::Relaxed);
         }
@@ -525,23 +558,28 @@ impl PostgresBackend {
         let vector = self.query_vector(query).await;
         let (client, on_replica) = self.read_client(&scope).await?;
         let read = self
-            .ranked_block(&client, &scope, query, vector.as_deref())
+            .ranked_block(
+                Reader::new(&client, on_replica),
+                &scope,
+                query,
+                vector.as_deref(),
+            )
             .await;
         drop(client);
         match self.replica_outcome(on_replica, read) {
             Some(block) => block,
             None => {
                 let client = self.client().await?;
-                self.ranked_block(&client, &scope, query, vector.as_deref())
+                self.ranked_block(Reader::primary(&client), &scope, query, vector.as_deref())
                     .await
             }
         }
     }
 
-    /// [`Self::recall_block`]'s ranked block, read on `client`.
+    /// [`Self::recall_block`]'s ranked block, read through `read`.
     async fn ranked_block(
         &self,
-        client: &Object,
+        read: Reader<'_>,
         scope: &Scope,
         query: &str,
         vector: Option<&[f32]>,
@@ -557,20 +595,20 @@ impl PostgresBackend {
             [&scope.user, &scope.peer, &standing_limit];
         let (mut ranked, standing) = tokio::try_join!(
             self.rank(
-                client,
+                read,
                 scope,
                 query,
                 vector,
                 settings.recall_top_k,
                 Category::All
             ),
-            self.rows(client, &standing_sql, &standing_params),
+            self.rows(read.client, &standing_sql, &standing_params),
         )?;
         add_standing(
             &mut ranked,
             standing.iter().map(crate::facts::fact_from_row),
         );
-        self.name_sources(client, &mut ranked).await?;
+        self.name_sources(read.client, &mut ranked).await?;
         Ok(assemble(&ranked, settings.max_injection_chars))
     }
 
@@ -600,13 +638,22 @@ impl PostgresBackend {
         let vector = self.query_vector(&query.query).await;
         let (q, vector, top_k) = (&query.query, vector.as_deref(), query.top_k);
         let (client, on_replica) = self.read_client(&scope).await?;
-        let read = self.rank(&client, &scope, q, vector, top_k, category).await;
+        let read = self
+            .rank(
+                Reader::new(&client, on_replica),
+                &scope,
+                q,
+                vector,
+                top_k,
+                category,
+            )
+            .await;
         drop(client);
         let mut ranked = match self.replica_outcome(on_replica, read) {
             Some(ranked) => ranked?,
             None => {
                 let client = self.client().await?;
-                self.rank(&client, &scope, q, vector, top_k, category)
+                self.rank(Reader::primary(&client), &scope, q, vector, top_k, category)
                     .await?
             }
         };

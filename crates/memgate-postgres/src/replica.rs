@@ -186,6 +186,12 @@ impl Replica {
         Some(client)
     }
 
+    /// A second replica connection beside one [`Self::reader`] placed, when
+    /// the pool has one to spare now.
+    pub(crate) async fn spare(&self) -> Option<Object> {
+        pool::spare(&self.pool).await
+    }
+
     fn to_primary(&self) -> Option<Object> {
         self.counts.primary_reads.fetch_add(1, Ordering::Relaxed);
         None

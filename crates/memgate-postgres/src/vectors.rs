@@ -339,9 +339,11 @@ pub fn hnsw_nearest_sql(model: &str, dims: i32) -> String {
     )
 }
 
-/// Nearest items best first with their cosine, and the cosine of each
-/// other asked-for item that has a vector.
-type Neighbours = (Vec<(i64, f32)>, HashMap<i64, f32>);
+/// An item id (a turn's, or a memory's negated) and its cosine; vectors
+/// of another length (a foreign row) are never compared by the statements.
+fn item_cosine(r: &tokio_postgres::Row) -> (i64, f32) {
+    (r.get(0), r.get(1))
+}
 
 impl PostgresBackend {
     /// Embeds `query` (redacted first, on the embedder's thread) when this
@@ -398,24 +400,21 @@ impl PostgresBackend {
     }
 
     /// The `limit` items of the caller's scope nearest to `query`, best
-    /// first, with their cosine; and the cosine of each of `also`.
+    /// first, with their cosine.
     pub(crate) async fn nearest_items(
         &self,
         c: &impl GenericClient,
         scope: &Scope,
         query: &[f32],
         limit: usize,
-        also: &[i64],
-    ) -> Result<Neighbours> {
+    ) -> Result<Vec<(i64, f32)>> {
         let Some(v) = &self.vectors else {
-            return Ok(Default::default());
+            return Ok(Vec::new());
         };
         let model = v.key.as_str();
         let q = VectorParam(query);
         let limit = limit as i64;
-        let (turns, memories): (Vec<i64>, Vec<i64>) = also.iter().partition(|i| **i > 0);
-        let memories: Vec<i64> = memories.into_iter().map(|i| -i).collect();
-        let nearest_sql = match (self.config.vector_index, self.model_dims(c).await?) {
+        let sql = match (self.config.vector_index, self.model_dims(c).await?) {
             (VectorIndex::Hnsw { .. }, Some(dims)) => hnsw_nearest_sql(model, dims),
             _ => format!(
                 "SELECT coalesce(turn_id, -memory_id),
@@ -426,26 +425,48 @@ impl PostgresBackend {
                  LIMIT $5"
             ),
         };
-        let also_sql = format!(
+        let params: [&(dyn ToSql + Sync); 5] = [&scope.user, &scope.peer, &q, &model, &limit];
+        Ok(self
+            .rows(c, &sql, &params)
+            .await?
+            .iter()
+            .map(item_cosine)
+            .collect())
+    }
+
+    /// The cosine to `query` of each of `items` (turn ids positive, memory
+    /// ids negative) that has a vector of this backend's model.
+    pub(crate) async fn similarity(
+        &self,
+        c: &impl GenericClient,
+        scope: &Scope,
+        query: &[f32],
+        items: &[i64],
+    ) -> Result<HashMap<i64, f32>> {
+        let Some(v) = &self.vectors else {
+            return Ok(HashMap::new());
+        };
+        if items.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let model = v.key.as_str();
+        let q = VectorParam(query);
+        let (turns, memories): (Vec<i64>, Vec<i64>) = items.iter().partition(|i| **i > 0);
+        let memories: Vec<i64> = memories.into_iter().map(|i| -i).collect();
+        let sql = format!(
             "SELECT coalesce(turn_id, -memory_id),
                     (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4
              FROM vectors WHERE scope_id = {SCOPE_ID} AND model = $4
                AND (turn_id = ANY($5) OR memory_id = ANY($6))"
         );
-        let nearest_params: [&(dyn ToSql + Sync); 5] =
-            [&scope.user, &scope.peer, &q, &model, &limit];
-        let also_params: [&(dyn ToSql + Sync); 6] =
+        let params: [&(dyn ToSql + Sync); 6] =
             [&scope.user, &scope.peer, &q, &model, &turns, &memories];
-        let (nearest, similar) = tokio::try_join!(
-            self.rows(c, &nearest_sql, &nearest_params),
-            self.rows(c, &also_sql, &also_params),
-        )?;
-        // Vectors of another length (a foreign row) are never compared.
-        let pair = |r: &tokio_postgres::Row| (r.get::<_, i64>(0), r.get::<_, f32>(1));
-        Ok((
-            nearest.iter().map(pair).collect(),
-            similar.iter().map(pair).collect(),
-        ))
+        Ok(self
+            .rows(c, &sql, &params)
+            .await?
+            .iter()
+            .map(item_cosine)
+            .collect())
     }
 
     /// Runs indexer steps until nothing is left (tests, benchmarks);

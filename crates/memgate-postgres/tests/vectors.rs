@@ -403,3 +403,126 @@ async fn the_background_builder_builds_the_hnsw_index_and_rebuilds_a_dead_build(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A hybrid search's backend with `pool_size` connections.
+fn seeded_with_pool(dsn: &str, schema: &str, pool_size: usize) -> PostgresBackend {
+    let mut config = common::config(dsn, schema);
+    config.pool_size = pool_size;
+    PostgresBackend::new(config)
+        .unwrap()
+        .with_embedder(Arc::new(SeededEmbedder))
+}
+
+/// Searches `query` in `alice`'s scope while another session holds
+/// `term_docs` (the full text's first statement reads it): true when the
+/// nearest-items statement ran to the end meanwhile, i.e. on a second
+/// connection beside the blocked full text.
+async fn nearest_ran_beside_blocked_full_text(
+    dsn: &str,
+    schema: &str,
+    backend: &Arc<PostgresBackend>,
+    query: &str,
+) -> bool {
+    let mut locker = connect(dsn).await;
+    let tx = locker.transaction().await.unwrap();
+    tx.batch_execute(&format!(
+        "LOCK TABLE {schema}.term_docs IN ACCESS EXCLUSIVE MODE"
+    ))
+    .await
+    .unwrap();
+    let locked_at: std::time::SystemTime = tx
+        .query_one("SELECT clock_timestamp()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let search = tokio::spawn({
+        let backend = Arc::clone(backend);
+        let query = memgate_core::SearchQuery::new(query);
+        async move { backend.search(&Caller::new("alice"), &query).await }
+    });
+    let watcher = connect(dsn).await;
+    let started = Instant::now();
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%term_docs%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the full text never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The nearest-items statement is pipelined behind the blocked one on a
+    // single connection; on a second one it finishes. Give it time to.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let finished: i64 = watcher
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE state = 'idle' AND query LIKE '%OPERATOR(public.<#>)%'
+               AND query LIKE '%LIMIT%' AND state_change >= $1",
+            &[&locked_at],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    tx.rollback().await.unwrap();
+    let hits = search.await.unwrap().unwrap();
+    assert!(!hits.is_empty(), "{query}");
+    finished > 0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real server: PostgreSQL with pgvector (testkit/postgres-up --pgvector)"]
+async fn the_nearest_items_search_runs_beside_the_full_text_only_on_a_spare_connection() {
+    let dsn = common::pgvector_dsn();
+    let schema = common::unique_schema("pgbeside");
+    let alice = Caller::new("alice");
+    let texts: Vec<String> = (0..300)
+        .map(|n| format!("note number {n} about pets and plans"))
+        .collect();
+    let beside = Arc::new(seeded_with_pool(&dsn, &schema, 4));
+    beside.capture(&turns(&alice, "t", &texts)).await.unwrap();
+    beside.index_all_vectors(64).await.unwrap();
+    // One connection: nothing to spare, the search runs after the full text.
+    let single = Arc::new(seeded_with_pool(&dsn, &schema, 1));
+    for query in ["note number 7", "pets of note 123", "plans 299"] {
+        let search = memgate_core::SearchQuery::new(query);
+        let (b, s) = (
+            beside.search(&alice, &search).await.unwrap(),
+            single.search(&alice, &search).await.unwrap(),
+        );
+        assert!(!b.is_empty(), "{query}");
+        assert_eq!(b, s, "{query}: the same ranking either way");
+    }
+    assert!(
+        nearest_ran_beside_blocked_full_text(&dsn, &schema, &beside, "note number 42").await,
+        "with connections to spare, the nearest items are searched beside the full text"
+    );
+    assert!(
+        !nearest_ran_beside_blocked_full_text(&dsn, &schema, &single, "note number 43").await,
+        "a pool of one never takes a second connection"
+    );
+    // A full pool: every connection held by a search; none may wait for
+    // another's spare, so all of them finish.
+    let all = (0..8).map(|i| {
+        let (backend, alice) = (Arc::clone(&beside), alice.clone());
+        let query = memgate_core::SearchQuery::new(format!("note number {i}"));
+        tokio::spawn(async move { backend.search(&alice, &query).await })
+    });
+    for search in all {
+        tokio::time::timeout(Duration::from_secs(30), search)
+            .await
+            .expect("a search waited for a connection it can never get")
+            .unwrap()
+            .unwrap();
+    }
+}
