@@ -16,7 +16,7 @@
 //! | `replica_wait_ms` | 500 | integer 0–10000: after a write (through any process), how long that scope's reads wait for the replica to replay it before they go to the primary |
 //! | `embedder` | none | as `local`: turns on hybrid recall, with vectors in pgvector (the server must have the `vector` extension) |
 //! | `vector_index` | `hnsw` | `hnsw` (an approximate index per model, built in the background; [`crate::hnsw`]) or `exact` (every recall scans the scope's vectors) |
-//! | `hnsw_ef_search` | 100 | integer 10–1000: the HNSW search's candidate list; larger is closer to exact and slower |
+//! | `hnsw_ef_search` | 50 | integer 10–1000: the HNSW search's candidate list; larger is closer to exact and slower |
 //! | `max_turn_age_days` | none (kept until forgotten) | as `local`: integer 1–36500; captured turns older than this are erased by a background sweep, with the distilled facts resting only on them ([`crate::retention`]) |
 //!
 //! TLS: a host that is not loopback (`localhost`, `127.0.0.0/8`, `::1`, a
@@ -42,9 +42,10 @@ const STATEMENT_TIMEOUT_MS: RangeInclusive<u64> = 100..=600_000;
 const CONNECT_TIMEOUT_MS: RangeInclusive<u64> = 100..=60_000;
 const HNSW_EF_SEARCH: RangeInclusive<u64> = 10..=1_000;
 /// `hnsw_ef_search` unless set: the nearest-items statement asks the index
-/// for 100 candidates, which one graph search then yields
+/// for hybrid recall's dense pool (50 at the default `recall_top_k`), which
+/// one graph search of this size then yields; a search's cost follows it
 /// (`docs/design/hnsw.md`).
-pub const DEFAULT_EF_SEARCH: u64 = 100;
+pub const DEFAULT_EF_SEARCH: u64 = 50;
 const REPLICA_MAX_LAG_MS: RangeInclusive<u64> = 100..=600_000;
 const REPLICA_WAIT_MS: RangeInclusive<u64> = 0..=10_000;
 /// Hybrid recall's embedder: `local`'s key and rules.
@@ -599,7 +600,7 @@ mod tests {
     #[test]
     fn vector_index_settings_are_checked_and_named() {
         let c = parse(json!({"dsn_env": "PG_DSN"})).unwrap();
-        assert_eq!(c.vector_index, VectorIndex::Hnsw { ef_search: 100 });
+        assert_eq!(c.vector_index, VectorIndex::Hnsw { ef_search: 50 });
         let c = parse(json!({"dsn_env": "PG_DSN", "hnsw_ef_search": 200})).unwrap();
         assert_eq!(c.vector_index, VectorIndex::Hnsw { ef_search: 200 });
         let c = parse(json!({"dsn_env": "PG_DSN", "vector_index": "exact"})).unwrap();

@@ -321,8 +321,10 @@ pub(crate) fn spawn_indexer(pool: Pool, config: PostgresConfig, vectors: Weak<Ve
 /// The nearest-items statement in the shape [`crate::hnsw`]'s index
 /// serves: ordered by the indexed expression, the model as the partial
 /// index's literal (`$4` stays a parameter so both shapes bind alike). The
-/// index's candidates (twice the limit: an iterative scan returns them in
-/// relaxed order) are re-ordered by their exact inner product. Parameters:
+/// index's `$5` candidates (an iterative scan returns them in relaxed
+/// order) are re-ordered by their exact inner product; the graph search's
+/// cost follows the candidates it keeps, so it keeps no more than recall
+/// fuses (`docs/design/hnsw.md`). Parameters:
 /// `$1` user, `$2` peer, `$3` query vector, `$4` model, `$5` limit.
 pub fn hnsw_nearest_sql(model: &str, dims: i32) -> String {
     let model = crate::hnsw::literal(model);
@@ -333,7 +335,7 @@ pub fn hnsw_nearest_sql(model: &str, dims: i32) -> String {
              FROM vectors WHERE scope_id = {SCOPE_ID} AND model = {model} AND model = $4
              ORDER BY (embedding::public.vector({dims}))
                       OPERATOR(public.<#>) ($3::public.vector({dims}))
-             LIMIT $5::int8 * 2) candidates
+             LIMIT $5) candidates
          ORDER BY score DESC, id DESC
          LIMIT $5"
     )
