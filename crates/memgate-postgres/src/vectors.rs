@@ -341,12 +341,6 @@ pub fn hnsw_nearest_sql(model: &str, dims: i32) -> String {
     )
 }
 
-/// An item id (a turn's, or a memory's negated) and its cosine; vectors
-/// of another length (a foreign row) are never compared by the statements.
-fn item_cosine(r: &tokio_postgres::Row) -> (i64, f32) {
-    (r.get(0), r.get(1))
-}
-
 impl PostgresBackend {
     /// Embeds `query` (redacted first, on the embedder's thread) when this
     /// backend has an embedder; a failure is counted and logged, and recall
@@ -428,12 +422,7 @@ impl PostgresBackend {
             ),
         };
         let params: [&(dyn ToSql + Sync); 5] = [&scope.user, &scope.peer, &q, &model, &limit];
-        Ok(self
-            .rows(c, &sql, &params)
-            .await?
-            .iter()
-            .map(item_cosine)
-            .collect())
+        self.item_cosines(c, &sql, &params).await
     }
 
     /// The cosine to `query` of each of `items` (turn ids positive, memory
@@ -463,12 +452,20 @@ impl PostgresBackend {
         );
         let params: [&(dyn ToSql + Sync); 6] =
             [&scope.user, &scope.peer, &q, &model, &turns, &memories];
-        Ok(self
-            .rows(c, &sql, &params)
-            .await?
-            .iter()
-            .map(item_cosine)
-            .collect())
+        self.item_cosines(c, &sql, &params).await
+    }
+
+    /// Runs `sql`, whose rows are an item id (a turn's, or a memory's
+    /// negated) and its cosine; vectors of another length (a foreign row)
+    /// are never compared by the statements.
+    async fn item_cosines<C: FromIterator<(i64, f32)>>(
+        &self,
+        c: &impl GenericClient,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<C> {
+        let rows = self.rows(c, sql, params).await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     /// Runs indexer steps until nothing is left (tests, benchmarks);

@@ -390,24 +390,7 @@ async fn replica_write_marks_grow_in_commit_order_when_a_writer_waits_for_the_sc
     let waiting = tokio::spawn(async move {
         second.batch_execute(&touch("likes plums")).await.unwrap();
     });
-    let started = Instant::now();
-    while watcher
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE wait_event_type = 'Lock' AND query LIKE '%likes plums%'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get::<_, i64>(0)
-        == 0
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the second writer never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::until_a_statement_waits_for_a_lock(&watcher, "likes plums").await;
     // The first writer marks again, after the waiting writer's first draw.
     first.batch_execute(&touch("likes kiwi")).await.unwrap();
     let first_mark: i64 = first.query_one(mark, &[]).await.unwrap().get(0);

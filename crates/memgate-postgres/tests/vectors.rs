@@ -441,26 +441,7 @@ async fn nearest_ran_beside_blocked_full_text(
         async move { backend.search(&Caller::new("alice"), &query).await }
     });
     let watcher = connect(dsn).await;
-    let started = Instant::now();
-    loop {
-        let waiting: i64 = watcher
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%term_docs%'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the full text never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::until_a_statement_waits_for_a_lock(&watcher, "term_docs").await;
     // The nearest-items statement is pipelined behind the blocked one on a
     // single connection; on a second one it finishes. Give it time to.
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -66,3 +66,27 @@ pub async fn capture_numbered(
         .unwrap();
     }
 }
+
+/// Waits (at most 20 s) until a session of the server waits for a lock
+/// in a statement whose text contains `text`.
+pub async fn until_a_statement_waits_for_a_lock(watcher: &tokio_postgres::Client, text: &str) {
+    let started = std::time::Instant::now();
+    let pattern = format!("%{text}%");
+    while watcher
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE $1",
+            &[&pattern],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no statement with {text:?} ever waited for a lock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
