@@ -415,13 +415,14 @@ fn seeded_with_pool(dsn: &str, schema: &str, pool_size: usize) -> PostgresBacken
 
 /// Searches `query` in `alice`'s scope while another session holds
 /// `term_docs` (the full text's first statement reads it): true when the
-/// nearest-items statement ran to the end meanwhile, i.e. on a second
-/// connection beside the blocked full text.
+/// nearest-items statement ran to the end within `within` meanwhile, i.e.
+/// on a second connection beside the blocked full text.
 async fn nearest_ran_beside_blocked_full_text(
     dsn: &str,
     schema: &str,
     backend: &Arc<PostgresBackend>,
     query: &str,
+    within: Duration,
 ) -> bool {
     let mut locker = connect(dsn).await;
     let tx = locker.transaction().await.unwrap();
@@ -443,22 +444,28 @@ async fn nearest_ran_beside_blocked_full_text(
     let watcher = connect(dsn).await;
     common::until_a_statement_waits_for_a_lock(&watcher, "term_docs").await;
     // The nearest-items statement is pipelined behind the blocked one on a
-    // single connection; on a second one it finishes. Give it time to.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let finished: i64 = watcher
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE state = 'idle' AND query LIKE '%OPERATOR(public.<#>)%'
-               AND query LIKE '%LIMIT%' AND state_change >= $1",
-            &[&locked_at],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    // single connection; on a second one it finishes. Looked for until it
+    // shows or `within` has passed (a loaded machine may take a while).
+    let started = Instant::now();
+    let mut finished = false;
+    while !finished && started.elapsed() < within {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let ended: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE state = 'idle' AND query LIKE '%OPERATOR(public.<#>)%'
+                   AND query LIKE '%LIMIT%' AND state_change >= $1",
+                &[&locked_at],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        finished = ended > 0;
+    }
     tx.rollback().await.unwrap();
     let hits = search.await.unwrap().unwrap();
     assert!(!hits.is_empty(), "{query}");
-    finished > 0
+    finished
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -485,11 +492,25 @@ async fn the_nearest_items_search_runs_beside_the_full_text_only_on_a_spare_conn
         assert_eq!(b, s, "{query}: the same ranking either way");
     }
     assert!(
-        nearest_ran_beside_blocked_full_text(&dsn, &schema, &beside, "note number 42").await,
+        nearest_ran_beside_blocked_full_text(
+            &dsn,
+            &schema,
+            &beside,
+            "note number 42",
+            Duration::from_secs(20)
+        )
+        .await,
         "with connections to spare, the nearest items are searched beside the full text"
     );
     assert!(
-        !nearest_ran_beside_blocked_full_text(&dsn, &schema, &single, "note number 43").await,
+        !nearest_ran_beside_blocked_full_text(
+            &dsn,
+            &schema,
+            &single,
+            "note number 43",
+            Duration::from_secs(1)
+        )
+        .await,
         "a pool of one never takes a second connection"
     );
     // A full pool: every connection held by a search; none may wait for
