@@ -61,8 +61,14 @@ pub struct PostgresBackend {
     /// (`max_turn_age_days`); starts set for a backend that sweeps only
     /// when asked ([`Self::new`]).
     sweeper_started: AtomicBool,
-    /// Dropped with the backend: the retention sweep holds it weakly and
-    /// ends with it.
+    /// Set once every stored turn's first-turn excerpt follows this
+    /// build's rules ([`crate::excerpts`]): blocks read the kept excerpts.
+    pub(crate) excerpts_ready: AtomicBool,
+    /// Set once stale excerpts are computed in the background; starts set
+    /// for a backend that computes them only when asked ([`Self::new`]).
+    backfill_started: AtomicBool,
+    /// Dropped with the backend: the retention sweep and the excerpt
+    /// backfill hold it weakly and end with it.
     alive: Arc<()>,
     /// Set once the schema is known to be current.
     migrated: OnceCell<()>,
@@ -154,13 +160,15 @@ impl PostgresBackend {
             backend = backend.with_embedder(embedder);
         }
         backend.sweeper_started = AtomicBool::new(false);
+        backend.backfill_started = AtomicBool::new(false);
         Ok(backend)
     }
 
     /// Builds the backend over validated settings; connects on first use.
     /// Unlike [`Self::from_backend_config`] (what every surface builds), it
-    /// runs no retention sweep in the background: tests and tools call
-    /// [`Self::sweep_expired_turns`] when they mean to.
+    /// runs no retention sweep and computes no stale first-turn excerpt in
+    /// the background: tests and tools call [`Self::sweep_expired_turns`]
+    /// and [`Self::compute_stale_excerpts`] when they mean to.
     pub fn new(config: PostgresConfig) -> Result<Self> {
         let pool = pool::build(&config)?;
         let replica = config
@@ -181,6 +189,8 @@ impl PostgresBackend {
             claimer: crate::distill::new_claimer(),
             indexer_started: AtomicBool::new(false),
             sweeper_started: AtomicBool::new(true),
+            excerpts_ready: AtomicBool::new(false),
+            backfill_started: AtomicBool::new(true),
             alive: Arc::new(()),
             migrated: OnceCell::new(),
             closing: AtomicBool::new(false),
@@ -287,12 +297,13 @@ impl PostgresBackend {
                     schema::SCHEMA_VERSION,
                     self.vectors.is_some(),
                 )
-                .await
-                .map(|_| ())
+                .await?;
+                self.settle_excerpts(&client).await
             })
             .await?;
         self.start_indexer();
         self.start_sweeper();
+        self.start_backfill();
         Ok(client)
     }
 
@@ -376,6 +387,50 @@ impl PostgresBackend {
         }
     }
 
+    /// Notes whether every stored excerpt follows this build's rules
+    /// ([`crate::excerpts::settle`]), after a migration.
+    async fn settle_excerpts(&self, c: &impl GenericClient) -> Result<()> {
+        let ready = crate::excerpts::settle(c, &self.config).await?;
+        self.excerpts_ready.store(ready, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether blocks may read the kept excerpts: known, or the marker set
+    /// since on the primary (by this process's backfill or another's).
+    pub(crate) async fn excerpts_ready(&self) -> Result<bool> {
+        if self.excerpts_ready.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let ready = crate::excerpts::marked(&self.client().await?, &self.config).await?;
+        if ready {
+            self.excerpts_ready.store(true, Ordering::Release);
+        }
+        Ok(ready)
+    }
+
+    /// Starts computing stale first-turn excerpts in the background once,
+    /// after the migration, when some are left ([`crate::excerpts`]).
+    fn start_backfill(&self) {
+        if !self.excerpts_ready.load(Ordering::Acquire)
+            && !self.backfill_started.swap(true, Ordering::AcqRel)
+        {
+            crate::excerpts::spawn_backfill(
+                self.pool.clone(),
+                self.config.clone(),
+                Arc::downgrade(&self.alive),
+            );
+        }
+    }
+
+    /// Computes every stale first-turn excerpt now (what the background
+    /// backfill does; tools and tests); how many turns this call computed.
+    pub async fn compute_stale_excerpts(&self) -> Result<usize> {
+        drop(self.client().await?);
+        let computed = crate::excerpts::backfill(&self.pool, &self.config, || true).await?;
+        self.excerpts_ready.store(true, Ordering::Release);
+        Ok(computed)
+    }
+
     /// Applies pending migrations now (under the advisory lock); returns the
     /// version found before. Idempotent.
     pub async fn migrate(&self) -> Result<u32> {
@@ -391,8 +446,10 @@ impl PostgresBackend {
             self.vectors.is_some(),
         )
         .await?;
+        self.settle_excerpts(&client).await?;
         let _ = self.migrated.set(());
         self.start_indexer();
+        self.start_backfill();
         Ok(before)
     }
 

@@ -8,28 +8,35 @@
 //! transaction-scoped advisory lock on (scope, thread) makes concurrent
 //! captures of one thread take turns, so positions (`seq`, which neighbour
 //! smoothing reads) stay dense and in order; captures of different threads
-//! never wait for each other. A capture is one transaction, committed
+//! never wait for each other. Each new turn is stored with its first-turn
+//! excerpt ([`crate::excerpts`]). A capture is one transaction, committed
 //! before the report is returned; with `memory.distill` on, the new turns'
 //! distillation job commits in it too ([`crate::distill`]).
 
 use crate::backend::{PostgresBackend, Scope};
+use crate::excerpts::{ExcerptColumns, EXCERPT_RULES};
 use crate::terms::{fold, search_vector};
 use deadpool_postgres::GenericClient;
 use memgate_core::capture::is_captureable;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{CaptureCut, CaptureReport, CaptureRequest, MemoryError, Result};
+use memgate_recall::salience::{excerpt, SpeakerNames};
 use memgate_recall::turns::{storable, NewTurn};
 
 /// Inserts every new turn of `turns` in one statement at the end of
 /// `thread`; returns how many were new.
 const INSERT_TURNS: &str = "INSERT INTO turns (scope_id, thread, seq, signature, message_id,
-        role, speaker, occurred_at, text, captured_at, search)
+        role, speaker, occurred_at, text, captured_at, search,
+        excerpt, excerpt_score, excerpt_terms, excerpt_about, excerpt_rules)
     SELECT $1, $2, $3 + t.ord - 1, t.signature, t.message_id, t.role, t.speaker,
-        t.occurred_at, t.text, t.captured_at, SEARCH_VECTOR
+        t.occurred_at, t.text, t.captured_at, SEARCH_VECTOR,
+        t.excerpt, t.excerpt_score, t.excerpt_terms, t.excerpt_about, $17
     FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
-                $10::text[], $11::text[], $12::text[])
+                $10::text[], $11::text[], $12::text[],
+                $13::text[], $14::float8[], $15::text[], $16::bool[])
          WITH ORDINALITY AS t(signature, message_id, role, speaker, occurred_at, text,
-                              captured_at, body, context, ord)
+                              captured_at, body, context,
+                              excerpt, excerpt_score, excerpt_terms, excerpt_about, ord)
     ON CONFLICT (scope_id, thread, signature) DO NOTHING
     RETURNING id";
 
@@ -86,11 +93,19 @@ impl PostgresBackend {
             .iter()
             .map(|r| r.get(0))
             .collect();
+        // Each new turn's first-turn excerpt, with the speakers met so far in
+        // the batch as names (as `local` computes it).
         let mut batch_seen = std::collections::HashSet::new();
-        let new: Vec<&NewTurn> = turns
-            .iter()
-            .filter(|t| !known.contains(&t.signature) && batch_seen.insert(t.signature.as_str()))
-            .collect();
+        let mut names = SpeakerNames::default();
+        let mut new: Vec<&NewTurn> = Vec::new();
+        let mut excerpts = ExcerptColumns::default();
+        for t in turns {
+            names.add(t.speaker.as_deref());
+            if !known.contains(&t.signature) && batch_seen.insert(t.signature.as_str()) {
+                excerpts.push(excerpt(&t.text, names.as_slice()));
+                new.push(t);
+            }
+        }
         if new.is_empty() {
             return Ok(StoredTurns {
                 already_known: turns.len(),
@@ -132,6 +147,11 @@ impl PostgresBackend {
                             t.occurred_at.as_deref().unwrap_or_default()
                         )))
                     }),
+                    &excerpts.text,
+                    &excerpts.score,
+                    &excerpts.terms,
+                    &excerpts.about,
+                    &EXCERPT_RULES,
                 ],
             )
             .await?;

@@ -20,7 +20,8 @@
 //! Modules, one job each: [`config`], [`pool`] (connections and error
 //! mapping), [`schema`] (recognition and migrations), [`terms`], [`facts`],
 //! [`capture`], [`plan`] (which query terms are worth scoring), [`recall`],
-//! [`first_turn`] (the block without a query),
+//! [`first_turn`] (the block without a query), [`excerpts`] (each turn's
+//! excerpt for it, kept at capture and computed again when its rules change),
 //! [`vectors`] (pgvector: storage, indexer, nearest items), [`hnsw`] (the
 //! approximate index per model, built in the background),
 //! [`replica`] (reads from a streaming replica, read-your-writes),
@@ -33,6 +34,7 @@ pub mod backend;
 pub mod capture;
 pub mod config;
 pub mod distill;
+pub mod excerpts;
 pub mod facts;
 pub mod first_turn;
 pub mod forget;

@@ -133,7 +133,30 @@ const MIGRATIONS: &[Migration] = &[
         name: "the full-text indexes' pending lists kept short",
         sql: SHORT_PENDING_LISTS,
     },
+    Migration {
+        name: "each turn's first-turn excerpt, kept with it",
+        sql: TURN_EXCERPTS,
+    },
 ];
+
+/// Migration 11: each turn's first-turn excerpt (`local`'s columns), so a
+/// block reads the newest excerpts through `turns_with_excerpt` (and the
+/// older ones about their speaker through `turns_about_speaker`) instead of
+/// excerpting the newest 1,000 turns on every call. `excerpt_rules` is the
+/// version of the rules an excerpt was computed under (0: never computed);
+/// turns stored before this step are computed in the background
+/// ([`crate::excerpts`]): adding columns with constant defaults does not
+/// rewrite the table, and the partial indexes start empty.
+const TURN_EXCERPTS: &str = "
+ALTER TABLE turns
+    ADD COLUMN excerpt text,
+    ADD COLUMN excerpt_score double precision,
+    ADD COLUMN excerpt_terms text,
+    ADD COLUMN excerpt_about boolean NOT NULL DEFAULT false,
+    ADD COLUMN excerpt_rules smallint NOT NULL DEFAULT 0;
+CREATE INDEX turns_with_excerpt ON turns (scope_id, id) WHERE excerpt IS NOT NULL;
+CREATE INDEX turns_about_speaker ON turns (scope_id, id) WHERE excerpt_about;
+";
 
 /// Migration 9: every statement that changes `turns` or `memories` (all
 /// that recall and search read) sets each scope it changed to the next

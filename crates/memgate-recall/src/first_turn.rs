@@ -91,6 +91,16 @@ pub fn block_date(when: &str) -> &str {
     }
 }
 
+/// Most recent turns with an excerpt a block considers (bounds the rows
+/// read and the pick on a large scope: a 12,000-character block holds
+/// about 90 excerpts; LoCoMo conversations have at most 680 turns in all).
+pub const MAX_CANDIDATES: usize = 500;
+/// Most older turns about their speaker a block also considers (a bound on
+/// the read, like [`MAX_CANDIDATES`]: more than a block's lines), so what
+/// the user said about themselves does not drop out as conversations pile
+/// up.
+pub const MAX_ABOUT_SPEAKER: usize = 100;
+
 /// A captured turn with an excerpt, as a store read it.
 #[derive(Clone, Debug)]
 pub struct TurnCandidate {
@@ -125,8 +135,8 @@ pub struct AskedTurn {
     pub about_speaker: bool,
 }
 
-/// A captured turn as read, before its excerpt (a store that computes
-/// excerpts when the block is built: `postgres`).
+/// A captured turn as read, before its excerpt (`postgres` while the
+/// excerpts of turns stored by an older version are being computed).
 #[derive(Clone, Debug)]
 pub struct StoredTurn {
     pub id: i64,

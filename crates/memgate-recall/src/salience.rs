@@ -475,6 +475,14 @@ fn read_sentence(sentence: &str, names: &[String]) -> Reading {
     }
 }
 
+/// The version of [`excerpt`]'s rules. A store that keeps each turn's
+/// excerpt records the version it was computed under, so a change to what
+/// [`excerpt`] returns for a text must raise it: `postgres` then computes
+/// every stored excerpt again in the background (`memgate-postgres::excerpts`),
+/// and `local` needs a migration that does the same (as its "first-turn
+/// excerpts again" migration did).
+pub const EXCERPT_RULES: i16 = 1;
+
 /// What of a turn goes into a first-turn block.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Excerpt {

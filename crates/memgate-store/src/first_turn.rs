@@ -22,20 +22,14 @@ use crate::error::db_error;
 use crate::facts::current_profile;
 use crate::scope::write_generation;
 use memgate_core::{Recall, Result};
-use memgate_recall::first_turn::{AskedTurn, FirstTurnBlock, TurnCandidate};
+use memgate_recall::first_turn::{
+    AskedTurn, FirstTurnBlock, TurnCandidate, MAX_ABOUT_SPEAKER, MAX_CANDIDATES,
+};
 use memgate_recall::salience::{excerpt, SpeakerNames};
 use rusqlite::{params, Connection};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-
-/// Most recent turns with an excerpt a block considers (bounds the rows
-/// read and the pick on a large scope: a 12,000-character block holds
-/// about 90 excerpts; LoCoMo conversations have at most 680 turns in all).
-pub const MAX_CANDIDATES: usize = 500;
-/// Most older turns about their speaker a block also considers (a bound on
-/// the read, like [`MAX_CANDIDATES`]: more than a block's lines).
-pub const MAX_ABOUT_SPEAKER: usize = 100;
 
 /// Stores the excerpt of turn `id` (nothing when it has none): what the
 /// first-turn block reads instead of scoring every turn on every call.
