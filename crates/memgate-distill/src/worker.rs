@@ -484,7 +484,8 @@ impl Distiller {
                 _ = stop.changed() => break,
             }
         }
-        // Jobs cut short here were not applied: they stay queued.
+        // Jobs cut short here stay queued, unless a job's transaction had
+        // already committed: then it is applied but not counted in `stats`.
         running.abort_all();
     }
 }

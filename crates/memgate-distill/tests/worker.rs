@@ -566,23 +566,31 @@ async fn a_store_reopened_with_jobs_queued_runs_them_in_the_background(place: Pl
     let backend = place.open().await;
     assert_eq!(backend.queue_figures("x").await.unwrap().queued, 1);
     let mut worker = Worker::start(distiller(&backend, &settings(&model))).unwrap();
+    let applied = |worker: &Worker| {
+        worker
+            .stats()
+            .figures()
+            .iter()
+            .find(|f| f.name == "memgate_distill_jobs_applied_total")
+            .unwrap()
+            .value
+    };
+    // The fact is listed once the job's transaction commits; the worker
+    // counts the job right after, so the count is waited for too (a stop
+    // in between would cut the job's task before it counts).
     let deadline = Instant::now() + Duration::from_secs(20);
     while backend
         .list_facts(&dana("t1"), false)
         .await
         .unwrap()
         .is_empty()
+        || applied(&worker) == 0
     {
         assert!(Instant::now() < deadline, "the queued job did not run");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(worker.stop(Duration::from_secs(5)));
-    let figures = worker.stats().figures();
-    let applied = figures
-        .iter()
-        .find(|f| f.name == "memgate_distill_jobs_applied_total")
-        .unwrap();
-    assert_eq!(applied.value, 1);
+    assert_eq!(applied(&worker), 1);
     assert_eq!(backend.queue_figures("x").await.unwrap().queued, 0);
 }
 
