@@ -408,12 +408,10 @@ impl PostgresBackend {
         Ok(ready)
     }
 
-    /// Starts computing stale first-turn excerpts in the background once,
-    /// after the migration, when some are left ([`crate::excerpts`]).
+    /// Starts computing stale and missing first-turn excerpts in the
+    /// background once, after the migration ([`crate::excerpts`]).
     fn start_backfill(&self) {
-        if !self.excerpts_ready.load(Ordering::Acquire)
-            && !self.backfill_started.swap(true, Ordering::AcqRel)
-        {
+        if !self.backfill_started.swap(true, Ordering::AcqRel) {
             crate::excerpts::spawn_backfill(
                 self.pool.clone(),
                 self.config.clone(),
@@ -422,8 +420,9 @@ impl PostgresBackend {
         }
     }
 
-    /// Computes every stale first-turn excerpt now (what the background
-    /// backfill does; tools and tests); how many turns this call computed.
+    /// Computes every stale and every missing first-turn excerpt now (what
+    /// the background backfill does; tools and tests); how many turns this
+    /// call computed.
     pub async fn compute_stale_excerpts(&self) -> Result<usize> {
         drop(self.client().await?);
         let computed = crate::excerpts::backfill(&self.pool, &self.config, || true).await?;

@@ -12,7 +12,10 @@
 //! such turn is left (`memgate_meta.excerpt_rules` names the rules every
 //! turn's excerpt follows), blocks are built the old way, from the newest
 //! turns' text ([`crate::first_turn`]), so a block is never built from half
-//! the excerpts.
+//! the excerpts. A process of an older version still running during a
+//! rolling upgrade stores turns without an excerpt after that; every
+//! process looks for those every [`MISSING_SWEEP_INTERVAL`] (an index of
+//! exactly them, empty otherwise) and computes them.
 //!
 //! A batch locks its rows with `FOR NO KEY UPDATE SKIP LOCKED`: it never
 //! waits for a row, so it can never be part of a deadlock with a forget or
@@ -37,6 +40,9 @@ use std::time::Duration;
 pub const BACKFILL_BATCH: i64 = 1_000;
 /// How long a process waits before trying again while another one computes.
 const BUSY_RETRY: Duration = Duration::from_secs(1);
+/// How often a process looks for turns stored without an excerpt (an index
+/// probe when there are none), as often as the retention sweep.
+pub const MISSING_SWEEP_INTERVAL: Duration = memgate_core::forget::RETENTION_SWEEP_INTERVAL;
 /// The advisory lock of a batch (`MGEX` in ASCII).
 const BACKFILL_LOCK: i64 = 0x4D47_4558;
 /// The `memgate_meta` key naming the rules every stored excerpt follows.
@@ -118,19 +124,36 @@ async fn mark(c: &impl GenericClient, config: &PostgresConfig) -> Result<()> {
     .map(|_| ())
 }
 
+/// Which turns a pass computes.
+#[derive(Clone, Copy)]
+enum Pass {
+    /// Every turn whose excerpt does not follow [`EXCERPT_RULES`] (after an
+    /// upgrade; a full walk by id, once), then the marker is set.
+    Stale,
+    /// Turns stored with no excerpt at all (`excerpt_rules = 0`, the
+    /// `turns_never_excerpted` index): what a process of a version before
+    /// the excerpt columns writes while a rolling upgrade replaces it.
+    Missing,
+}
+
 /// What one batch did.
 enum Batch {
     /// Computed the turns up to this id; more may follow.
     Computed { through: i64, turns: usize },
-    /// Nothing left after the cursor: the marker is set.
+    /// Nothing left after the cursor (a [`Pass::Stale`] has set the marker).
     Done { turns: usize },
     /// Another process holds the batch lock.
     Busy,
 }
 
-/// One batch: the excerpts of at most [`BACKFILL_BATCH`] turns after
-/// `after` whose excerpt does not follow [`EXCERPT_RULES`].
-async fn backfill_batch(pool: &Pool, config: &PostgresConfig, after: i64) -> Result<Batch> {
+/// One batch of `pass`: the excerpts of at most [`BACKFILL_BATCH`] of its
+/// turns after `after`.
+async fn backfill_batch(
+    pool: &Pool,
+    config: &PostgresConfig,
+    pass: Pass,
+    after: i64,
+) -> Result<Batch> {
     let mut client = pool.get().await.map_err(|e| pool_error(config, e))?;
     let tx = client
         .transaction()
@@ -147,18 +170,32 @@ async fn backfill_batch(pool: &Pool, config: &PostgresConfig, after: i64) -> Res
     if !locked {
         return Ok(Batch::Busy);
     }
-    if marked(&tx, config).await? {
-        return Ok(Batch::Done { turns: 0 });
-    }
-    let rows = query(
-        &tx,
-        config,
-        "SELECT id, scope_id, speaker, text FROM turns
-         WHERE id > $1 AND excerpt_rules <> $2
-         ORDER BY id LIMIT $3 FOR NO KEY UPDATE SKIP LOCKED",
-        &[&after, &EXCERPT_RULES, &BACKFILL_BATCH],
-    )
-    .await?;
+    let rows = match pass {
+        // Another process may have finished the walk meanwhile.
+        Pass::Stale if marked(&tx, config).await? => Vec::new(),
+        Pass::Stale => {
+            query(
+                &tx,
+                config,
+                "SELECT id, scope_id, speaker, text FROM turns
+                 WHERE id > $1 AND excerpt_rules <> $2
+                 ORDER BY id LIMIT $3 FOR NO KEY UPDATE SKIP LOCKED",
+                &[&after, &EXCERPT_RULES, &BACKFILL_BATCH],
+            )
+            .await?
+        }
+        Pass::Missing => {
+            query(
+                &tx,
+                config,
+                "SELECT id, scope_id, speaker, text FROM turns
+                 WHERE id > $1 AND excerpt_rules = 0
+                 ORDER BY id LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED",
+                &[&after, &BACKFILL_BATCH],
+            )
+            .await?
+        }
+    };
     // A scope's speakers in this batch are its names (capture meets them
     // one by one; a batch holds a stretch of each conversation).
     let mut names: HashMap<i64, SpeakerNames> = HashMap::new();
@@ -199,7 +236,9 @@ async fn backfill_batch(pool: &Pool, config: &PostgresConfig, after: i64) -> Res
     let batch = match ids.last() {
         Some(&through) if turns as i64 == BACKFILL_BATCH => Batch::Computed { through, turns },
         _ => {
-            mark(&tx, config).await?;
+            if matches!(pass, Pass::Stale) {
+                mark(&tx, config).await?;
+            }
             Batch::Done { turns }
         }
     };
@@ -207,17 +246,18 @@ async fn backfill_batch(pool: &Pool, config: &PostgresConfig, after: i64) -> Res
     Ok(batch)
 }
 
-/// Computes every stale excerpt (waiting while another process does) while
-/// `go_on` holds; how many turns this call computed.
-pub(crate) async fn backfill(
+/// Runs `pass` to its end (waiting while another process computes) while
+/// `go_on` holds; how many turns it computed.
+async fn run_pass(
     pool: &Pool,
     config: &PostgresConfig,
-    go_on: impl Fn() -> bool,
+    pass: Pass,
+    go_on: &impl Fn() -> bool,
 ) -> Result<usize> {
     let mut after = 0;
     let mut computed = 0;
     while go_on() {
-        match backfill_batch(pool, config, after).await? {
+        match backfill_batch(pool, config, pass, after).await? {
             Batch::Computed { through, turns } => {
                 after = through;
                 computed += turns;
@@ -232,24 +272,34 @@ pub(crate) async fn backfill(
     Ok(computed)
 }
 
-/// Runs [`backfill`] in the background until it is done, the backend
-/// (`alive`) is dropped or the pool closed; a failed batch is retried after
-/// a pause (the turns already computed stay computed).
+/// Computes every stale excerpt, then every missing one, while `go_on`
+/// holds; how many turns this call computed.
+pub(crate) async fn backfill(
+    pool: &Pool,
+    config: &PostgresConfig,
+    go_on: impl Fn() -> bool,
+) -> Result<usize> {
+    let stale = run_pass(pool, config, Pass::Stale, &go_on).await?;
+    Ok(stale + run_pass(pool, config, Pass::Missing, &go_on).await?)
+}
+
+/// Runs [`backfill`] in the background now and every
+/// [`MISSING_SWEEP_INTERVAL`] until the backend (`alive`) is dropped or the
+/// pool closed; a failed batch is retried at the next round (the turns
+/// already computed stay computed).
 pub(crate) fn spawn_backfill(pool: Pool, config: PostgresConfig, alive: Weak<()>) {
     tokio::spawn(async move {
         let go_on = || !pool.is_closed() && alive.strong_count() > 0;
         while go_on() {
             match backfill(&pool, &config, go_on).await {
-                Ok(computed) => {
-                    if computed > 0 && go_on() {
-                        tracing::info!(computed, "postgres first-turn excerpts: all computed");
-                    }
-                    return;
+                Ok(computed) if computed > 0 => {
+                    tracing::info!(computed, "postgres first-turn excerpts: computed");
                 }
+                Ok(_) => {}
                 Err(MemoryError::Closed(_)) => return,
                 Err(e) => tracing::warn!(error = %e, "postgres first-turn excerpts: batch failed"),
             }
-            tokio::time::sleep(BUSY_RETRY * 10).await;
+            tokio::time::sleep(MISSING_SWEEP_INTERVAL).await;
         }
     });
 }

@@ -145,8 +145,10 @@ const MIGRATIONS: &[Migration] = &[
 /// excerpting the newest 1,000 turns on every call. `excerpt_rules` is the
 /// version of the rules an excerpt was computed under (0: never computed);
 /// turns stored before this step are computed in the background
-/// ([`crate::excerpts`]): adding columns with constant defaults does not
-/// rewrite the table, and the partial indexes start empty.
+/// ([`crate::excerpts`]), and so are turns a process of an older version
+/// stores while a rolling upgrade replaces it (`turns_never_excerpted`
+/// holds exactly those, so looking for them is one index probe). Adding
+/// columns with constant defaults does not rewrite the table.
 const TURN_EXCERPTS: &str = "
 ALTER TABLE turns
     ADD COLUMN excerpt text,
@@ -156,6 +158,7 @@ ALTER TABLE turns
     ADD COLUMN excerpt_rules smallint NOT NULL DEFAULT 0;
 CREATE INDEX turns_with_excerpt ON turns (scope_id, id) WHERE excerpt IS NOT NULL;
 CREATE INDEX turns_about_speaker ON turns (scope_id, id) WHERE excerpt_about;
+CREATE INDEX turns_never_excerpted ON turns (id) WHERE excerpt_rules = 0;
 ";
 
 /// Migration 9: every statement that changes `turns` or `memories` (all

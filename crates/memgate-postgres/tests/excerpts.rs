@@ -1,7 +1,8 @@
 //! Each turn's first-turn excerpt kept with it on a real PostgreSQL
 //! (`memgate_postgres::excerpts`): computed at capture as `local` computes
 //! it, computed again in the background for turns stored before (or under
-//! older rules), and the block the same whichever way its excerpts came.
+//! older rules, or without one by an older process), and the block the
+//! same whichever way its excerpts came.
 //! Ignored without `testkit/postgres-up`.
 
 mod common;
@@ -236,6 +237,19 @@ async fn turns_stored_without_current_excerpts_are_computed_in_the_background_an
     assert_eq!(block(&upgraded).await, kept_block);
     // Nothing is left, so computing again changes nothing.
     assert_eq!(upgraded.compute_stale_excerpts().await.unwrap(), 0);
+
+    // A turn stored without an excerpt after that (by a process of an older
+    // version still running in a rolling upgrade) is computed by the next
+    // sweep, the marker notwithstanding.
+    c.batch_execute(&format!(
+        "UPDATE {schema}.turns SET excerpt = NULL, excerpt_score = NULL, excerpt_terms = NULL,
+                excerpt_about = false, excerpt_rules = 0
+             WHERE id = (SELECT max(id) FROM {schema}.turns WHERE excerpt IS NOT NULL)"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(upgraded.compute_stale_excerpts().await.unwrap(), 1);
+    assert_eq!(excerpt_rows(&c, &schema).await, computed_at_capture);
 }
 
 #[tokio::test]

@@ -383,6 +383,106 @@ async fn four_replicas_share_one_memory() {
     replicas_share_one_memory(4).await;
 }
 
+/// A word no other turn holds, in letters only (folding splits digits off).
+fn marker(i: usize) -> String {
+    let mut word = String::from("zq");
+    let mut n = i;
+    loop {
+        word.push(char::from(b'a' + (n % 26) as u8));
+        n /= 26;
+        if n == 0 {
+            return word;
+        }
+    }
+}
+
+/// A `memgate_postgres_replica_*` counter of a process, from its `/metrics`.
+async fn replica_counter(r: &Replica, name: &str) -> u64 {
+    let text = reqwest::get(format!("{}/metrics", r.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let key = format!("memgate_postgres_replica_{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .unwrap_or_else(|| panic!("no {key} in /metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Read-your-writes across processes on a hot standby, as a load balancer
+/// spreads one user's calls: two `memgate serve` processes share the
+/// primary and the standby; a capture through one is recalled through the
+/// other straight after, 1,000 times, the two directions in turn. Every
+/// recall finds its capture, and the standby serves reads (the scope's
+/// write mark tells each process when it has replayed the write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "real servers: PostgreSQL and its hot standby (testkit/postgres-up --replica)"]
+async fn two_processes_on_a_standby_read_their_own_writes_1000_times() {
+    let _cluster = CLUSTER.read().await;
+    let _ = memgate_testsupport::real::env_vars(["MEMGATE_TEST_POSTGRES_REPLICA_DSN"]);
+    let home = tempfile::tempdir().unwrap();
+    let schema = unique_schema("ryw_serve");
+    let config = config_file(
+        home.path(),
+        &schema,
+        DSN_ENV,
+        "    pool_size: 4\n    replica_dsn_env: MEMGATE_TEST_POSTGRES_REPLICA_DSN\n",
+        "",
+    );
+    let replicas = Replica::start_all(home.path(), &config, 2);
+    let clients = [replicas[0].client().await, replicas[1].client().await];
+    let user = Caller::new("ryw");
+    const ROUNDS: usize = 1_000;
+    let started = Instant::now();
+    let mut missed = Vec::new();
+    for i in 0..ROUNDS {
+        let (writer, reader) = (&clients[i % 2], &clients[1 - i % 2]);
+        let word = marker(i);
+        let note =
+            Message::human(format!("remember the code word {word}")).with_id(format!("m{i}"));
+        writer
+            .capture(&capture(&user, &format!("t{}", i % 10), vec![note]))
+            .await
+            .unwrap();
+        let recall = reader
+            .recall(&memgate_core::RecallRequest {
+                caller: user.clone().with_thread("reader"),
+                query: Some(word.clone()),
+            })
+            .await
+            .unwrap();
+        if !recall.text.contains(&word) {
+            missed.push(i);
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (mut standby, mut primary, mut waited_out) = (0, 0, 0);
+    for r in &replicas {
+        standby += replica_counter(r, "reads_total").await;
+        primary += replica_counter(r, "primary_reads_total").await;
+        waited_out += replica_counter(r, "waited_out_total").await;
+    }
+    println!(
+        "two serve processes on a standby: {ROUNDS} captures each recalled through the other \
+         process in {elapsed:.1} s; missed {}; reads served by the standby {standby}, by the \
+         primary {primary} ({waited_out} after waiting out a write)",
+        missed.len()
+    );
+    assert!(
+        missed.is_empty(),
+        "recalls that missed their capture: {missed:?}"
+    );
+    // Not vacuous: the standby was read (else the primary alone passed it).
+    assert!(
+        standby >= ROUNDS as u64 / 2,
+        "only {standby} of {ROUNDS} reads came from the standby"
+    );
+}
+
 /// A replica is killed (SIGKILL) while captures through it are in flight:
 /// every capture it acknowledged is stored in full, nothing is half-stored,
 /// and the surviving replica completes the thread without duplicates.
