@@ -1,4 +1,4 @@
-//! `cargo run --release -p memgate-lab --example distill_cost -- [--store local|postgres] [--queue-only] [FACTS...]`:
+//! `cargo run --release -p memgate-lab --example distill_cost -- [--store local|postgres] [--queue-only] [--model-pause-ms N] [FACTS...]`:
 //! what distillation costs, against testkit's scripted model standing in
 //! for the model (a real HTTP endpoint on loopback that answers every job
 //! with no operations and reports `usage` estimated from the request,
@@ -20,7 +20,9 @@
 //! (`MEMGATE_TEST_POSTGRES_DSN`), a schema of its own per store.
 //! `--queue-only` runs no worker in the "on" store: its captures queue
 //! jobs and nothing takes them, which tells the write path's own cost
-//! from the load of the worker running beside it.
+//! from the load of the worker running beside it. `--model-pause-ms N`
+//! makes the model answer after N ms, as a remote model does, so the
+//! worker waits on it rather than running job after job.
 
 use memgate_assembly::{AssembledBackend, Deadlines, Gates};
 use memgate_core::distill::{DistillQueue, QueueLimits};
@@ -253,13 +255,27 @@ async fn main() {
     // `--queue-only`: "on" queues jobs with each capture but runs no
     // worker, to tell the write path's own cost from the worker's load.
     let worker = !args.iter().any(|a| a == "--queue-only");
-    let mut sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    // `--model-pause-ms N`: the model answers after N ms, as a remote one
+    // takes its time, instead of at once (the worker then waits on it).
+    let pause_at = args.iter().position(|a| a == "--model-pause-ms");
+    let pause_ms: u64 = pause_at.map_or(0, |i| {
+        args.get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .expect("--model-pause-ms takes a number of milliseconds")
+    });
+    let mut sizes: Vec<usize> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| pause_at.map_or(true, |p| *i != p + 1))
+        .filter_map(|(_, a)| a.parse().ok())
+        .collect();
     if sizes.is_empty() {
         sizes = vec![100, 1_000, 10_000];
     }
     let model = ScriptedModel::start(
         json!([{"when": {"always": true},
-                "reply": {"content": "{\"operations\": []}", "usage": "estimated"}}]),
+                "reply": {"content": "{\"operations\": []}", "usage": "estimated",
+                          "pause_seconds": pause_ms as f64 / 1000.0}}]),
         &[],
     );
     let settings = DistillSettings::parse(Some(&json!({
@@ -275,9 +291,9 @@ async fn main() {
          {ROUNDS} captures of 2 messages; related_facts {}; tokens = request chars / 4){}",
         settings.related_facts,
         if worker {
-            ""
+            format!("; the model answers after {pause_ms} ms")
         } else {
-            "; on = queue only, no worker"
+            "; on = queue only, no worker".to_owned()
         }
     );
     println!(
