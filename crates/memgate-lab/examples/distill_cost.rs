@@ -266,7 +266,7 @@ async fn main() {
     let mut sizes: Vec<usize> = args
         .iter()
         .enumerate()
-        .filter(|(i, _)| pause_at.map_or(true, |p| *i != p + 1))
+        .filter(|(i, _)| pause_at.is_none_or(|p| *i != p + 1))
         .filter_map(|(_, a)| a.parse().ok())
         .collect();
     if sizes.is_empty() {
