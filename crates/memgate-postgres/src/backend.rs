@@ -518,6 +518,17 @@ impl PostgresBackend {
                 ),
             ),
         ];
+        lines.push(match self.excerpts_ready().await {
+            Ok(true) => Diagnostic::ok("first-turn excerpts", "every stored turn's is current"),
+            Ok(false) => Diagnostic::ok(
+                "first-turn excerpts",
+                "turns stored before this version are being excerpted in the background; \
+                 first-turn blocks are built from the newest 1,000 turns meanwhile",
+            ),
+            Err(e) => {
+                Diagnostic::problem("first-turn excerpts", format!("cannot read the state: {e}"))
+            }
+        });
         lines.extend(vectors);
         if self.distill.is_some() {
             lines.push(memgate_core::distill::doctor_line(self).await);

@@ -211,6 +211,14 @@ async fn turns_stored_without_current_excerpts_are_computed_in_the_background_an
     let upgraded = common::backend(&dsn, &schema);
     assert_eq!(block(&upgraded).await, kept_block);
     assert_eq!(marker(&c, &schema).await, None);
+    let excerpts_line = |lines: Vec<memgate_core::Diagnostic>| {
+        lines
+            .into_iter()
+            .find(|d| d.check == "first-turn excerpts")
+            .expect("doctor says where the excerpts stand")
+    };
+    let line = excerpts_line(upgraded.diagnose().await);
+    assert!(line.detail.contains("being excerpted"), "{line:?}");
     assert!(excerpt_rows(&c, &schema).await.iter().all(|r| r.5 == 0));
 
     // What every surface builds computes them in the background.
@@ -232,6 +240,8 @@ async fn turns_stored_without_current_excerpts_are_computed_in_the_background_an
     }
     assert_eq!(excerpt_rows(&c, &schema).await, computed_at_capture);
     assert_eq!(block(&serving).await, kept_block);
+    let line = excerpts_line(serving.diagnose().await);
+    assert!(line.healthy && line.detail.contains("current"), "{line:?}");
     // The process started before sees the marker and reads the kept
     // excerpts: still the same block.
     assert_eq!(block(&upgraded).await, kept_block);
