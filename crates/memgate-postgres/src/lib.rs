@@ -3,9 +3,10 @@
 //! The `local` store's contract on PostgreSQL, so that any number of
 //! stateless `memgate serve` replicas (or Gateway processes) share one
 //! memory. Same behaviour as `local`, by construction where possible: the
-//! same term folding, storable-turn rules, import validation, recall block
-//! and neighbour smoothing are `memgate-store`'s own functions; the shared
-//! conformance suite (`memgate-conformance`) runs against both.
+//! term folding, storable-turn rules, import validation, recall block,
+//! first-turn block and neighbour smoothing are `memgate-recall`'s, the
+//! functions `local` uses too; the shared conformance suite
+//! (`memgate-conformance`) runs against both.
 //!
 //! What PostgreSQL does here: unique constraints with `ON CONFLICT` make
 //! capture and remember idempotent across replicas; full text is its own
