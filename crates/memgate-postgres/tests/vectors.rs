@@ -413,12 +413,19 @@ fn seeded_with_pool(dsn: &str, schema: &str, pool_size: usize) -> PostgresBacken
         .with_embedder(Arc::new(SeededEmbedder))
 }
 
-/// Searches `query` in `alice`'s scope while another session holds
-/// `term_docs` (the full text's first statement reads it): true when the
-/// nearest-items statement ran to the end within `within` meanwhile, i.e.
-/// on a second connection beside the blocked full text.
+/// Tests that look in `pg_stat_activity` for their own search's
+/// statements take turns: another test's search would look like theirs.
+static ACTIVITY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Searches `query` in `alice`'s scope while a session on the primary
+/// (`dsn`) holds `term_docs` (the full text's first statement reads it; a
+/// standby replays the lock): true when the nearest-items statement ran to
+/// the end on the server the search reads (`reads`, the primary or its
+/// standby) within `within` meanwhile, i.e. on a second connection beside
+/// the blocked full text.
 async fn nearest_ran_beside_blocked_full_text(
     dsn: &str,
+    reads: &str,
     schema: &str,
     backend: &Arc<PostgresBackend>,
     query: &str,
@@ -436,25 +443,50 @@ async fn nearest_ran_beside_blocked_full_text(
         .await
         .unwrap()
         .get(0);
+    let watcher = connect(reads).await;
+    // A standby holds the lock once it has replayed it.
+    let held = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'relation' AND granted
+         AND mode = 'AccessExclusiveLock' AND relation = '{schema}.term_docs'::regclass"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while watcher
+        .query_one(&held, &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the lock never reached {reads:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let search = tokio::spawn({
         let backend = Arc::clone(backend);
         let query = memgate_core::SearchQuery::new(query);
         async move { backend.search(&Caller::new("alice"), &query).await }
     });
-    let watcher = connect(dsn).await;
     common::until_a_statement_waits_for_a_lock(&watcher, "term_docs").await;
     // The nearest-items statement is pipelined behind the blocked one on a
-    // single connection; on a second one it finishes. Looked for until it
-    // shows or `within` has passed (a loaded machine may take a while).
+    // single connection; on a second one it finishes while the full text
+    // still waits on the first. Looked for until it shows or `within` has
+    // passed (a loaded machine may take a while).
     let started = Instant::now();
     let mut finished = false;
     while !finished && started.elapsed() < within {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let ended: i64 = watcher
             .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE state = 'idle' AND query LIKE '%OPERATOR(public.<#>)%'
-                   AND query LIKE '%LIMIT%' AND state_change >= $1",
+                &format!(
+                    "SELECT count(*) FROM pg_stat_activity n, pg_stat_activity w
+                     WHERE n.state = 'idle' AND n.query LIKE '%OPERATOR(public.<#>)%'
+                       AND n.query LIKE '%LIMIT%' AND n.state_change >= $1
+                       AND w.pid <> n.pid AND w.pid IN (
+                           SELECT pid FROM pg_locks WHERE NOT granted
+                           AND relation = '{schema}.term_docs'::regclass)"
+                ),
                 &[&locked_at],
             )
             .await
@@ -471,6 +503,7 @@ async fn nearest_ran_beside_blocked_full_text(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "real server: PostgreSQL with pgvector (testkit/postgres-up --pgvector)"]
 async fn the_nearest_items_search_runs_beside_the_full_text_only_on_a_spare_connection() {
+    let _turn = ACTIVITY.lock().await;
     let dsn = common::pgvector_dsn();
     let schema = common::unique_schema("pgbeside");
     let alice = Caller::new("alice");
@@ -494,6 +527,7 @@ async fn the_nearest_items_search_runs_beside_the_full_text_only_on_a_spare_conn
     assert!(
         nearest_ran_beside_blocked_full_text(
             &dsn,
+            &dsn,
             &schema,
             &beside,
             "note number 42",
@@ -504,6 +538,7 @@ async fn the_nearest_items_search_runs_beside_the_full_text_only_on_a_spare_conn
     );
     assert!(
         !nearest_ran_beside_blocked_full_text(
+            &dsn,
             &dsn,
             &schema,
             &single,
@@ -527,4 +562,84 @@ async fn the_nearest_items_search_runs_beside_the_full_text_only_on_a_spare_conn
             .unwrap()
             .unwrap();
     }
+}
+
+/// A hybrid backend of `schema` on the pgvector cluster that reads from
+/// its hot standby (`testkit/postgres-up --pgvector --replica`).
+fn seeded_on_standby(schema: &str) -> PostgresBackend {
+    let [standby] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_PGVECTOR_REPLICA_DSN"]);
+    let config = serde_json::json!({
+        "dsn": common::pgvector_dsn(),
+        "replica_dsn": standby,
+        "replica_max_lag_ms": 5000,
+        "replica_wait_ms": 2000,
+        "pool_size": 4,
+    });
+    let settings = memgate_postgres::PostgresConfig::from_backend_config(
+        config.as_object().unwrap(),
+        &memgate_core::BackendContext::new("/x"),
+    )
+    .unwrap()
+    .with_schema(schema)
+    .unwrap();
+    PostgresBackend::new(settings)
+        .unwrap()
+        .with_embedder(Arc::new(SeededEmbedder))
+}
+
+/// Hybrid recall read from a standby: it ranks as the primary does, and
+/// its nearest-items statement runs on a second standby connection beside
+/// the full text (`Replica::spare`), as on the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real servers: PostgreSQL with pgvector and its hot standby (testkit/postgres-up --pgvector --replica)"]
+async fn hybrid_search_on_a_standby_ranks_as_the_primary_and_searches_beside_the_full_text() {
+    let _turn = ACTIVITY.lock().await;
+    let dsn = common::pgvector_dsn();
+    let [standby_dsn] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_PGVECTOR_REPLICA_DSN"]);
+    let schema = common::unique_schema("pgstandby");
+    let alice = Caller::new("alice");
+    let texts: Vec<String> = (0..300)
+        .map(|n| format!("note number {n} about pets and plans"))
+        .collect();
+    let primary = seeded_with_pool(&dsn, &schema, 4);
+    primary.capture(&turns(&alice, "t", &texts)).await.unwrap();
+    primary.index_all_vectors(64).await.unwrap();
+    let standby = Arc::new(seeded_on_standby(&schema));
+    let reads = || standby.replica_state().unwrap().replica_reads;
+    // The standby is taken into reads once probed and caught up.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reads() == 0 {
+        assert!(Instant::now() < deadline, "the standby never served a read");
+        standby
+            .search(&alice, &memgate_core::SearchQuery::new("note number 1"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for query in ["note number 7", "pets of note 123", "plans 299"] {
+        let before = reads();
+        let search = memgate_core::SearchQuery::new(query);
+        let (on_standby, on_primary) = (
+            standby.search(&alice, &search).await.unwrap(),
+            primary.search(&alice, &search).await.unwrap(),
+        );
+        assert!(!on_standby.is_empty(), "{query}");
+        assert_eq!(
+            on_standby, on_primary,
+            "{query}: the same ranking on the standby"
+        );
+        assert_eq!(reads(), before + 1, "{query} was read from the standby");
+    }
+    assert!(
+        nearest_ran_beside_blocked_full_text(
+            &dsn,
+            &standby_dsn,
+            &schema,
+            &standby,
+            "note number 42",
+            Duration::from_secs(20)
+        )
+        .await,
+        "the standby's nearest items are searched beside its full text"
+    );
 }
