@@ -35,8 +35,8 @@ use std::collections::HashMap;
 use std::sync::Weak;
 use std::time::Duration;
 
-/// Turns computed per batch (one transaction): about 10–20 µs of excerpting
-/// each, so a batch holds its rows for milliseconds.
+/// Turns computed per batch (one transaction): at ~16,000 turns/s
+/// (BENCHMARKS.md) a batch holds its rows for some 60 ms.
 pub const BACKFILL_BATCH: i64 = 1_000;
 /// How long a process waits before trying again while another one computes.
 const BUSY_RETRY: Duration = Duration::from_secs(1);
