@@ -171,8 +171,9 @@ async fn backfill_batch(
         return Ok(Batch::Busy);
     }
     let rows = match pass {
-        // Another process may have finished the walk meanwhile.
-        Pass::Stale if marked(&tx, config).await? => Vec::new(),
+        // Another process may have finished the walk meanwhile (the marker
+        // is already set: nothing to write).
+        Pass::Stale if marked(&tx, config).await? => return Ok(Batch::Done { turns: 0 }),
         Pass::Stale => {
             query(
                 &tx,
