@@ -846,6 +846,82 @@ async fn the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_d
     assert_eq!(backend.queue_figures("x").await.unwrap().queued, 1);
 }
 
+/// A ranking never shows a distilled fact and the turn it rests on both
+/// (the fact's line names that turn): the lower of the two is left out and
+/// the next entry takes its place, so a search asked for two still answers
+/// two.
+async fn a_ranking_shows_a_fact_or_the_turn_it_rests_on_never_both(place: Place) {
+    let model = ScriptedModel::start(
+        json!([rule(
+            "I live in Lisbon",
+            answer(vec![add("Dana lives in Lisbon", &["turn_1"])])
+        )]),
+        &[],
+    );
+    let backend = place.open().await;
+    capture(
+        backend.as_ref(),
+        "t1",
+        &[
+            "I live in Lisbon.",
+            "The trams of Lisbon climb steep hills every single day of the week.",
+            "We walked around the old town of Lisbon for hours this afternoon.",
+        ],
+    )
+    .await;
+    let report = distiller(&backend, &settings(&model))
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(report.facts_added, 1);
+    let fact = backend.list_facts(&dana("t1"), true).await.unwrap()[0]
+        .id
+        .clone();
+
+    let ids = |hits: Vec<memgate_core::SearchHit>| -> Vec<String> {
+        hits.into_iter().map(|h| h.id).collect()
+    };
+    let search = |top_k: usize| {
+        let backend = backend.clone();
+        async move {
+            let mut query = SearchQuery::new("Lisbon");
+            query.top_k = top_k;
+            backend.search(&dana("t1"), &query).await.unwrap()
+        }
+    };
+    // Four entries match; the fact (boosted, shortest) leads and its
+    // source turn is left out.
+    let all = ids(search(10).await);
+    assert_eq!(all, [fact.as_str(), "turn_2", "turn_3"], "{all:?}");
+    // Asked for two, the two that show something different: the place the
+    // source turn would have taken goes to the next entry.
+    let two = ids(search(2).await);
+    assert_eq!(two, [fact.as_str(), "turn_2"], "{two:?}");
+
+    let recall = backend
+        .recall(&RecallRequest {
+            caller: dana("t2"),
+            query: Some("Lisbon".into()),
+        })
+        .await
+        .unwrap();
+    assert!(
+        recall.text.contains("Dana lives in Lisbon (from turn_1)"),
+        "{}",
+        recall.text
+    );
+    assert!(
+        !recall.text.contains("I live in Lisbon."),
+        "the source turn is not shown again: {}",
+        recall.text
+    );
+    assert!(
+        recall.text.contains("old town of Lisbon"),
+        "{}",
+        recall.text
+    );
+}
+
 on_both_stores!(
     a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance,
     supersede_closes_the_old_version_and_keeps_it_in_history,
@@ -859,6 +935,7 @@ on_both_stores!(
     the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store,
     a_change_that_does_not_name_the_old_value_supersedes_it,
     the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day,
+    a_ranking_shows_a_fact_or_the_turn_it_rests_on_never_both,
 );
 
 /// Two replicas (two handles, each its own lease holder) running workers

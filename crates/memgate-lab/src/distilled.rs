@@ -314,6 +314,18 @@ impl Distillation {
             .reached(lexical(self.named.store(), asker, question)?))
     }
 
+    /// The lexical ranking of `question` in the store captured without
+    /// speaker names (as DeerFlow sends turns), each entry's dialogue ids.
+    pub(crate) fn lexical_unnamed(
+        &self,
+        asker: &Caller,
+        question: &str,
+    ) -> Result<Vec<Vec<DiaId>>> {
+        Ok(self
+            .unnamed
+            .reached(lexical(self.unnamed.store(), asker, question)?))
+    }
+
     /// The named store's hybrid ranking (what recall ranks with), when it
     /// has an embedder.
     pub(crate) fn hybrid(&self, asker: &Caller, question: &str) -> Result<Vec<Vec<DiaId>>> {

@@ -836,6 +836,9 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         .transpose()?;
     let mut distilled_lexical = SystemTally::default();
     let mut distilled_hybrid = SystemTally::default();
+    // With distillation, the lexical rows again without speaker names.
+    let mut unnamed_lexical = SystemTally::default();
+    let mut distilled_lexical_unnamed = SystemTally::default();
     let mut distilled_block = CoverageTally::default();
     let mut distilled_block_unnamed = CoverageTally::default();
     let mut distilled_hybrid_label = None;
@@ -981,6 +984,16 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
             );
             if let Some(d) = &distillation {
                 distilled_lexical.add_reached(asked, &d.lexical(&asker, question)?, &evidence.ids);
+                unnamed_lexical.add(
+                    asked,
+                    &dia_ids(lexical(&unnamed, &asker, question)?),
+                    &evidence.ids,
+                );
+                distilled_lexical_unnamed.add_reached(
+                    asked,
+                    &d.lexical_unnamed(&asker, question)?,
+                    &evidence.ids,
+                );
                 if options.embedder.is_some() {
                     distilled_hybrid.add_reached(
                         asked,
@@ -1130,6 +1143,27 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
         ];
         report.leave_one_out.push(leave_one_out(
             &format!("lexical, with or without {} facts", figures.source),
+            &grid,
+            &report.conversation_ids,
+        ));
+        let unnamed_row = report.systems.len();
+        report
+            .systems
+            .push(unnamed_lexical.finish("memgate local ranking, no speaker names"));
+        report
+            .systems
+            .push(distilled_lexical_unnamed.finish(&format!(
+                "memgate local ranking + facts, no speaker names ({label})"
+            )));
+        let grid = [
+            &report.systems[unnamed_row],
+            &report.systems[unnamed_row + 1],
+        ];
+        report.leave_one_out.push(leave_one_out(
+            &format!(
+                "lexical, no speaker names, with or without {} facts",
+                figures.source
+            ),
             &grid,
             &report.conversation_ids,
         ));

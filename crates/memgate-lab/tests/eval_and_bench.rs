@@ -140,6 +140,13 @@ fn locomo_eval_with_replay_distils_the_observations_and_counts_facts_through_the
     let replay = &report.systems[1];
     assert_eq!(replay.per_category[&4].turn.mrr, 1.0);
     assert_eq!(replay.per_category[&4].turn.hit_at_5, 1.0);
+    // The same two rows over the transcripts without speaker names.
+    assert_eq!(names[2], "memgate local ranking, no speaker names");
+    assert!(
+        names[3].starts_with("memgate local ranking + facts, no speaker names (replay: "),
+        "{names:?}"
+    );
+    assert_eq!(report.systems[3].per_category[&4].turn.mrr, 1.0);
     let no_query: Vec<&str> = report.no_query.iter().map(|c| c.system.as_str()).collect();
     assert_eq!(no_query.len(), 5, "{no_query:?}");
     assert!(no_query[2].starts_with("memgate first-turn block + facts (replay"));
@@ -151,8 +158,9 @@ fn locomo_eval_with_replay_distils_the_observations_and_counts_facts_through_the
         "{:?}",
         report.no_query[2]
     );
-    assert_eq!(report.leave_one_out.len(), 1);
+    assert_eq!(report.leave_one_out.len(), 2);
     assert_eq!(report.leave_one_out[0].folds.len(), 2);
+    assert_eq!(report.leave_one_out[1].folds.len(), 2);
     let text = report.to_string();
     assert!(
         text.contains("Distillation (replay): 3 jobs applied, 0 parked"),

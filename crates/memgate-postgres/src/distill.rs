@@ -25,7 +25,7 @@ use memgate_core::distill::{
 };
 use memgate_core::facts::{ChangedBy, FactOrigin, NewFact};
 use memgate_core::time::now_rfc3339;
-use memgate_core::{Fact, FactState, MemoryError, Result, SearchQuery};
+use memgate_core::{Fact, FactState, MemoryError, Result};
 use memgate_recall::block::MAX_SEARCH_TOP_K;
 use memgate_recall::citation::{cited_from, parse_memory_citation, turn_citation};
 use memgate_recall::ranked::{Origin, Ranked};
@@ -332,21 +332,38 @@ impl PostgresBackend {
     }
 
     /// A distilled fact's line (and search hit) names the turns it rests
-    /// on, as on `local`: one statement for all of `ranked`'s facts.
+    /// on, as on `local`.
     pub(crate) async fn name_sources(
         &self,
         c: &impl GenericClient,
         ranked: &mut [Ranked],
     ) -> Result<()> {
+        let sources = self.fact_sources(c, ranked).await?;
+        for item in ranked.iter_mut().filter(|r| r.origin == Origin::Memory) {
+            let turns = parse_memory_citation(&item.citation).and_then(|id| sources.get(&id));
+            if let Some(turns) = turns {
+                item.text = cited_from(&item.text, turns);
+            }
+        }
+        Ok(())
+    }
+
+    /// The source turns of each distilled fact in `ranked`, by memory id,
+    /// in one statement (explicit memories rest on none and are absent).
+    pub(crate) async fn fact_sources(
+        &self,
+        c: &impl GenericClient,
+        ranked: &[Ranked],
+    ) -> Result<HashMap<i64, Vec<i64>>> {
         let facts: Vec<i64> = ranked
             .iter()
             .filter(|r| r.origin == Origin::Memory)
             .filter_map(|r| parse_memory_citation(&r.citation))
             .collect();
         if facts.is_empty() {
-            return Ok(());
+            return Ok(HashMap::new());
         }
-        let sources: HashMap<i64, Vec<i64>> = self
+        Ok(self
             .rows(
                 c,
                 "SELECT memory_id, array_agg(turn_id ORDER BY turn_id) FROM memory_sources
@@ -356,14 +373,7 @@ impl PostgresBackend {
             .await?
             .iter()
             .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        for item in ranked.iter_mut().filter(|r| r.origin == Origin::Memory) {
-            let turns = parse_memory_citation(&item.citation).and_then(|id| sources.get(&id));
-            if let Some(turns) = turns {
-                item.text = cited_from(&item.text, turns);
-            }
-        }
-        Ok(())
+            .collect())
     }
 
     async fn count_jobs(&self, c: &impl GenericClient, state: &str) -> Result<u64> {
@@ -455,13 +465,13 @@ impl DistillQueue for PostgresBackend {
         if query.trim().is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
-        let mut search = SearchQuery::new(query);
-        search.top_k = memgate_recall::ranked::candidate_pool(limit).clamp(1, MAX_SEARCH_TOP_K);
+        let top_k = memgate_recall::ranked::candidate_pool(limit).clamp(1, MAX_SEARCH_TOP_K);
         let ids: Vec<i64> = self
-            .search_hits(&job.caller, &search)
+            .every_match(&job.caller, &query, top_k)
             .await?
             .iter()
-            .filter_map(|hit| parse_memory_citation(&hit.id))
+            .filter(|r| r.origin == Origin::Memory)
+            .filter_map(|r| parse_memory_citation(&r.citation))
             .take(limit)
             .collect();
         let scope = Scope::of(&job.caller);

@@ -33,8 +33,8 @@ use memgate_recall::block::{assemble, MAX_SEARCH_TOP_K};
 use memgate_recall::citation::{memory_citation, turn_citation};
 use memgate_recall::fusion::{fuse, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
 use memgate_recall::ranked::{
-    add_standing, candidate_pool, smooth_neighbours, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
-    TURN_KIND,
+    add_standing, candidate_pool, first_depth, fold_restated, refill_depth, smooth_neighbours,
+    Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF, TURN_KIND,
 };
 use memgate_recall::rerank::{rerank_fused, Rerank};
 use std::collections::{HashMap, HashSet};
@@ -159,8 +159,37 @@ impl PostgresBackend {
     /// Ranks `query` in the caller's scope, best first, at most `top_k`:
     /// hybrid ([`DEFAULT_FUSION`] and [`Rerank::DEFAULT`], `local`'s own
     /// fusion and re-ordering) when `vector` is given and the schema's
-    /// vectors are of this backend's model, else full text only.
+    /// vectors are of this backend's model, else full text only; without
+    /// the lines that repeat a line above them ([`fold_restated`]), their
+    /// places filled from deeper in the ranking.
     async fn rank(
+        &self,
+        read: Reader<'_>,
+        scope: &Scope,
+        query: &str,
+        vector: Option<&[f32]>,
+        top_k: usize,
+        category: Category<'_>,
+    ) -> Result<Vec<Ranked>> {
+        let depth = first_depth(top_k, self.distill.is_some());
+        let mut ranked = self
+            .rank_once(read, scope, query, vector, depth, category)
+            .await?;
+        let found = ranked.len();
+        let sources = self.fact_sources(read.client, &ranked).await?;
+        fold_restated(&mut ranked, &sources);
+        if let Some(deeper) = refill_depth(top_k, depth, found, ranked.len()) {
+            ranked = self
+                .rank_once(read, scope, query, vector, deeper, category)
+                .await?;
+            let sources = self.fact_sources(read.client, &ranked).await?;
+            fold_restated(&mut ranked, &sources);
+        }
+        ranked.truncate(top_k);
+        Ok(ranked)
+    }
+
+    async fn rank_once(
         &self,
         read: Reader<'_>,
         scope: &Scope,
@@ -610,6 +639,30 @@ impl PostgresBackend {
         );
         self.name_sources(read.client, &mut ranked).await?;
         Ok(assemble(&ranked, settings.max_injection_chars))
+    }
+
+    /// The caller's ranking of `query`, at most `top_k`, every match kept (a
+    /// distilled fact under the turn it rests on too, which recall and
+    /// search leave out), read from the primary: what the search for a
+    /// job's related facts reads, right after the worker's own writes.
+    pub(crate) async fn every_match(
+        &self,
+        caller: &Caller,
+        query: &str,
+        top_k: usize,
+    ) -> Result<Vec<Ranked>> {
+        let scope = Scope::of(caller);
+        let vector = self.query_vector(query).await;
+        let client = self.client().await?;
+        self.rank_once(
+            Reader::primary(&client),
+            &scope,
+            query,
+            vector.as_deref(),
+            top_k,
+            Category::All,
+        )
+        .await
     }
 
     /// Full-text search; `kind` (a memory kind, or `turn`) filters before the

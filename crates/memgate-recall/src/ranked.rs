@@ -5,7 +5,7 @@
 //! turn `n` is item `n`, explicit memory `n` is item `-n`.
 
 use crate::citation::parse_memory_citation;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Share of a neighbouring turn's score a turn inherits.
 pub const NEIGHBOUR_WEIGHT: f64 = 0.25;
@@ -131,6 +131,48 @@ pub fn smooth_neighbours<T: Placed>(ranked: &mut [T]) {
     }
 }
 
+/// Leaves out each entry that shows nothing the entries above it do not:
+/// a turn a higher distilled fact rests on, and a distilled fact whose
+/// source turns are all shown above. Either way the line repeats one above
+/// it and takes the place of one that adds something. `sources` maps a
+/// fact's memory id to the turns (ids) it rests on; an explicit memory
+/// rests on none and always stays. Returns how many were left out.
+pub fn fold_restated(ranked: &mut Vec<Ranked>, sources: &HashMap<i64, Vec<i64>>) -> usize {
+    let before = ranked.len();
+    let mut shown: HashSet<i64> = HashSet::new();
+    ranked.retain(|r| {
+        let reaches: Vec<i64> = match (&r.origin, r.item()) {
+            (Origin::Turn { .. }, Some(turn)) => vec![turn],
+            (Origin::Memory, Some(memory)) => sources.get(&-memory).cloned().unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let fresh = reaches.is_empty() || reaches.iter().any(|t| !shown.contains(t));
+        shown.extend(reaches.iter().copied());
+        fresh
+    });
+    before - ranked.len()
+}
+
+/// How deep a ranking asked for `top_k` reads first: a store that distils
+/// facts reads twice as deep, so the places of the lines [`fold_restated`]
+/// leaves out are filled from the same ranking (a second ranking costs
+/// about as much again; reading deeper, a quarter more).
+pub fn first_depth(top_k: usize, distils: bool) -> usize {
+    if distils {
+        top_k * 2
+    } else {
+        top_k
+    }
+}
+
+/// How deep to rank again when a ranking read to `depth` found `found`
+/// entries and [`fold_restated`] left `kept` of them, fewer than `top_k`:
+/// `None` when nothing was left out or the ranking was not full (nothing
+/// more to find).
+pub fn refill_depth(top_k: usize, depth: usize, found: usize, kept: usize) -> Option<usize> {
+    (kept < top_k && kept < found && found >= depth).then(|| depth * 2)
+}
+
 /// Appends the standing explicit memories (newest first) that `ranked`
 /// does not already hold, after the ranked items and unscored: the user
 /// asked for them to be kept, and a request rarely repeats their words.
@@ -148,5 +190,86 @@ pub fn add_standing(
                 origin: Origin::Memory,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(n: i64) -> Ranked {
+        Ranked {
+            citation: format!("turn_{n}"),
+            kind: TURN_KIND.to_owned(),
+            text: format!("turn {n}"),
+            score: 1.0,
+            origin: Origin::Turn {
+                thread: "t".to_owned(),
+                seq: n,
+                message_id: None,
+                role: "user".to_owned(),
+                speaker: None,
+                occurred_at: None,
+            },
+        }
+    }
+
+    fn memory(n: i64) -> Ranked {
+        Ranked {
+            citation: format!("mem_{n}"),
+            kind: "fact".to_owned(),
+            text: format!("memory {n}"),
+            score: 1.0,
+            origin: Origin::Memory,
+        }
+    }
+
+    fn citations(ranked: &[Ranked]) -> Vec<&str> {
+        ranked.iter().map(|r| r.citation.as_str()).collect()
+    }
+
+    #[test]
+    fn a_line_that_repeats_the_lines_above_it_is_left_out() {
+        // mem_1 rests on turn 3; mem_2 on turns 4 and 5; mem_3 on turn 6;
+        // mem_4 is explicit (no sources).
+        let sources = HashMap::from([(1, vec![3]), (2, vec![4, 5]), (3, vec![6])]);
+        let mut ranked = vec![
+            memory(1), // reaches turn 3
+            turn(3),   // shown through mem_1: out
+            turn(4),
+            memory(2), // turn 5 is new: stays
+            turn(5),   // shown through mem_2: out
+            turn(6),
+            memory(3), // its only source is shown above: out
+            memory(4), // explicit: stays
+            turn(7),
+        ];
+        assert_eq!(fold_restated(&mut ranked, &sources), 3);
+        assert_eq!(
+            citations(&ranked),
+            ["mem_1", "turn_4", "mem_2", "turn_6", "mem_4", "turn_7"]
+        );
+    }
+
+    #[test]
+    fn a_ranking_without_distilled_facts_is_unchanged() {
+        let mut ranked = vec![turn(1), memory(2), turn(2)];
+        assert_eq!(fold_restated(&mut ranked, &HashMap::new()), 0);
+        assert_eq!(citations(&ranked), ["turn_1", "mem_2", "turn_2"]);
+    }
+
+    #[test]
+    fn a_full_ranking_left_short_by_the_fold_is_ranked_again_deeper() {
+        assert_eq!(first_depth(10, false), 10);
+        assert_eq!(first_depth(10, true), 20);
+        assert_eq!(refill_depth(10, 10, 10, 8), Some(20));
+        assert_eq!(refill_depth(10, 20, 20, 12), None, "enough left");
+        assert_eq!(refill_depth(10, 20, 20, 9), Some(40));
+        assert_eq!(
+            refill_depth(10, 10, 7, 5),
+            None,
+            "not full: nothing more to find"
+        );
+        assert_eq!(refill_depth(10, 10, 10, 10), None);
     }
 }

@@ -22,11 +22,12 @@
 //! recall still answers.
 
 use crate::ranking::{load_item, rank, TermCounts};
+use crate::recall::fact_sources;
 use crate::vectors::{stored_model, Vectorizer, PREFILTER_FACTOR};
 use memgate_core::{Redactor, Result};
 use memgate_embed::Embedder;
 use memgate_recall::fusion::{fuse, Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
-use memgate_recall::ranked::{candidate_pool, Ranked};
+use memgate_recall::ranked::{candidate_pool, first_depth, fold_restated, refill_depth, Ranked};
 use memgate_recall::rerank::{rerank_fused, Rerank};
 use memgate_recall::vectors::RetrievalStats;
 use rusqlite::Connection;
@@ -204,11 +205,14 @@ pub(crate) fn reference_query_vector(
 pub(crate) struct Ranker<'a> {
     pub counts: &'a TermCounts,
     pub vectorizer: Option<&'a Vectorizer>,
+    /// The store distils facts, so rankings read deeper ([`first_depth`]).
+    pub distils: bool,
 }
 
 impl Ranker<'_> {
-    /// The ranking of `query` in `scope`: hybrid ([`Ranking::DEFAULT`]) when
-    /// `vector` is usable, else lexical (see the module doc).
+    /// The ranking of `query` in `scope` as a reader is shown it: hybrid
+    /// ([`Ranking::DEFAULT`]) when `vector` is usable, else lexical (see
+    /// the module doc), without the lines that repeat a line above them.
     pub fn ranked_in(
         &self,
         conn: &Connection,
@@ -225,6 +229,25 @@ impl Ranker<'_> {
             category,
         };
         self.fused_in(conn, scope, &asked, &Ranking::DEFAULT)
+    }
+
+    /// [`Self::ranked_in`] with every match kept, a fact under its source
+    /// turn too: what the search for the facts a new turn may change reads.
+    pub fn every_match_in(
+        &self,
+        conn: &Connection,
+        scope: i64,
+        query: &str,
+        vector: &QueryVector,
+        top_k: usize,
+    ) -> Result<Vec<Ranked>> {
+        let asked = Asked {
+            query,
+            vector,
+            top_k,
+            category: None,
+        };
+        self.fused_once(conn, scope, &asked, &Ranking::DEFAULT)
     }
 
     /// The ranking of `query` in `scope` made as `ranking` says, at most
@@ -247,8 +270,39 @@ impl Ranker<'_> {
         self.fused_in(conn, scope, &asked, ranking)
     }
 
-    /// [`Self::ranked_in`] made as `ranking` says.
+    /// [`Self::ranked_in`] made as `ranking` says, without the lines that
+    /// repeat a line above them ([`fold_restated`]), their places filled
+    /// from deeper in the ranking.
     fn fused_in(
+        &self,
+        conn: &Connection,
+        scope: i64,
+        asked: &Asked<'_>,
+        ranking: &Ranking,
+    ) -> Result<Vec<Ranked>> {
+        let depth = first_depth(asked.top_k, self.distils);
+        let mut ranked = self.fused_once(
+            conn,
+            scope,
+            &Asked {
+                top_k: depth,
+                ..*asked
+            },
+            ranking,
+        )?;
+        let found = ranked.len();
+        let sources = fact_sources(conn, &ranked)?;
+        fold_restated(&mut ranked, &sources);
+        if let Some(top_k) = refill_depth(asked.top_k, depth, found, ranked.len()) {
+            ranked = self.fused_once(conn, scope, &Asked { top_k, ..*asked }, ranking)?;
+            let sources = fact_sources(conn, &ranked)?;
+            fold_restated(&mut ranked, &sources);
+        }
+        ranked.truncate(asked.top_k);
+        Ok(ranked)
+    }
+
+    fn fused_once(
         &self,
         conn: &Connection,
         scope: i64,

@@ -13,9 +13,11 @@ use crate::hybrid::{QueryVector, Ranker};
 use crate::ranking::load_item;
 use memgate_core::{MemoryError, RecallRequest, Result, SearchQuery};
 use memgate_recall::block::MAX_SEARCH_TOP_K;
-use memgate_recall::ranked::{add_standing, Ranked};
+use memgate_recall::citation::{cited_from, parse_memory_citation};
+use memgate_recall::ranked::{add_standing, Origin, Ranked};
 use memgate_recall::settings::RecallSettings;
 use rusqlite::Connection;
+use std::collections::HashMap;
 
 /// What a recall ranks for: the caller's query, else the configured
 /// `injection_query`; `None` asks for the first-turn block.
@@ -55,22 +57,36 @@ pub(crate) fn ranked_with_standing(
 /// (`… (from turn_3, turn_4)`), so a reader can check it against what was
 /// said.
 pub(crate) fn name_sources(conn: &Connection, ranked: &mut [Ranked]) -> Result<()> {
-    for item in ranked
-        .iter_mut()
-        .filter(|r| r.origin == memgate_recall::ranked::Origin::Memory)
+    let sources = fact_sources(conn, ranked)?;
+    for item in ranked.iter_mut().filter(|r| r.origin == Origin::Memory) {
+        let turns = parse_memory_citation(&item.citation).and_then(|id| sources.get(&id));
+        if let Some(turns) = turns {
+            item.text = cited_from(&item.text, turns);
+        }
+    }
+    Ok(())
+}
+
+/// The source turns of each distilled fact in `ranked`, by memory id
+/// (explicit memories rest on none and are absent).
+pub(crate) fn fact_sources(conn: &Connection, ranked: &[Ranked]) -> Result<HashMap<i64, Vec<i64>>> {
+    let mut sources = HashMap::new();
+    for id in ranked
+        .iter()
+        .filter(|r| r.origin == Origin::Memory)
+        .filter_map(|r| parse_memory_citation(&r.citation))
     {
-        let Some(id) = memgate_recall::citation::parse_memory_citation(&item.citation) else {
-            continue;
-        };
         let turns: Vec<i64> = conn
             .prepare_cached(
                 "SELECT turn_id FROM memory_sources WHERE memory_id = ?1 ORDER BY turn_id",
             )
             .and_then(|mut s| s.query_map([id], |r| r.get(0))?.collect())
             .map_err(db_error)?;
-        item.text = memgate_recall::citation::cited_from(&item.text, &turns);
+        if !turns.is_empty() {
+            sources.insert(id, turns);
+        }
     }
-    Ok(())
+    Ok(sources)
 }
 
 /// The kind a search is filtered by, once the search is known to be valid
@@ -99,7 +115,7 @@ pub(crate) fn cited_items(citations: &[String]) -> Vec<i64> {
         .iter()
         .filter_map(|c| match c.strip_prefix("turn_") {
             Some(n) => n.parse().ok(),
-            None => memgate_recall::citation::parse_memory_citation(c).map(|m| -m),
+            None => parse_memory_citation(c).map(|m| -m),
         })
         .collect()
 }

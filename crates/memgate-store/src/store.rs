@@ -469,6 +469,7 @@ impl MemoryStore {
         Ranker {
             counts: &self.common_terms,
             vectorizer: self.vectorizer.as_ref(),
+            distils: self.config.distill.is_some(),
         }
     }
 
@@ -531,14 +532,15 @@ impl MemoryStore {
         Ok(ranked.into_iter().map(SearchHit::from).collect())
     }
 
-    /// Ranked entries of the caller's scope for `query` (what recall and the
-    /// LoCoMo evaluation both use).
+    /// Ranked entries of the caller's scope for `query`, every match kept
+    /// (a distilled fact under the turn it rests on too, which recall would
+    /// leave out): what the search for a job's related facts reads.
     pub fn ranked(&self, caller: &Caller, query: &str, top_k: usize) -> Result<Vec<Ranked>> {
         let key = ScopeKey::of(caller);
         let vector = self.query_vector(query);
         let ranker = self.ranker();
         self.db.read(|conn| match key.find(conn)? {
-            Some(scope) => ranker.ranked_in(conn, scope, query, &vector, top_k, None),
+            Some(scope) => ranker.every_match_in(conn, scope, query, &vector, top_k),
             None => Ok(Vec::new()),
         })
     }
