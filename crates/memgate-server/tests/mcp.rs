@@ -324,7 +324,10 @@ async fn search_names_a_facts_origin_and_the_turns_a_distilled_one_rests_on() {
     store
         .capture(&CaptureRequest {
             caller: alice.clone().with_thread("t1"),
-            messages: vec![Message::human("My garden also has basil now.")],
+            messages: vec![
+                Message::human("My garden also has basil now."),
+                Message::human("The garden hose leaks again."),
+            ],
             kind: CaptureKind::AfterTurn,
             trace_id: None,
         })
@@ -360,8 +363,16 @@ async fn search_names_a_facts_origin_and_the_turns_a_distilled_one_rests_on() {
     assert_eq!(distilled["source"], "distilled");
     assert_eq!(distilled["source_turns"], json!([job.turns[0].id]));
     assert_eq!(distilled["thread"], "t1");
-    // A captured turn still names its thread.
-    assert_eq!(by_text("also has basil now")["source"], "thread:t1");
+    // A captured turn names its thread; the one the distilled fact rests
+    // on is not listed again under it.
+    assert_eq!(by_text("garden hose")["source"], "thread:t1");
+    assert!(
+        results.iter().all(|r| !r["content"]
+            .as_str()
+            .unwrap()
+            .contains("also has basil now")),
+        "{found}"
+    );
 }
 
 #[tokio::test]
