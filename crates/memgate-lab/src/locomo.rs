@@ -977,13 +977,16 @@ pub fn run_locomo(path: &Path, options: &LocomoOptions) -> Result<LocomoReport> 
                     })
                     .collect()
             };
-            memgate.add(
-                asked,
-                &dia_ids(lexical(&store, &asker, question)?),
-                &evidence.ids,
-            );
-            if let Some(d) = &distillation {
-                distilled_lexical.add_reached(asked, &d.lexical(&asker, question)?, &evidence.ids);
+            let started = std::time::Instant::now();
+            let lexical_ranked = lexical(&store, &asker, question)?;
+            let lexical_time = started.elapsed();
+            memgate.add(asked, &dia_ids(lexical_ranked), &evidence.ids);
+            if let Some(d) = distillation.as_mut() {
+                distilled_lexical.add_reached(
+                    asked,
+                    &d.lexical(&asker, question, lexical_time)?,
+                    &evidence.ids,
+                );
                 unnamed_lexical.add(
                     asked,
                     &dia_ids(lexical(&unnamed, &asker, question)?),
@@ -1422,6 +1425,15 @@ impl fmt::Display for LocomoReport {
                 d.prompt_tokens,
                 d.completion_tokens,
                 100.0 * d.model_calls as f64 / d.turns.max(1) as f64
+            )?;
+            writeln!(
+                f,
+                "Lexical ranking per question, p50 / p99: {:.3} / {:.3} ms without facts, \
+                 {:.3} / {:.3} ms in the store that distils",
+                d.ranking_without_facts_ms.0,
+                d.ranking_without_facts_ms.1,
+                d.ranking_with_facts_ms.0,
+                d.ranking_with_facts_ms.1,
             )?;
             if d.source == "replay" {
                 writeln!(
