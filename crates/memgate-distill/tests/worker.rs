@@ -154,6 +154,15 @@ async fn capture(backend: &dyn Subject, thread: &str, said: &[&str]) {
     backend.capture(&request).await.unwrap();
 }
 
+/// The block Dana's recall of `query` injects, from a thread of its own.
+async fn recall_text(backend: &dyn Subject, query: &str) -> String {
+    let request = RecallRequest {
+        caller: dana("another thread"),
+        query: Some(query.into()),
+    };
+    backend.recall(&request).await.unwrap().text
+}
+
 /// An answer adding `text` resting on `sources`.
 fn add(text: &str, sources: &[&str]) -> Value {
     json!({"op": "add", "fact": null, "kind": "fact", "text": text, "confidence": 0.9,
@@ -236,22 +245,10 @@ async fn a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance(
         .find(|h| h.id == fact.id)
         .expect("the fact is found");
     assert_eq!(hit.content, "Dana lives in Lisbon (from turn_1)");
-    let recall = backend
-        .recall(&RecallRequest {
-            caller: dana("t2"),
-            query: Some("Lisbon".into()),
-        })
-        .await
-        .unwrap();
+    let recall = recall_text(backend.as_ref(), "Lisbon").await;
     assert!(
-        recall.text.contains("Dana lives in Lisbon"),
-        "{}",
-        recall.text
-    );
-    assert!(
-        recall.text.contains("Dana lives in Lisbon (from turn_1)"),
-        "the fact's line names its source: {}",
-        recall.text
+        recall.contains("Dana lives in Lisbon (from turn_1)"),
+        "the fact's line names its source: {recall}"
     );
 }
 
@@ -898,28 +895,16 @@ async fn a_ranking_shows_a_fact_or_the_turn_it_rests_on_never_both(place: Place)
     let two = ids(search(2).await);
     assert_eq!(two, [fact.as_str(), "turn_2"], "{two:?}");
 
-    let recall = backend
-        .recall(&RecallRequest {
-            caller: dana("t2"),
-            query: Some("Lisbon".into()),
-        })
-        .await
-        .unwrap();
+    let recall = recall_text(backend.as_ref(), "Lisbon").await;
     assert!(
-        recall.text.contains("Dana lives in Lisbon (from turn_1)"),
-        "{}",
-        recall.text
+        recall.contains("Dana lives in Lisbon (from turn_1)"),
+        "{recall}"
     );
     assert!(
-        !recall.text.contains("I live in Lisbon."),
-        "the source turn is not shown again: {}",
-        recall.text
+        !recall.contains("I live in Lisbon."),
+        "the source turn is not shown again: {recall}"
     );
-    assert!(
-        recall.text.contains("old town of Lisbon"),
-        "{}",
-        recall.text
-    );
+    assert!(recall.contains("old town of Lisbon"), "{recall}");
 }
 
 on_both_stores!(
