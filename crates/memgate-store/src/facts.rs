@@ -18,8 +18,10 @@ use memgate_core::{
     Result,
 };
 use memgate_recall::citation::{memory_citation, parse_memory_citation, turn_citation};
+use memgate_recall::ranked::{Origin, Ranked};
 use memgate_recall::scope::ScopeKey;
 use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::collections::HashMap;
 
 fn not_found(id: &str) -> MemoryError {
     match parse_memory_citation(id) {
@@ -445,4 +447,26 @@ mod tests {
             assert_eq!(parse_memory_citation(bad), None, "{bad}");
         }
     }
+}
+
+/// The source turns of each distilled fact in `ranked`, by memory id
+/// (explicit memories rest on none and are absent).
+pub(crate) fn fact_sources(conn: &Connection, ranked: &[Ranked]) -> Result<HashMap<i64, Vec<i64>>> {
+    let mut sources = HashMap::new();
+    for id in ranked
+        .iter()
+        .filter(|r| r.origin == Origin::Memory)
+        .filter_map(|r| parse_memory_citation(&r.citation))
+    {
+        let turns: Vec<i64> = conn
+            .prepare_cached(
+                "SELECT turn_id FROM memory_sources WHERE memory_id = ?1 ORDER BY turn_id",
+            )
+            .and_then(|mut s| s.query_map([id], |r| r.get(0))?.collect())
+            .map_err(db_error)?;
+        if !turns.is_empty() {
+            sources.insert(id, turns);
+        }
+    }
+    Ok(sources)
 }

@@ -21,8 +21,8 @@
 //! ([`memgate_recall::vectors::RetrievalCounts::embedder_failures`]) and logged, and
 //! recall still answers.
 
+use crate::facts::fact_sources;
 use crate::ranking::{load_item, rank, TermCounts};
-use crate::recall::fact_sources;
 use crate::vectors::{stored_model, Vectorizer, PREFILTER_FACTOR};
 use memgate_core::{Redactor, Result};
 use memgate_embed::Embedder;

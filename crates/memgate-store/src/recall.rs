@@ -7,8 +7,7 @@
 //! the budget lasts. With neither: the [first-turn block](crate::first_turn),
 //! which opens with the same standing memories.
 
-use crate::error::db_error;
-use crate::facts::newest_active;
+use crate::facts::{fact_sources, newest_active};
 use crate::hybrid::{QueryVector, Ranker};
 use crate::ranking::load_item;
 use memgate_core::{MemoryError, RecallRequest, Result, SearchQuery};
@@ -17,7 +16,6 @@ use memgate_recall::citation::{cited_from, parse_memory_citation};
 use memgate_recall::ranked::{add_standing, Origin, Ranked};
 use memgate_recall::settings::RecallSettings;
 use rusqlite::Connection;
-use std::collections::HashMap;
 
 /// What a recall ranks for: the caller's query, else the configured
 /// `injection_query`; `None` asks for the first-turn block.
@@ -65,28 +63,6 @@ pub(crate) fn name_sources(conn: &Connection, ranked: &mut [Ranked]) -> Result<(
         }
     }
     Ok(())
-}
-
-/// The source turns of each distilled fact in `ranked`, by memory id
-/// (explicit memories rest on none and are absent).
-pub(crate) fn fact_sources(conn: &Connection, ranked: &[Ranked]) -> Result<HashMap<i64, Vec<i64>>> {
-    let mut sources = HashMap::new();
-    for id in ranked
-        .iter()
-        .filter(|r| r.origin == Origin::Memory)
-        .filter_map(|r| parse_memory_citation(&r.citation))
-    {
-        let turns: Vec<i64> = conn
-            .prepare_cached(
-                "SELECT turn_id FROM memory_sources WHERE memory_id = ?1 ORDER BY turn_id",
-            )
-            .and_then(|mut s| s.query_map([id], |r| r.get(0))?.collect())
-            .map_err(db_error)?;
-        if !turns.is_empty() {
-            sources.insert(id, turns);
-        }
-    }
-    Ok(sources)
 }
 
 /// The kind a search is filtered by, once the search is known to be valid
