@@ -429,26 +429,6 @@ pub(crate) fn newest_active(conn: &Connection, scope: i64, limit: usize) -> Resu
     .map_err(db_error)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn citations_round_trip_and_reject_lookalikes() {
-        assert_eq!(parse_memory_citation(&memory_citation(42)), Some(42));
-        for bad in [
-            "mem_",
-            "mem_-1",
-            "mem_1a",
-            "turn_1",
-            "42",
-            "mem_99999999999999999999",
-        ] {
-            assert_eq!(parse_memory_citation(bad), None, "{bad}");
-        }
-    }
-}
-
 /// The source turns of each distilled fact in `ranked`, by memory id
 /// (explicit memories rest on none and are absent).
 pub(crate) fn fact_sources(conn: &Connection, ranked: &[Ranked]) -> Result<HashMap<i64, Vec<i64>>> {
@@ -469,4 +449,24 @@ pub(crate) fn fact_sources(conn: &Connection, ranked: &[Ranked]) -> Result<HashM
         }
     }
     Ok(sources)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn citations_round_trip_and_reject_lookalikes() {
+        assert_eq!(parse_memory_citation(&memory_citation(42)), Some(42));
+        for bad in [
+            "mem_",
+            "mem_-1",
+            "mem_1a",
+            "turn_1",
+            "42",
+            "mem_99999999999999999999",
+        ] {
+            assert_eq!(parse_memory_citation(bad), None, "{bad}");
+        }
+    }
 }
