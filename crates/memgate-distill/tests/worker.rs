@@ -905,6 +905,14 @@ async fn a_ranking_shows_a_fact_or_the_turn_it_rests_on_never_both(place: Place)
         "the source turn is not shown again: {recall}"
     );
     assert!(recall.contains("old town of Lisbon"), "{recall}");
+    // A fact the query does not find still comes as a standing memory,
+    // naming its source too.
+    let recall = recall_text(backend.as_ref(), "trams").await;
+    assert!(recall.contains("steep hills"), "{recall}");
+    assert!(
+        recall.contains("Dana lives in Lisbon (from turn_1)"),
+        "{recall}"
+    );
 }
 
 on_both_stores!(

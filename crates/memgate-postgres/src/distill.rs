@@ -27,7 +27,7 @@ use memgate_core::facts::{ChangedBy, FactOrigin, NewFact};
 use memgate_core::time::now_rfc3339;
 use memgate_core::{Fact, FactState, MemoryError, Result};
 use memgate_recall::block::MAX_SEARCH_TOP_K;
-use memgate_recall::citation::{cited_from, parse_memory_citation, turn_citation};
+use memgate_recall::citation::{parse_memory_citation, turn_citation};
 use memgate_recall::ranked::{Origin, Ranked};
 use memgate_recall::scope::ScopeKey;
 use std::collections::HashMap;
@@ -329,23 +329,6 @@ impl PostgresBackend {
             .map(|r| r.get(0))
             .collect();
         crate::forget::erase_bare_distilled(c, &self.config, &touched).await
-    }
-
-    /// A distilled fact's line (and search hit) names the turns it rests
-    /// on, as on `local`.
-    pub(crate) async fn name_sources(
-        &self,
-        c: &impl GenericClient,
-        ranked: &mut [Ranked],
-    ) -> Result<()> {
-        let sources = self.fact_sources(c, ranked).await?;
-        for item in ranked.iter_mut().filter(|r| r.origin == Origin::Memory) {
-            let turns = parse_memory_citation(&item.citation).and_then(|id| sources.get(&id));
-            if let Some(turns) = turns {
-                item.text = cited_from(&item.text, turns);
-            }
-        }
-        Ok(())
     }
 
     /// The source turns of each distilled fact in `ranked`, by memory id,

@@ -33,8 +33,8 @@ use memgate_recall::block::{assemble, MAX_SEARCH_TOP_K};
 use memgate_recall::citation::{memory_citation, turn_citation};
 use memgate_recall::fusion::{fuse, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
 use memgate_recall::ranked::{
-    add_standing, candidate_pool, first_depth, fold_restated, refill_depth, smooth_neighbours,
-    Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF, TURN_KIND,
+    add_standing, candidate_pool, cite_sources, first_depth, fold_restated, refill_depth,
+    smooth_neighbours, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF, TURN_KIND,
 };
 use memgate_recall::rerank::{rerank_fused, Rerank};
 use std::collections::{HashMap, HashSet};
@@ -161,7 +161,8 @@ impl PostgresBackend {
     /// fusion and re-ordering) when `vector` is given and the schema's
     /// vectors are of this backend's model, else full text only; without
     /// the lines that repeat a line above them ([`fold_restated`]), their
-    /// places filled from deeper in the ranking.
+    /// places filled from deeper in the ranking; a distilled fact's line
+    /// names its sources ([`cite_sources`], from the same read).
     async fn rank(
         &self,
         read: Reader<'_>,
@@ -176,16 +177,17 @@ impl PostgresBackend {
             .rank_once(read, scope, query, vector, depth, category)
             .await?;
         let found = ranked.len();
-        let sources = self.fact_sources(read.client, &ranked).await?;
+        let mut sources = self.fact_sources(read.client, &ranked).await?;
         fold_restated(&mut ranked, &sources);
         if let Some(deeper) = refill_depth(top_k, depth, found, ranked.len()) {
             ranked = self
                 .rank_once(read, scope, query, vector, deeper, category)
                 .await?;
-            let sources = self.fact_sources(read.client, &ranked).await?;
+            sources = self.fact_sources(read.client, &ranked).await?;
             fold_restated(&mut ranked, &sources);
         }
         ranked.truncate(top_k);
+        cite_sources(&mut ranked, &sources);
         Ok(ranked)
     }
 
@@ -633,11 +635,15 @@ impl PostgresBackend {
             ),
             self.rows(read.client, &standing_sql, &standing_params),
         )?;
+        let ranked_len = ranked.len();
         add_standing(
             &mut ranked,
             standing.iter().map(crate::facts::fact_from_row),
         );
-        self.name_sources(read.client, &mut ranked).await?;
+        // The ranking's own facts already name their sources.
+        let standing = &mut ranked[ranked_len..];
+        let sources = self.fact_sources(read.client, standing).await?;
+        cite_sources(standing, &sources);
         Ok(assemble(&ranked, settings.max_injection_chars))
     }
 
@@ -702,7 +708,7 @@ impl PostgresBackend {
             )
             .await;
         drop(client);
-        let mut ranked = match self.replica_outcome(on_replica, read) {
+        let ranked = match self.replica_outcome(on_replica, read) {
             Some(ranked) => ranked?,
             None => {
                 let client = self.client().await?;
@@ -710,8 +716,6 @@ impl PostgresBackend {
                     .await?
             }
         };
-        let client = self.client().await?;
-        self.name_sources(&client, &mut ranked).await?;
         Ok(ranked.into_iter().map(SearchHit::from).collect())
     }
 }

@@ -153,6 +153,17 @@ pub fn fold_restated(ranked: &mut Vec<Ranked>, sources: &HashMap<i64, Vec<i64>>)
     before - ranked.len()
 }
 
+/// Names the turns each distilled fact in `ranked` rests on at the end of
+/// its line (`… (from turn_3, turn_4)`), so a reader can check it against
+/// what was said; `sources` as in [`fold_restated`].
+pub fn cite_sources(ranked: &mut [Ranked], sources: &HashMap<i64, Vec<i64>>) {
+    for item in ranked.iter_mut().filter(|r| r.origin == Origin::Memory) {
+        if let Some(turns) = parse_memory_citation(&item.citation).and_then(|id| sources.get(&id)) {
+            item.text = crate::citation::cited_from(&item.text, turns);
+        }
+    }
+}
+
 /// How deep a ranking asked for `top_k` reads first: a store that distils
 /// facts reads twice as deep, so the places of the lines [`fold_restated`]
 /// leaves out are filled from the same ranking (a second ranking costs
@@ -248,6 +259,18 @@ mod tests {
         assert_eq!(
             citations(&ranked),
             ["mem_1", "turn_4", "mem_2", "turn_6", "mem_4", "turn_7"]
+        );
+    }
+
+    #[test]
+    fn a_distilled_facts_line_names_its_sources_and_nothing_else_changes() {
+        let sources = HashMap::from([(1, vec![3, 4])]);
+        let mut ranked = vec![memory(1), memory(2), turn(3)];
+        cite_sources(&mut ranked, &sources);
+        let texts: Vec<&str> = ranked.iter().map(|r| r.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            ["memory 1 (from turn_3, turn_4)", "memory 2", "turn 3"]
         );
     }
 

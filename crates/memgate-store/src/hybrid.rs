@@ -27,7 +27,9 @@ use crate::vectors::{stored_model, Vectorizer, PREFILTER_FACTOR};
 use memgate_core::{Redactor, Result};
 use memgate_embed::Embedder;
 use memgate_recall::fusion::{fuse, Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
-use memgate_recall::ranked::{candidate_pool, first_depth, fold_restated, refill_depth, Ranked};
+use memgate_recall::ranked::{
+    candidate_pool, cite_sources, first_depth, fold_restated, refill_depth, Ranked,
+};
 use memgate_recall::rerank::{rerank_fused, Rerank};
 use memgate_recall::vectors::RetrievalStats;
 use rusqlite::Connection;
@@ -272,7 +274,8 @@ impl Ranker<'_> {
 
     /// [`Self::ranked_in`] made as `ranking` says, without the lines that
     /// repeat a line above them ([`fold_restated`]), their places filled
-    /// from deeper in the ranking.
+    /// from deeper in the ranking; a distilled fact's line names its
+    /// sources ([`cite_sources`], from the same read).
     fn fused_in(
         &self,
         conn: &Connection,
@@ -291,14 +294,15 @@ impl Ranker<'_> {
             ranking,
         )?;
         let found = ranked.len();
-        let sources = fact_sources(conn, &ranked)?;
+        let mut sources = fact_sources(conn, &ranked)?;
         fold_restated(&mut ranked, &sources);
         if let Some(top_k) = refill_depth(asked.top_k, depth, found, ranked.len()) {
             ranked = self.fused_once(conn, scope, &Asked { top_k, ..*asked }, ranking)?;
-            let sources = fact_sources(conn, &ranked)?;
+            sources = fact_sources(conn, &ranked)?;
             fold_restated(&mut ranked, &sources);
         }
         ranked.truncate(asked.top_k);
+        cite_sources(&mut ranked, &sources);
         Ok(ranked)
     }
 

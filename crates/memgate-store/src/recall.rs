@@ -12,8 +12,8 @@ use crate::hybrid::{QueryVector, Ranker};
 use crate::ranking::load_item;
 use memgate_core::{MemoryError, RecallRequest, Result, SearchQuery};
 use memgate_recall::block::MAX_SEARCH_TOP_K;
-use memgate_recall::citation::{cited_from, parse_memory_citation};
-use memgate_recall::ranked::{add_standing, Origin, Ranked};
+use memgate_recall::citation::parse_memory_citation;
+use memgate_recall::ranked::{add_standing, cite_sources, Ranked};
 use memgate_recall::settings::RecallSettings;
 use rusqlite::Connection;
 
@@ -43,26 +43,16 @@ pub(crate) fn ranked_with_standing(
     settings: &RecallSettings,
 ) -> Result<Vec<Ranked>> {
     let mut ranked = ranker.ranked_in(conn, scope, query, vector, settings.recall_top_k, None)?;
+    let ranked_len = ranked.len();
     add_standing(
         &mut ranked,
         newest_active(conn, scope, settings.standing_memories)?,
     );
-    name_sources(conn, &mut ranked)?;
+    // The ranking's own facts already name their sources.
+    let standing = &mut ranked[ranked_len..];
+    let sources = fact_sources(conn, standing)?;
+    cite_sources(standing, &sources);
     Ok(ranked)
-}
-
-/// A distilled fact's line (and search hit) names the turns it rests on
-/// (`… (from turn_3, turn_4)`), so a reader can check it against what was
-/// said.
-pub(crate) fn name_sources(conn: &Connection, ranked: &mut [Ranked]) -> Result<()> {
-    let sources = fact_sources(conn, ranked)?;
-    for item in ranked.iter_mut().filter(|r| r.origin == Origin::Memory) {
-        let turns = parse_memory_citation(&item.citation).and_then(|id| sources.get(&id));
-        if let Some(turns) = turns {
-            item.text = cited_from(&item.text, turns);
-        }
-    }
-    Ok(())
 }
 
 /// The kind a search is filtered by, once the search is known to be valid

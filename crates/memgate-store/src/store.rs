@@ -521,12 +521,7 @@ impl MemoryStore {
         let vector = self.query_vector(&query.query);
         let ranker = self.ranker();
         let ranked = self.db.read(|conn| match key.find(conn)? {
-            Some(scope) => {
-                let mut ranked =
-                    ranker.ranked_in(conn, scope, &query.query, &vector, query.top_k, kind)?;
-                recall::name_sources(conn, &mut ranked)?;
-                Ok(ranked)
-            }
+            Some(scope) => ranker.ranked_in(conn, scope, &query.query, &vector, query.top_k, kind),
             None => Ok(Vec::new()),
         })?;
         Ok(ranked.into_iter().map(SearchHit::from).collect())
