@@ -714,6 +714,40 @@ async fn the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store
     );
 }
 
+/// The facts a new turn may change are ranked among facts only: a heavy
+/// user's turns, saying the job's own words many times over (the job's
+/// own turns among them), must not crowd the one fact they may change out
+/// of the prompt's bounded set.
+async fn a_related_fact_is_found_however_many_turns_share_its_words(place: Place) {
+    let model = ScriptedModel::start(json!([rule("violin", answer(vec![]))]), &[]);
+    let backend = place.open().await;
+    let teacher = "Dana's violin teacher is Marta";
+    let request = RememberRequest::new("fact", teacher).unwrap();
+    backend.remember(&dana("profile"), &request).await.unwrap();
+    const LESSONS: usize = 60;
+    for week in 0..LESSONS {
+        let said = format!("My violin lesson with Marta went well, week {week}.");
+        capture(backend.as_ref(), &format!("lesson {week}"), &[&said]).await;
+    }
+    let mut settings = settings(&model);
+    settings.related_facts = 5;
+    distiller(&backend, &settings)
+        .run_until_idle()
+        .await
+        .unwrap();
+    let sent = model.requests();
+    assert_eq!(sent.len(), LESSONS);
+    for request in sent {
+        let data: Value =
+            serde_json::from_str(request["messages"][1]["content"].as_str().unwrap()).unwrap();
+        let shown = data["current_facts"].as_array().unwrap();
+        assert!(
+            shown.iter().any(|f| f["text"] == teacher),
+            "the fact the lesson may change is shown: {shown:?}"
+        );
+    }
+}
+
 /// "We moved to Porto" names nothing of "Dana lives in Lisbon", so recall
 /// by words finds no related fact; the scope's newest distilled facts are
 /// shown too, and the scripted model supersedes the old fact only when it
@@ -926,6 +960,7 @@ on_both_stores!(
     secrets_in_a_captured_turn_and_the_endpoint_key_never_reach_the_prompt_or_a_reason,
     erasure_follows_provenance,
     the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store,
+    a_related_fact_is_found_however_many_turns_share_its_words,
     a_change_that_does_not_name_the_old_value_supersedes_it,
     the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day,
     a_ranking_shows_a_fact_or_the_turn_it_rests_on_never_both,

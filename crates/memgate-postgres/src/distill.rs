@@ -28,7 +28,7 @@ use memgate_core::time::now_rfc3339;
 use memgate_core::{Fact, FactState, MemoryError, Result};
 use memgate_recall::block::MAX_SEARCH_TOP_K;
 use memgate_recall::citation::{parse_memory_citation, turn_citation};
-use memgate_recall::ranked::{Origin, Ranked};
+use memgate_recall::ranked::{Among, Origin, Ranked};
 use memgate_recall::scope::ScopeKey;
 use std::collections::HashMap;
 
@@ -449,8 +449,10 @@ impl DistillQueue for PostgresBackend {
             return Ok(Vec::new());
         }
         let top_k = memgate_recall::ranked::candidate_pool(limit).clamp(1, MAX_SEARCH_TOP_K);
+        // Among memories only: the scope's turns say the job's words too
+        // (its own turns first of all) and would fill the pool.
         let ids: Vec<i64> = self
-            .every_match(&job.caller, &query, top_k)
+            .every_match(&job.caller, &query, top_k, Among::Memories(None))
             .await?
             .iter()
             .filter(|r| r.origin == Origin::Memory)

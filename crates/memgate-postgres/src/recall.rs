@@ -34,7 +34,7 @@ use memgate_recall::citation::{memory_citation, turn_citation};
 use memgate_recall::fusion::{fuse, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
 use memgate_recall::ranked::{
     add_standing, candidate_pool, cite_sources, first_depth, fold_restated, refill_depth,
-    smooth_neighbours, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF, TURN_KIND,
+    smooth_neighbours, Among, Origin, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF, TURN_KIND,
 };
 use memgate_recall::rerank::{rerank_fused, Rerank};
 use std::collections::{HashMap, HashSet};
@@ -81,14 +81,6 @@ impl From<Walk> for Order<'_> {
             Walk::Recent { rows } => Order::NewestWithin(rows),
         }
     }
-}
-
-/// Which tables compete, from a search's `kind` filter.
-#[derive(Clone, Copy)]
-enum Category<'a> {
-    All,
-    Turns,
-    Memories(&'a str),
 }
 
 /// The `turns_terms` keys (`scope lexeme`, schema migration 3) of the terms
@@ -170,7 +162,7 @@ impl PostgresBackend {
         query: &str,
         vector: Option<&[f32]>,
         top_k: usize,
-        category: Category<'_>,
+        category: Among<'_>,
     ) -> Result<Vec<Ranked>> {
         let depth = first_depth(top_k, self.distill.is_some());
         let mut ranked = self
@@ -198,7 +190,7 @@ impl PostgresBackend {
         query: &str,
         vector: Option<&[f32]>,
         top_k: usize,
-        category: Category<'_>,
+        category: Among<'_>,
     ) -> Result<Vec<Ranked>> {
         let c = read.client;
         let Some(q) = vector else {
@@ -251,29 +243,26 @@ impl PostgresBackend {
         c: &impl GenericClient,
         scope: &Scope,
         missing: &[(i64, f64)],
-        category: Category<'_>,
+        category: Among<'_>,
     ) -> Result<Vec<(f64, Ranked)>> {
         if missing.is_empty() {
             return Ok(Vec::new());
         }
         let score: HashMap<i64, f64> = missing.iter().copied().collect();
-        let turn_ids: Vec<i64> = match category {
-            Category::Memories(_) => Vec::new(),
-            _ => missing.iter().map(|m| m.0).filter(|i| *i > 0).collect(),
+        let turn_ids: Vec<i64> = match category.admits_turns() {
+            false => Vec::new(),
+            true => missing.iter().map(|m| m.0).filter(|i| *i > 0).collect(),
         };
-        let memory_ids: Vec<i64> = match category {
-            Category::Turns => Vec::new(),
-            _ => missing
+        let memory_ids: Vec<i64> = match category.admits_memories() {
+            false => Vec::new(),
+            true => missing
                 .iter()
                 .map(|m| m.0)
                 .filter(|i| *i < 0)
                 .map(|i| -i)
                 .collect(),
         };
-        let kind = match category {
-            Category::Memories(kind) => Some(kind),
-            _ => None,
-        };
+        let kind = category.memory_kind();
         let turns_sql = format!(
             "SELECT {TURN_COLUMNS} FROM turns WHERE scope_id = {SCOPE_ID} AND id = ANY($3)"
         );
@@ -329,7 +318,7 @@ impl PostgresBackend {
         scope: &Scope,
         query: &str,
         top_k: usize,
-        category: Category<'_>,
+        category: Among<'_>,
     ) -> Result<Vec<Ranked>> {
         let terms = query_terms(query);
         if terms.is_empty() {
@@ -352,7 +341,7 @@ impl PostgresBackend {
                         r.score *= MEMORY_WEIGHT;
                     }
                 }
-                if !matches!(category, Category::Memories(_)) {
+                if category.admits_turns() {
                     self.add_neighbours(c, scope, &mut c2).await?;
                     smooth_neighbours(&mut c2);
                 }
@@ -401,15 +390,15 @@ impl PostgresBackend {
         scope: &Scope,
         tsquery: &str,
         order: Order<'_>,
-        category: Category<'_>,
+        category: Among<'_>,
         pool: usize,
     ) -> Result<Vec<Ranked>> {
         let pool = pool as i64;
         let q = format!("to_tsquery('{TEXT_SEARCH_CONFIG}', $3)");
         // The kind is the parameter after the score's ($5-$7) when scored.
         let kind_filter = match (category, order) {
-            (Category::Memories(_), Order::Scored(_)) => "AND kind = $8",
-            (Category::Memories(_), _) => "AND kind = $5",
+            (Among::Memories(Some(_)), Order::Scored(_)) => "AND kind = $8",
+            (Among::Memories(Some(_)), _) => "AND kind = $5",
             _ => "",
         };
         let score = match order {
@@ -454,7 +443,7 @@ impl PostgresBackend {
         let tsquery = tsquery.to_owned();
         let no_rows = || async { Ok::<Vec<Row>, MemoryError>(Vec::new()) };
         let turns = async {
-            if matches!(category, Category::Memories(_)) {
+            if !category.admits_turns() {
                 no_rows().await
             } else {
                 let p: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
@@ -493,9 +482,9 @@ impl PostgresBackend {
                 ]);
             }
             match category {
-                Category::Turns => no_rows().await,
-                Category::All => self.rows(c, &memories_sql, &p).await,
-                Category::Memories(kind) => {
+                Among::Turns => no_rows().await,
+                Among::All | Among::Memories(None) => self.rows(c, &memories_sql, &p).await,
+                Among::Memories(Some(kind)) => {
                     p.push(&kind);
                     self.rows(c, &memories_sql, &p).await
                 }
@@ -631,7 +620,7 @@ impl PostgresBackend {
                 query,
                 vector,
                 settings.recall_top_k,
-                Category::All
+                Among::All
             ),
             self.rows(read.client, &standing_sql, &standing_params),
         )?;
@@ -650,12 +639,14 @@ impl PostgresBackend {
     /// The caller's ranking of `query`, at most `top_k`, every match kept (a
     /// distilled fact under the turn it rests on too, which recall and
     /// search leave out), read from the primary: what the search for a
-    /// job's related facts reads, right after the worker's own writes.
+    /// job's related facts reads (among memories), right after the
+    /// worker's own writes.
     pub(crate) async fn every_match(
         &self,
         caller: &Caller,
         query: &str,
         top_k: usize,
+        category: Among<'_>,
     ) -> Result<Vec<Ranked>> {
         let scope = Scope::of(caller);
         let vector = self.query_vector(query).await;
@@ -666,7 +657,7 @@ impl PostgresBackend {
             query,
             vector.as_deref(),
             top_k,
-            Category::All,
+            category,
         )
         .await
     }
@@ -689,9 +680,7 @@ impl PostgresBackend {
         }
         let category = match query.kind.as_deref().map(str::trim) {
             Some("") => return Err(MemoryError::invalid("kind", "must not be blank")),
-            Some(TURN_KIND) => Category::Turns,
-            Some(kind) => Category::Memories(kind),
-            None => Category::All,
+            kind => Among::of_kind(kind),
         };
         let scope = Scope::of(caller);
         let vector = self.query_vector(&query.query).await;

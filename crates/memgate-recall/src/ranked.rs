@@ -86,6 +86,57 @@ impl From<Ranked> for memgate_core::SearchHit {
 /// The category of captured turns in search hits and recall items.
 pub const TURN_KIND: &str = "turn";
 
+/// Which items compete in a ranking, before its cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Among<'a> {
+    /// Turns and memories: recall, and a search without `kind`.
+    All,
+    /// Captured turns only: a search for `kind` `turn`.
+    Turns,
+    /// Memories only, of one kind when given: a search for a memory kind,
+    /// and the facts a job's turns may change (a scope's turns, the job's
+    /// own among them, would otherwise crowd them out of the pool).
+    Memories(Option<&'a str>),
+}
+
+impl<'a> Among<'a> {
+    /// What a search's `kind` filter lets compete.
+    pub fn of_kind(kind: Option<&'a str>) -> Self {
+        match kind {
+            None => Self::All,
+            Some(TURN_KIND) => Self::Turns,
+            Some(kind) => Self::Memories(Some(kind)),
+        }
+    }
+
+    pub fn admits_turns(self) -> bool {
+        matches!(self, Self::All | Self::Turns)
+    }
+
+    pub fn admits_memories(self) -> bool {
+        !matches!(self, Self::Turns)
+    }
+
+    /// The one memory kind allowed, if only one is.
+    pub fn memory_kind(self) -> Option<&'a str> {
+        match self {
+            Self::Memories(kind) => kind,
+            _ => None,
+        }
+    }
+
+    /// Whether an entry of category `kind` (`turn`, or a memory's kind)
+    /// competes.
+    pub fn admits(self, kind: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Turns => kind == TURN_KIND,
+            Self::Memories(None) => kind != TURN_KIND,
+            Self::Memories(Some(k)) => kind == k,
+        }
+    }
+}
+
 /// What neighbour smoothing needs of a ranked entry: its place (thread and
 /// position, turns only) and its score.
 pub trait Placed {
@@ -207,6 +258,20 @@ pub fn add_standing(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_search_kind_names_what_competes() {
+        assert_eq!(Among::of_kind(None), Among::All);
+        assert_eq!(Among::of_kind(Some(TURN_KIND)), Among::Turns);
+        assert_eq!(Among::of_kind(Some("fact")), Among::Memories(Some("fact")));
+        let every_memory = Among::Memories(None);
+        assert!(!every_memory.admits_turns() && every_memory.admits_memories());
+        assert!(every_memory.admits("fact") && every_memory.admits("preference"));
+        assert!(!every_memory.admits(TURN_KIND));
+        assert!(!Among::Memories(Some("fact")).admits("preference"));
+        assert!(Among::Turns.admits(TURN_KIND) && !Among::Turns.admits_memories());
+        assert!(Among::All.admits(TURN_KIND) && Among::All.admits("fact"));
+    }
 
     fn turn(n: i64) -> Ranked {
         Ranked {

@@ -28,7 +28,7 @@ use memgate_core::{Redactor, Result};
 use memgate_embed::Embedder;
 use memgate_recall::fusion::{fuse, Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
 use memgate_recall::ranked::{
-    candidate_pool, cite_sources, first_depth, fold_restated, refill_depth, Ranked,
+    candidate_pool, cite_sources, first_depth, fold_restated, refill_depth, Among, Ranked,
 };
 use memgate_recall::rerank::{rerank_fused, Rerank};
 use memgate_recall::vectors::RetrievalStats;
@@ -44,8 +44,8 @@ struct Asked<'a> {
     query: &'a str,
     vector: &'a QueryVector,
     top_k: usize,
-    /// Only turns (`turn`) or memories of this kind compete.
-    category: Option<&'a str>,
+    /// What competes.
+    category: Among<'a>,
 }
 
 /// How a hybrid ranking is made. Recall uses [`Ranking::DEFAULT`]; the
@@ -222,7 +222,7 @@ impl Ranker<'_> {
         query: &str,
         vector: &QueryVector,
         top_k: usize,
-        category: Option<&str>,
+        category: Among<'_>,
     ) -> Result<Vec<Ranked>> {
         let asked = Asked {
             query,
@@ -242,12 +242,13 @@ impl Ranker<'_> {
         query: &str,
         vector: &QueryVector,
         top_k: usize,
+        category: Among<'_>,
     ) -> Result<Vec<Ranked>> {
         let asked = Asked {
             query,
             vector,
             top_k,
-            category: None,
+            category,
         };
         self.fused_once(conn, scope, &asked, &Ranking::DEFAULT)
     }
@@ -267,7 +268,7 @@ impl Ranker<'_> {
             query,
             vector,
             top_k,
-            category: None,
+            category: Among::All,
         };
         self.fused_in(conn, scope, &asked, ranking)
     }

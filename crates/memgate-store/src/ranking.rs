@@ -41,8 +41,8 @@ use memgate_core::Result;
 use memgate_recall::citation::{memory_citation, turn_citation};
 use memgate_recall::maxscore::{essential_terms, idf, term_bound};
 use memgate_recall::ranked::{
-    candidate_pool, smooth_neighbours, Origin, Placed, Ranked, MAXSCORE_BUDGET, MEMORY_WEIGHT,
-    NEIGHBOURS_OF, TURN_KIND,
+    candidate_pool, smooth_neighbours, Among, Origin, Placed, Ranked, MAXSCORE_BUDGET,
+    MEMORY_WEIGHT, NEIGHBOURS_OF, TURN_KIND,
 };
 use memgate_recall::terms::{query_phrases, scope_tag};
 use rusqlite::types::Value as SqlValue;
@@ -250,16 +250,15 @@ enum Rows<'a> {
     NewestMemories,
 }
 
-/// Ranks `query` in `scope`, best first, at most `top_k` entries. With
-/// `category`, only turns (`turn`) or memories of that kind compete, before
-/// the cut.
+/// Ranks `query` in `scope`, best first, at most `top_k` entries; only
+/// `category` competes, before the cut.
 pub fn rank(
     conn: &Connection,
     counts: &TermCounts,
     scope: i64,
     query: &str,
     top_k: usize,
-    category: Option<&str>,
+    category: Among<'_>,
 ) -> Result<Vec<Ranked>> {
     rank_within(conn, counts, MAXSCORE_BUDGET, scope, query, top_k, category)
 }
@@ -273,7 +272,7 @@ pub(crate) fn rank_within(
     scope: i64,
     query: &str,
     top_k: usize,
-    category: Option<&str>,
+    category: Among<'_>,
 ) -> Result<Vec<Ranked>> {
     let mut clock = Stopwatch::start();
     let phrases = query_phrases(&scope_tag(scope), query);
@@ -485,7 +484,7 @@ fn candidates(
     scope: i64,
     expr: &str,
     rows: Rows,
-    category: Option<&str>,
+    category: Among<'_>,
     pool: usize,
 ) -> Result<Vec<(i64, f64)>> {
     let score = match rows {
@@ -499,15 +498,20 @@ fn candidates(
     if let Rows::Scored(dfs) = rows {
         args.push(dfs.to_vec().into());
     }
-    if let Some(kind) = category {
-        args.push(kind.to_owned().into());
-        let k = args.len();
-        args.push(scope.into());
-        let s = args.len();
-        sql.push_str(&format!(
-            " AND ((?{k} = 'turn' AND rowid > 0) OR (rowid < 0 AND -rowid IN
-                 (SELECT id FROM memories WHERE scope_id = ?{s} AND kind = ?{k})))"
-        ));
+    match category {
+        Among::All => {}
+        Among::Turns => sql.push_str(" AND rowid > 0"),
+        Among::Memories(None) => sql.push_str(" AND rowid < 0"),
+        Among::Memories(Some(kind)) => {
+            args.push(kind.to_owned().into());
+            let k = args.len();
+            args.push(scope.into());
+            let s = args.len();
+            sql.push_str(&format!(
+                " AND rowid < 0 AND -rowid IN
+                 (SELECT id FROM memories WHERE scope_id = ?{s} AND kind = ?{k})"
+            ));
+        }
     }
     let order = match rows {
         // Ties newest first, so a ranking is the same however it was found.
@@ -646,7 +650,7 @@ fn pruned_top(
     scope: i64,
     terms: &[(usize, String)],
     budget: usize,
-    category: Option<&str>,
+    category: Among<'_>,
     pool: usize,
 ) -> Result<PrunedTop> {
     let rows = index_rows(conn)?;
@@ -786,22 +790,25 @@ pub(crate) fn newest_turns(conn: &Connection, scope: i64, limit: usize) -> Resul
 }
 
 /// Recall-index row `item` of `scope`, unscored, if it exists, is active
-/// and belongs to `category` (`turn` or a memory kind).
+/// and `category` admits it.
 pub(crate) fn load_item(
     conn: &Connection,
     scope: i64,
     item: i64,
-    category: Option<&str>,
+    category: Among<'_>,
 ) -> Result<Option<Ranked>> {
     let entry = if item > 0 {
-        if category.is_some_and(|c| c != TURN_KIND) {
+        if !category.admits_turns() {
             return Ok(None);
         }
         load_turn(conn, scope, item, 0.0)?
     } else {
+        if !category.admits_memories() {
+            return Ok(None);
+        }
         load_memory(conn, scope, -item, 0.0)?
     };
-    Ok(entry.filter(|r| category.is_none_or(|c| r.kind == c)))
+    Ok(entry.filter(|r| category.admits(&r.kind)))
 }
 
 /// Turns adjacent to the best [`NEIGHBOURS_OF`] candidates join the
@@ -1023,7 +1030,7 @@ mod tests {
                     scope,
                     "word3 topic2 tomatoes",
                     10,
-                    None,
+                    Among::All,
                 )
             })
             .unwrap()
@@ -1117,7 +1124,7 @@ mod tests {
             scope,
             expr,
             Rows::Scored(&frequencies_blob(dfs)),
-            None,
+            Among::All,
             pool,
         )
     }
@@ -1185,12 +1192,12 @@ mod tests {
                     let every: usize = terms.iter().map(|t| t.0).sum();
                     for pool in [10, 50] {
                         let want = fts5_top(conn, &terms, pool);
-                        let full = pruned_top(conn, scope, &terms, usize::MAX, None, pool)?;
+                        let full = pruned_top(conn, scope, &terms, usize::MAX, Among::All, pool)?;
                         assert!(full.exact);
                         let what = format!("round {round}, query {q} {query:?}, pool {pool}");
                         assert_same_top(&full.hits, &want, &what);
                         for budget in [0, 200, 1_000] {
-                            let top = pruned_top(conn, scope, &terms, budget, None, pool)?;
+                            let top = pruned_top(conn, scope, &terms, budget, Among::All, pool)?;
                             if top.exact {
                                 assert_same_top(
                                     &top.hits,

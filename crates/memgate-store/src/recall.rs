@@ -13,7 +13,7 @@ use crate::ranking::load_item;
 use memgate_core::{MemoryError, RecallRequest, Result, SearchQuery};
 use memgate_recall::block::MAX_SEARCH_TOP_K;
 use memgate_recall::citation::parse_memory_citation;
-use memgate_recall::ranked::{add_standing, cite_sources, Ranked};
+use memgate_recall::ranked::{add_standing, cite_sources, Among, Ranked};
 use memgate_recall::settings::RecallSettings;
 use rusqlite::Connection;
 
@@ -42,7 +42,14 @@ pub(crate) fn ranked_with_standing(
     vector: &QueryVector,
     settings: &RecallSettings,
 ) -> Result<Vec<Ranked>> {
-    let mut ranked = ranker.ranked_in(conn, scope, query, vector, settings.recall_top_k, None)?;
+    let mut ranked = ranker.ranked_in(
+        conn,
+        scope,
+        query,
+        vector,
+        settings.recall_top_k,
+        Among::All,
+    )?;
     let ranked_len = ranked.len();
     add_standing(
         &mut ranked,
@@ -91,7 +98,7 @@ pub(crate) fn cited_items(citations: &[String]) -> Vec<i64> {
 pub(crate) fn load_items(conn: &Connection, scope: i64, items: &[i64]) -> Result<Vec<Ranked>> {
     let mut out = Vec::with_capacity(items.len());
     for &item in items {
-        out.extend(load_item(conn, scope, item, None)?);
+        out.extend(load_item(conn, scope, item, Among::All)?);
     }
     Ok(out)
 }

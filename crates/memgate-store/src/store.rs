@@ -38,7 +38,7 @@ use memgate_core::{PageRequest, ThreadList, ThreadTurns};
 use memgate_embed::Embedder;
 use memgate_recall::block::assemble;
 use memgate_recall::citation::named_by;
-use memgate_recall::ranked::Ranked;
+use memgate_recall::ranked::{Among, Ranked};
 use memgate_recall::scope::ScopeKey;
 use memgate_recall::turns::NewTurn;
 use memgate_recall::vectors::{RetrievalCounts, VectorProgress};
@@ -521,7 +521,14 @@ impl MemoryStore {
         let vector = self.query_vector(&query.query);
         let ranker = self.ranker();
         let ranked = self.db.read(|conn| match key.find(conn)? {
-            Some(scope) => ranker.ranked_in(conn, scope, &query.query, &vector, query.top_k, kind),
+            Some(scope) => ranker.ranked_in(
+                conn,
+                scope,
+                &query.query,
+                &vector,
+                query.top_k,
+                Among::of_kind(kind),
+            ),
             None => Ok(Vec::new()),
         })?;
         Ok(ranked.into_iter().map(SearchHit::from).collect())
@@ -529,13 +536,24 @@ impl MemoryStore {
 
     /// Ranked entries of the caller's scope for `query`, every match kept
     /// (a distilled fact under the turn it rests on too, which recall would
-    /// leave out): what the search for a job's related facts reads.
+    /// leave out).
     pub fn ranked(&self, caller: &Caller, query: &str, top_k: usize) -> Result<Vec<Ranked>> {
+        self.every_match(caller, query, top_k, Among::All)
+    }
+
+    /// [`Self::ranked`] among `category` only.
+    fn every_match(
+        &self,
+        caller: &Caller,
+        query: &str,
+        top_k: usize,
+        category: Among<'_>,
+    ) -> Result<Vec<Ranked>> {
         let key = ScopeKey::of(caller);
         let vector = self.query_vector(query);
         let ranker = self.ranker();
         self.db.read(|conn| match key.find(conn)? {
-            Some(scope) => ranker.every_match_in(conn, scope, query, &vector, top_k),
+            Some(scope) => ranker.every_match_in(conn, scope, query, &vector, top_k, category),
             None => Ok(Vec::new()),
         })
     }
@@ -573,7 +591,9 @@ impl MemoryStore {
     ) -> Result<Vec<Ranked>> {
         let key = ScopeKey::of(caller);
         self.db.read(|conn| match key.find(conn)? {
-            Some(scope) => ranking::rank_within(conn, counts, budget, scope, query, top_k, None),
+            Some(scope) => {
+                ranking::rank_within(conn, counts, budget, scope, query, top_k, Among::All)
+            }
             None => Ok(Vec::new()),
         })
     }
@@ -771,10 +791,13 @@ impl MemoryStore {
         if query.trim().is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
-        let ranked = self.ranked(
+        // Among memories only: the scope's turns say the job's words too
+        // (its own turns first of all) and would fill the pool.
+        let ranked = self.every_match(
             &job.caller,
             &query,
             memgate_recall::ranked::candidate_pool(limit),
+            Among::Memories(None),
         )?;
         let ids: Vec<i64> = ranked
             .iter()
