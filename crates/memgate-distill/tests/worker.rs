@@ -748,6 +748,44 @@ async fn a_related_fact_is_found_however_many_turns_share_its_words(place: Place
     }
 }
 
+/// A fact's words can be common in the scope only because its turns say
+/// them (here in more documents than a lexical ranking walks, 2,000): the
+/// rare words of a new turn are then turns' words alone, and a walk chosen
+/// by the scope's counts found no memory. Among memories every term is
+/// walked, for the facts a job may change and for a search of one kind.
+async fn a_fact_whose_words_the_turns_made_common_is_still_found(place: Place) {
+    let backend = place.open().await;
+    let teacher = "Dana's violin teacher is Marta";
+    let request = RememberRequest::new("fact", teacher).unwrap();
+    backend.remember(&dana("profile"), &request).await.unwrap();
+    for log in 0..21 {
+        let said: Vec<String> = (0..100)
+            .map(|i| format!("Violin practice with Marta, log {log} entry {i}."))
+            .collect();
+        let said: Vec<&str> = said.iter().map(String::as_str).collect();
+        capture(backend.as_ref(), &format!("log {log}"), &said).await;
+    }
+    let news = "Marta moved my violin lesson to Friday.";
+    capture(backend.as_ref(), "news", &[news]).await;
+    let jobs = backend.next_jobs(1_000, &[]).await.unwrap();
+    let job = jobs
+        .iter()
+        .find(|j| j.caller.thread.as_deref() == Some("news"))
+        .expect("the new turn's job");
+    let related = backend.related_facts(job, 5).await.unwrap();
+    assert_eq!(
+        related.iter().map(|f| f.text.as_str()).collect::<Vec<_>>(),
+        [teacher]
+    );
+    let mut query = SearchQuery::new(news);
+    query.kind = Some("fact".to_owned());
+    let hits = backend.search(&dana("news"), &query).await.unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.content.as_str()).collect::<Vec<_>>(),
+        [teacher]
+    );
+}
+
 /// "We moved to Porto" names nothing of "Dana lives in Lisbon", so recall
 /// by words finds no related fact; the scope's newest distilled facts are
 /// shown too, and the scripted model supersedes the old fact only when it
@@ -961,6 +999,7 @@ on_both_stores!(
     erasure_follows_provenance,
     the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store,
     a_related_fact_is_found_however_many_turns_share_its_words,
+    a_fact_whose_words_the_turns_made_common_is_still_found,
     a_change_that_does_not_name_the_old_value_supersedes_it,
     the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day,
     a_ranking_shows_a_fact_or_the_turn_it_rests_on_never_both,

@@ -223,6 +223,11 @@ fn count_sql() -> String {
 /// scope whose turns span `span` ids; `None` when no term occurs in the
 /// scope. The walked terms' counts stay within [`MAXSCORE_BUDGET`].
 pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
+    choose_within(counted, span, MAXSCORE_BUDGET)
+}
+
+/// [`choose`] with the walked terms' counts within `budget`.
+pub fn choose_within(counted: &[(usize, &str)], span: usize, budget: usize) -> Option<Plan> {
     let mut present: Vec<(usize, &str)> = counted.iter().copied().filter(|(n, _)| *n > 0).collect();
     if present.is_empty() {
         return None;
@@ -232,7 +237,7 @@ pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
     let mut kept = Vec::new();
     let mut total = 0;
     for (n, term) in &present {
-        if total + n > MAXSCORE_BUDGET {
+        if total + n > budget {
             break;
         }
         total += n;
@@ -261,13 +266,14 @@ pub fn choose(counted: &[(usize, &str)], span: usize) -> Option<Plan> {
 
 impl PostgresBackend {
     /// Plans `terms` in `scope`: reads their counts and the scope's totals
-    /// (one statement), then [`choose`]s, with the BM25 weights of every
-    /// present term.
+    /// (one statement), then [`choose_within`] `budget`, with the BM25
+    /// weights of every present term.
     pub(crate) async fn plan(
         &self,
         c: &impl GenericClient,
         scope: &Scope,
         terms: &[String],
+        budget: usize,
     ) -> Result<Option<(Plan, Bm25)>> {
         let rows = self
             .rows(c, &count_sql(), &[&scope.user, &scope.peer, &terms])
@@ -291,7 +297,7 @@ impl PostgresBackend {
         let span = rows[0].get::<_, i64>(2).max(0) as usize;
         let (docs, total) = (rows[0].get::<_, i64>(3), rows[0].get::<_, i64>(4));
         let bm25 = Bm25::new(&lexemes, docs.max(0) as usize, total.max(0) as usize);
-        Ok(choose(&counted, span).map(|plan| (plan, bm25)))
+        Ok(choose_within(&counted, span, budget).map(|plan| (plan, bm25)))
     }
 }
 

@@ -324,7 +324,15 @@ impl PostgresBackend {
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        let Some((plan, bm25)) = self.plan(c, scope, &terms).await? else {
+        // Memories alone: every term is walked, since the memories'
+        // statement reads at most the newest MAXSCORE_BUDGET matches
+        // anyway, and counts that are mostly turns' must not decide which
+        // terms find them.
+        let budget = match category.admits_turns() {
+            true => MAXSCORE_BUDGET,
+            false => usize::MAX,
+        };
+        let Some((plan, bm25)) = self.plan(c, scope, &terms, budget).await? else {
             return Ok(Vec::new());
         };
         let pool = candidate_pool(top_k);

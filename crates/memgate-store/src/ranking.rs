@@ -260,7 +260,15 @@ pub fn rank(
     top_k: usize,
     category: Among<'_>,
 ) -> Result<Vec<Ranked>> {
-    rank_within(conn, counts, MAXSCORE_BUDGET, scope, query, top_k, category)
+    // Memories alone: every term is walked (the top is exact). Their
+    // rowids are the negative ones, so `rowid < 0` bounds FTS5's walk to
+    // their postings; and the counts, mostly turns', must not decide which
+    // terms find them.
+    let budget = match category.admits_turns() {
+        true => MAXSCORE_BUDGET,
+        false => usize::MAX,
+    };
+    rank_within(conn, counts, budget, scope, query, top_k, category)
 }
 
 /// [`rank`] with another postings budget (the benchmark compares rankings
