@@ -173,6 +173,21 @@ fn answer(operations: Vec<Value>) -> String {
     json!({ "operations": operations }).to_string()
 }
 
+/// What a model call's prompt carries, as the worker sent it.
+fn prompt_data(request: &Value) -> Value {
+    serde_json::from_str(request["messages"][1]["content"].as_str().unwrap()).unwrap()
+}
+
+/// The texts of the current facts a model call's prompt showed.
+fn facts_shown(request: &Value) -> Vec<String> {
+    prompt_data(request)["current_facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn rule(needle: &str, content: String) -> Value {
     json!({"when": {"user_contains": needle}, "reply": {"content": content,
            "usage": {"prompt_tokens": 120, "completion_tokens": 30}}})
@@ -701,15 +716,10 @@ async fn the_prompt_carries_a_bounded_set_of_related_facts_never_the_whole_store
         .run_until_idle()
         .await
         .unwrap();
-    let sent = model.requests();
-    let data: Value =
-        serde_json::from_str(sent[0]["messages"][1]["content"].as_str().unwrap()).unwrap();
-    let shown = data["current_facts"].as_array().unwrap();
+    let shown = facts_shown(&model.requests()[0]);
     assert_eq!(shown.len(), 5, "{shown:?}");
     assert!(
-        shown
-            .iter()
-            .all(|f| f["text"].as_str().unwrap().contains("garden")),
+        shown.iter().all(|f| f.contains("garden")),
         "the related facts, not the newest: {shown:?}"
     );
 }
@@ -738,11 +748,9 @@ async fn a_related_fact_is_found_however_many_turns_share_its_words(place: Place
     let sent = model.requests();
     assert_eq!(sent.len(), LESSONS);
     for request in sent {
-        let data: Value =
-            serde_json::from_str(request["messages"][1]["content"].as_str().unwrap()).unwrap();
-        let shown = data["current_facts"].as_array().unwrap();
+        let shown = facts_shown(&request);
         assert!(
-            shown.iter().any(|f| f["text"] == teacher),
+            shown.iter().any(|f| f == teacher),
             "the fact the lesson may change is shown: {shown:?}"
         );
     }
@@ -837,17 +845,15 @@ async fn a_change_that_does_not_name_the_old_value_supersedes_it(place: Place) {
     );
 
     let sent = model.requests();
-    let data: Value =
-        serde_json::from_str(sent[1]["messages"][1]["content"].as_str().unwrap()).unwrap();
-    let shown: Vec<&str> = data["current_facts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["text"].as_str().unwrap())
-        .collect();
+    let shown = facts_shown(&sent[1]);
     assert_eq!(shown.len(), 3, "{shown:?}");
-    assert!(shown.contains(&"Dana lives in Lisbon"), "{shown:?}");
-    assert!(!data["new_turns"].to_string().contains("Lisbon"));
+    assert!(
+        shown.iter().any(|f| f == "Dana lives in Lisbon"),
+        "{shown:?}"
+    );
+    assert!(!prompt_data(&sent[1])["new_turns"]
+        .to_string()
+        .contains("Lisbon"));
 
     let caller = dana("november");
     let old = backend.get_fact(&caller, "mem_1").await.unwrap();
@@ -1176,19 +1182,7 @@ async fn local_with_an_embedder_finds_the_fact_a_change_supersedes_by_meaning() 
         .run_until_idle()
         .await
         .unwrap();
-        let sent = model.requests();
-        let data: Value = serde_json::from_str(
-            sent.last().unwrap()["messages"][1]["content"]
-                .as_str()
-                .unwrap(),
-        )
-        .unwrap();
-        let shown: Vec<String> = data["current_facts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f["text"].as_str().unwrap().to_owned())
-            .collect();
+        let shown = facts_shown(model.requests().last().unwrap());
         shown_by.push((shown, report.facts_superseded));
     }
     let (without, superseded_without) = &shown_by[0];
