@@ -57,7 +57,18 @@ pub struct DistillJob {
     pub through: i64,
 }
 
+/// Most characters of a job's turns the search for its related facts
+/// takes as its query.
+pub const RELATED_QUERY_CHARS: usize = 1_000;
+
 impl DistillJob {
+    /// The query that finds the facts this job may change: its turns'
+    /// text, joined, at most [`RELATED_QUERY_CHARS`] characters.
+    pub fn related_query(&self) -> String {
+        let joined: Vec<&str> = self.turns.iter().map(|t| t.text.as_str()).collect();
+        joined.join(" ").chars().take(RELATED_QUERY_CHARS).collect()
+    }
+
     pub fn thread(&self) -> &str {
         self.caller.thread.as_deref().unwrap_or_default()
     }
@@ -323,6 +334,29 @@ pub trait DistillQueue: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jobs_related_query_joins_its_turns_within_the_bound() {
+        let turn = |text: &str| JobTurn {
+            id: "turn_1".into(),
+            role: "human".into(),
+            speaker: None,
+            said_at: "2026-12-05T00:00:00Z".into(),
+            text: text.into(),
+        };
+        let mut job = DistillJob {
+            id: 1,
+            caller: crate::Caller::new("dana").with_thread("t"),
+            turns: vec![turn("We moved"), turn("to Porto.")],
+            attempts: 0,
+            through: 2,
+        };
+        assert_eq!(job.related_query(), "We moved to Porto.");
+        job.turns = vec![turn(&"é".repeat(RELATED_QUERY_CHARS)), turn("Porto")];
+        let query = job.related_query();
+        assert_eq!(query.chars().count(), RELATED_QUERY_CHARS);
+        assert!(!query.contains("Porto"));
+    }
 
     fn fact(id: &str) -> Fact {
         serde_json::from_value(serde_json::json!({

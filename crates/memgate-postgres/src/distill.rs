@@ -48,9 +48,6 @@ pub(crate) fn new_claimer() -> String {
     format!("{}:{started}:{n}", std::process::id())
 }
 
-/// Characters of the job's turns used as the related-facts query.
-const QUERY_CHARS: usize = 1_000;
-
 /// What [`PostgresBackend::queue_new_turns`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Queued {
@@ -436,15 +433,7 @@ impl DistillQueue for PostgresBackend {
     /// (hybrid with an embedder, else by words), and the scope's newest
     /// current distilled facts (as on `local`).
     async fn related_facts(&self, job: &DistillJob, limit: usize) -> Result<Vec<Fact>> {
-        let mut query = String::new();
-        for turn in &job.turns {
-            query.extend(
-                turn.text
-                    .chars()
-                    .take(QUERY_CHARS.saturating_sub(query.len())),
-            );
-            query.push(' ');
-        }
+        let query = job.related_query();
         if query.trim().is_empty() || limit == 0 {
             return Ok(Vec::new());
         }

@@ -324,14 +324,9 @@ impl PostgresBackend {
         if terms.is_empty() {
             return Ok(Vec::new());
         }
-        // Memories alone: every term is walked, since the memories'
-        // statement reads at most the newest MAXSCORE_BUDGET matches
-        // anyway, and counts that are mostly turns' must not decide which
-        // terms find them.
-        let budget = match category.admits_turns() {
-            true => MAXSCORE_BUDGET,
-            false => usize::MAX,
-        };
+        // Among memories alone every term is walked: the memories'
+        // statement reads at most the newest MAXSCORE_BUDGET matches anyway.
+        let budget = category.walk_budget();
         let Some((plan, bm25)) = self.plan(c, scope, &terms, budget).await? else {
             return Ok(Vec::new());
         };

@@ -109,6 +109,17 @@ impl<'a> Among<'a> {
         }
     }
 
+    /// Most postings a lexical ranking among these walks:
+    /// [`MAXSCORE_BUDGET`] where turns compete, and every term among
+    /// memories alone, whose postings are few, and where counts that are
+    /// mostly turns' must not pick the terms that find them.
+    pub fn walk_budget(self) -> usize {
+        match self.admits_turns() {
+            true => MAXSCORE_BUDGET,
+            false => usize::MAX,
+        }
+    }
+
     pub fn admits_turns(self) -> bool {
         matches!(self, Self::All | Self::Turns)
     }

@@ -4,7 +4,7 @@
 //! 0. Query planning: each query term's document count in the scope is
 //!    counted (and remembered until the scope is next written to,
 //!    [`TermCounts`]); terms absent from the scope are dropped. When even
-//!    the rarest term matches more than [`MAXSCORE_BUDGET`] documents, the
+//!    the rarest term matches more than [`MAXSCORE_BUDGET`](memgate_recall::ranked::MAXSCORE_BUDGET) documents, the
 //!    query carries no discriminating word: the two rarest terms are
 //!    required together (`AND`) and the newest matching memories, then
 //!    turns, are taken, without BM25.
@@ -15,7 +15,7 @@
 //!    looked up at those documents only, through `memgate_bm25` with the
 //!    counted frequencies), and rarer-to-commoner terms are added until no
 //!    document outside can reach the pool — the exact BM25 top of every
-//!    match — or until the walked postings would pass [`MAXSCORE_BUDGET`]
+//!    match — or until the walked postings would pass [`MAXSCORE_BUDGET`](memgate_recall::ranked::MAXSCORE_BUDGET)
 //!    (then the pool is that of the walked terms' documents: near-exact,
 //!    measured by `memgate bench`).
 //! 2. Neighbour smoothing: the turns just before and after the best
@@ -41,8 +41,8 @@ use memgate_core::Result;
 use memgate_recall::citation::{memory_citation, turn_citation};
 use memgate_recall::maxscore::{essential_terms, idf, term_bound};
 use memgate_recall::ranked::{
-    candidate_pool, smooth_neighbours, Among, Origin, Placed, Ranked, MAXSCORE_BUDGET,
-    MEMORY_WEIGHT, NEIGHBOURS_OF, TURN_KIND,
+    candidate_pool, smooth_neighbours, Among, Origin, Placed, Ranked, MEMORY_WEIGHT, NEIGHBOURS_OF,
+    TURN_KIND,
 };
 use memgate_recall::terms::{query_phrases, scope_tag};
 use rusqlite::types::Value as SqlValue;
@@ -260,14 +260,9 @@ pub fn rank(
     top_k: usize,
     category: Among<'_>,
 ) -> Result<Vec<Ranked>> {
-    // Memories alone: every term is walked (the top is exact). Their
-    // rowids are the negative ones, so `rowid < 0` bounds FTS5's walk to
-    // their postings; and the counts, mostly turns', must not decide which
-    // terms find them.
-    let budget = match category.admits_turns() {
-        true => MAXSCORE_BUDGET,
-        false => usize::MAX,
-    };
+    // Among memories alone every term is walked: their rowids are the
+    // negative ones, and `rowid < 0` bounds FTS5's walk to their postings.
+    let budget = category.walk_budget();
     rank_within(conn, counts, budget, scope, query, top_k, category)
 }
 
@@ -920,6 +915,7 @@ mod tests {
     use crate::db::Db;
     use crate::scope::ScopeRow;
     use memgate_core::{Caller, CaptureReport, Message, Redactor};
+    use memgate_recall::ranked::MAXSCORE_BUDGET;
     use memgate_recall::scope::ScopeKey;
     use memgate_testsupport::SplitMix;
 

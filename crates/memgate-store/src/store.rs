@@ -534,15 +534,11 @@ impl MemoryStore {
         Ok(ranked.into_iter().map(SearchHit::from).collect())
     }
 
-    /// Ranked entries of the caller's scope for `query`, every match kept
-    /// (a distilled fact under the turn it rests on too, which recall would
-    /// leave out).
-    pub fn ranked(&self, caller: &Caller, query: &str, top_k: usize) -> Result<Vec<Ranked>> {
-        self.every_match(caller, query, top_k, Among::All)
-    }
-
-    /// [`Self::ranked`] among `category` only.
-    fn every_match(
+    /// Ranked entries of the caller's scope for `query` among `category`,
+    /// every match kept (a distilled fact under the turn it rests on too,
+    /// which recall would leave out): what the search for a job's related
+    /// facts reads, among memories.
+    pub fn ranked(
         &self,
         caller: &Caller,
         query: &str,
@@ -777,23 +773,13 @@ impl MemoryStore {
     /// the query (hybrid with an embedder, else by words), and the newest
     /// current distilled facts.
     pub fn related_facts(&self, job: &DistillJob, limit: usize) -> Result<Vec<Fact>> {
-        const QUERY_CHARS: usize = 1_000;
-        let mut query = String::new();
-        for turn in &job.turns {
-            for c in turn.text.chars() {
-                if query.len() >= QUERY_CHARS {
-                    break;
-                }
-                query.push(c);
-            }
-            query.push(' ');
-        }
+        let query = job.related_query();
         if query.trim().is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         // Among memories only: the scope's turns say the job's words too
         // (its own turns first of all) and would fill the pool.
-        let ranked = self.every_match(
+        let ranked = self.ranked(
             &job.caller,
             &query,
             memgate_recall::ranked::candidate_pool(limit),

@@ -9,6 +9,7 @@ use common::{alice, capture, cited, files_containing, files_containing_any, reca
 use memgate_conformance::hybrid::{concept_turns, ConceptEmbedder};
 use memgate_core::{Caller, ForgetTarget, Message, RememberRequest, SearchQuery};
 use memgate_embed::{EmbedError, Embedder, EndpointConfig, EndpointEmbedder};
+use memgate_recall::ranked::Among;
 use memgate_store::vectors::ModelState;
 use memgate_store::{LocalConfig, MemoryStore};
 use std::sync::atomic::Ordering;
@@ -73,7 +74,7 @@ fn seed(store: &MemoryStore, caller: &Caller) {
 
 fn texts(store: &MemoryStore, caller: &Caller, query: &str) -> Vec<String> {
     store
-        .ranked(caller, query, 10)
+        .ranked(caller, query, 10, Among::All)
         .unwrap()
         .into_iter()
         .map(|r| r.text)

@@ -7,6 +7,7 @@ use common::{alice, capture, cited, recall_of, TestStore};
 use memgate_core::budget::char_len;
 use memgate_core::{MemoryError, Message, RememberOutcome, RememberRequest, SearchQuery};
 use memgate_recall::block::RECALL_HEADER;
+use memgate_recall::ranked::Among;
 use memgate_recall::settings::DEFAULT_INJECTION_QUERY;
 use memgate_store::LocalConfig;
 
@@ -398,7 +399,7 @@ fn a_neighbouring_question_lifts_its_short_answer() {
         .unwrap();
     let ranked = t
         .store
-        .ranked(&alice(), "Lisbon conference airline", 3)
+        .ranked(&alice(), "Lisbon conference airline", 3, Among::All)
         .unwrap();
     let texts: Vec<_> = ranked.iter().map(|r| r.text.as_str()).collect();
     assert_eq!(
@@ -425,7 +426,10 @@ fn large_scopes_prune_common_words_and_fall_back_to_the_newest_matches() {
     let memo = remember(&t, "fact", "Weather update notes go to the shared folder");
 
     // `weather` is in every turn (over budget); `tornado` is rare: it decides.
-    let ranked = t.store.ranked(&alice(), "weather tornado", 10).unwrap();
+    let ranked = t
+        .store
+        .ranked(&alice(), "weather tornado", 10, Among::All)
+        .unwrap();
     let with_tornado = (0..n).filter(|i| i % 300 == 7).count();
     assert!(ranked.len() >= with_tornado);
     for r in &ranked[..with_tornado] {
@@ -433,7 +437,10 @@ fn large_scopes_prune_common_words_and_fall_back_to_the_newest_matches() {
     }
 
     // Only common words: the newest matches, the memory first.
-    let ranked = t.store.ranked(&alice(), "weather update", 5).unwrap();
+    let ranked = t
+        .store
+        .ranked(&alice(), "weather update", 5, Among::All)
+        .unwrap();
     assert_eq!(ranked[0].citation, memo);
     let numbers: Vec<usize> = ranked[1..]
         .iter()
