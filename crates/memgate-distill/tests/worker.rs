@@ -1104,7 +1104,6 @@ async fn postgres_a_job_held_by_a_dead_worker_is_taken_after_its_lease() {
 #[tokio::test]
 #[ignore = "needs all-MiniLM-L6-v2: MEMGATE_TEST_MINILM_DIR=$(testkit/minilm)"]
 async fn local_with_an_embedder_finds_the_fact_a_change_supersedes_by_meaning() {
-    let [model_dir] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_MINILM_DIR"]);
     let supersede = json!({"op": "supersede", "fact": "mem_1", "kind": "fact",
         "text": "Dana lives in Porto", "confidence": 0.8, "sources": ["turn_5"]});
     let model = ScriptedModel::start(
@@ -1117,12 +1116,8 @@ async fn local_with_an_embedder_finds_the_fact_a_change_supersedes_by_meaning() 
         ]),
         &[],
     );
-    let embedder = memgate_store::config::EmbedderSettings::parse(
-        &json!({"kind": "local", "model_path": model_dir}),
-    )
-    .unwrap();
     let mut shown_by = Vec::new();
-    for embedder in [None, Some(embedder)] {
+    for embedder in [None, Some(minilm())] {
         let dir = tempfile::tempdir().unwrap();
         let config = LocalConfig {
             distill: Some(LIMITS),
@@ -1131,7 +1126,7 @@ async fn local_with_an_embedder_finds_the_fact_a_change_supersedes_by_meaning() 
         let mut store =
             memgate_store::MemoryStore::open(dir.path().join("memgate.sqlite3"), config).unwrap();
         if let Some(embedder) = &embedder {
-            store = store.with_embedder(embedder.build().unwrap());
+            store = store.with_embedder(Arc::clone(embedder));
         }
         let backend = Arc::new(LocalBackend::from_store(store));
         // The old residence first, then three newer, unrelated facts,
@@ -1197,4 +1192,99 @@ async fn local_with_an_embedder_finds_the_fact_a_change_supersedes_by_meaning() 
         "{with:?}"
     );
     assert_eq!(*superseded_with, 1);
+}
+
+/// all-MiniLM-L6-v2, the embedder of the tests that rank by meaning.
+fn minilm() -> Arc<dyn memgate_embed::Embedder> {
+    let [model_dir] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_MINILM_DIR"]);
+    memgate_store::config::EmbedderSettings::parse(
+        &json!({"kind": "local", "model_path": model_dir}),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+}
+
+/// The facts a new turn may change are found by meaning among facts only:
+/// a heavy user's turns near the new one in meaning (here 200 about the
+/// move it reports) must not crowd the one fact it changes out of the
+/// nearest items, for the job's prompt and for a search of one kind.
+async fn a_related_fact_is_found_by_meaning_however_many_turns_are_nearer(
+    backend: Arc<dyn Subject>,
+    index_all: impl AsyncFnOnce(),
+) {
+    let home = "Dana lives in Lisbon";
+    let request = RememberRequest::new("fact", home).unwrap();
+    backend.remember(&dana("profile"), &request).await.unwrap();
+    for week in 0..10 {
+        let said: Vec<String> = (0..20)
+            .map(|day| {
+                format!(
+                    "Week {week}, day {day} of moving to Porto: packing boxes for the new flat."
+                )
+            })
+            .collect();
+        let said: Vec<&str> = said.iter().map(String::as_str).collect();
+        capture(backend.as_ref(), &format!("move {week}"), &said).await;
+    }
+    let news = "We moved to Porto last week.";
+    capture(backend.as_ref(), "news", &[news]).await;
+    index_all().await;
+    let jobs = backend.next_jobs(1_000, &[]).await.unwrap();
+    let job = jobs
+        .iter()
+        .find(|j| j.caller.thread.as_deref() == Some("news"))
+        .expect("the new turn's job");
+    let related = backend.related_facts(job, 5).await.unwrap();
+    assert_eq!(
+        related.iter().map(|f| f.text.as_str()).collect::<Vec<_>>(),
+        [home]
+    );
+    let mut query = SearchQuery::new(news);
+    query.kind = Some("fact".to_owned());
+    let hits = backend.search(&dana("news"), &query).await.unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.content.as_str()).collect::<Vec<_>>(),
+        [home]
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs all-MiniLM-L6-v2: MEMGATE_TEST_MINILM_DIR=$(testkit/minilm)"]
+async fn local_a_related_fact_is_found_by_meaning_however_many_turns_are_nearer() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LocalConfig {
+        distill: Some(LIMITS),
+        ..LocalConfig::default()
+    };
+    let store = memgate_store::MemoryStore::open(dir.path().join("memgate.sqlite3"), config)
+        .unwrap()
+        .with_embedder(minilm());
+    let backend = Arc::new(LocalBackend::from_store(store));
+    let indexed = Arc::clone(&backend);
+    a_related_fact_is_found_by_meaning_however_many_turns_are_nearer(backend, async move || {
+        indexed.store().index_all_vectors(64).unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs all-MiniLM-L6-v2 and PostgreSQL with pgvector: MEMGATE_TEST_MINILM_DIR, MEMGATE_TEST_PGVECTOR_DSN"]
+async fn postgres_a_related_fact_is_found_by_meaning_however_many_turns_are_nearer() {
+    let [dsn] = memgate_testsupport::real::env_vars(["MEMGATE_TEST_PGVECTOR_DSN"]);
+    let config = PostgresConfig::for_dsn(&dsn)
+        .unwrap()
+        .with_schema(&memgate_testsupport::real::unique_schema("distill_dense"))
+        .unwrap();
+    let backend = Arc::new(
+        PostgresBackend::new(config)
+            .unwrap()
+            .with_distill(LIMITS)
+            .with_embedder(minilm()),
+    );
+    let indexed = Arc::clone(&backend);
+    a_related_fact_is_found_by_meaning_however_many_turns_are_nearer(backend, async move || {
+        indexed.index_all_vectors(64).await.unwrap();
+    })
+    .await;
 }

@@ -208,8 +208,14 @@ impl PostgresBackend {
         let spare = self.spare_reader(read.on_replica).await;
         let lexical = self.lexical_rank(c, scope, query, pool, category);
         let (lexical, dense) = match &spare {
-            Some(s) => tokio::try_join!(lexical, self.nearest_items(s, scope, q, dense_pool))?,
-            None => tokio::try_join!(lexical, self.nearest_items(c, scope, q, dense_pool))?,
+            Some(s) => tokio::try_join!(
+                lexical,
+                self.nearest_items(s, scope, q, dense_pool, category)
+            )?,
+            None => tokio::try_join!(
+                lexical,
+                self.nearest_items(c, scope, q, dense_pool, category)
+            )?,
         };
         drop(spare);
         let mut similarity: HashMap<i64, f32> = dense.iter().copied().collect();

@@ -482,10 +482,16 @@ GROUP BY 1, 2;
 /// The optional steps of hybrid recall, applied only when an embedder is
 /// configured (`memgate_meta.vectors_version` counts them), under the same
 /// lock and in the same transaction as [`MIGRATIONS`].
-const VECTOR_MIGRATIONS: &[Migration] = &[Migration {
-    name: "pgvector: one vector per turn and active memory, and the indexer's queue",
-    sql: VECTORS,
-}];
+const VECTOR_MIGRATIONS: &[Migration] = &[
+    Migration {
+        name: "pgvector: one vector per turn and active memory, and the indexer's queue",
+        sql: VECTORS,
+    },
+    Migration {
+        name: "the memories' vectors by scope, for a search among memories alone",
+        sql: VECTORS_OF_MEMORIES,
+    },
+];
 
 /// The vectors version this code writes and understands.
 pub const VECTORS_VERSION: u32 = VECTOR_MIGRATIONS.len() as u32;
@@ -553,6 +559,13 @@ CREATE TRIGGER memories_to_embed_again AFTER UPDATE ON memories
 -- What is already stored waits for the indexer.
 INSERT INTO vector_queue (turn_id) SELECT id FROM turns ORDER BY id;
 INSERT INTO vector_queue (memory_id) SELECT id FROM memories WHERE state = 'active' ORDER BY id;
+"#;
+
+/// Vector migration 2. A search among memories alone (the facts a new
+/// turn may change, a search of one memory kind) reads the scope's
+/// memories' vectors through this index instead of every turn's.
+const VECTORS_OF_MEMORIES: &str = r#"
+CREATE INDEX vectors_of_memories ON vectors (scope_id, model) WHERE memory_id IS NOT NULL;
 "#;
 
 /// The schema version this code writes and understands.

@@ -30,6 +30,7 @@ use bytes::{BufMut, BytesMut};
 use deadpool_postgres::{GenericClient, Pool};
 use memgate_core::{MemoryError, Result};
 use memgate_embed::Embedder;
+use memgate_recall::ranked::Among;
 use memgate_recall::vectors::{
     turn_text, vector_key, RetrievalCounts, RetrievalStats, VectorProgress,
 };
@@ -318,6 +319,25 @@ pub(crate) fn spawn_indexer(pool: Pool, config: PostgresConfig, vectors: Weak<Ve
     });
 }
 
+/// The exact nearest-items statement (`$1`, `$2` the scope, `$3` the query
+/// vector, `$4` the model, `$5` the limit), over every item's vector, or
+/// over the memories' alone through `vectors_of_memories`.
+pub fn exact_nearest_sql(memories_only: bool) -> String {
+    let items = if memories_only {
+        " AND memory_id IS NOT NULL"
+    } else {
+        ""
+    };
+    format!(
+        "SELECT coalesce(turn_id, -memory_id),
+                (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4
+         FROM vectors WHERE scope_id = {SCOPE_ID} AND model = $4{items}
+         ORDER BY embedding OPERATOR(public.<#>) $3::public.vector,
+                  coalesce(turn_id, -memory_id) DESC
+         LIMIT $5"
+    )
+}
+
 /// The nearest-items statement in the shape [`crate::hnsw`]'s index
 /// serves: ordered by the indexed expression, the model as the partial
 /// index's literal (`$4` stays a parameter so both shapes bind alike). The
@@ -395,14 +415,22 @@ impl PostgresBackend {
         Ok(dims)
     }
 
-    /// The `limit` items of the caller's scope nearest to `query`, best
-    /// first, with their cosine.
+    /// The `limit` items of the caller's scope nearest to `query` among
+    /// `among`, best first, with their cosine.
+    ///
+    /// Among memories alone the search is exact over the memories' vectors
+    /// (`vectors_of_memories`): a heavy user's turns must not crowd the
+    /// facts a new turn may change out of the nearest, and memories are
+    /// few beside turns, so no approximate index is needed for them.
+    /// Otherwise every item competes (among turns alone the few memories
+    /// found are dropped by the caller's category check).
     pub(crate) async fn nearest_items(
         &self,
         c: &impl GenericClient,
         scope: &Scope,
         query: &[f32],
         limit: usize,
+        among: Among<'_>,
     ) -> Result<Vec<(i64, f32)>> {
         let Some(v) = &self.vectors else {
             return Ok(Vec::new());
@@ -410,16 +438,13 @@ impl PostgresBackend {
         let model = v.key.as_str();
         let q = VectorParam(query);
         let limit = limit as i64;
-        let sql = match (self.config.vector_index, self.model_dims(c).await?) {
-            (VectorIndex::Hnsw { .. }, Some(dims)) => hnsw_nearest_sql(model, dims),
-            _ => format!(
-                "SELECT coalesce(turn_id, -memory_id),
-                        (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4
-                 FROM vectors WHERE scope_id = {SCOPE_ID} AND model = $4
-                 ORDER BY embedding OPERATOR(public.<#>) $3::public.vector,
-                          coalesce(turn_id, -memory_id) DESC
-                 LIMIT $5"
-            ),
+        let sql = match (self.config.vector_index, among.admits_turns()) {
+            (_, false) => exact_nearest_sql(true),
+            (VectorIndex::Hnsw { .. }, true) => match self.model_dims(c).await? {
+                Some(dims) => hnsw_nearest_sql(model, dims),
+                None => exact_nearest_sql(false),
+            },
+            (VectorIndex::Exact, true) => exact_nearest_sql(false),
         };
         let params: [&(dyn ToSql + Sync); 5] = [&scope.user, &scope.peer, &q, &model, &limit];
         self.item_cosines(c, &sql, &params).await

@@ -643,3 +643,67 @@ async fn hybrid_search_on_a_standby_ranks_as_the_primary_and_searches_beside_the
         "the standby's nearest items are searched beside its full text"
     );
 }
+
+/// A search among memories alone (the facts a new turn may change, a
+/// search of one memory kind) is exact over the memories' vectors, read
+/// through their own partial index rather than every turn's of the scope:
+/// a heavy user's scope holds far more turns than memories.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real server: PostgreSQL with pgvector (testkit/postgres-up --pgvector)"]
+async fn a_search_among_memories_reads_their_vectors_alone() {
+    let dsn = common::pgvector_dsn();
+    let schema = common::unique_schema("pgmemvec");
+    let b = common::backend(&dsn, &schema).with_embedder(Arc::new(SeededEmbedder));
+    let alice = Caller::new("alice");
+    let texts: Vec<String> = (0..400)
+        .map(|n| format!("note number {n} about pets"))
+        .collect();
+    b.capture(&turns(&alice, "t", &texts)).await.unwrap();
+    for n in 0..3 {
+        let request = RememberRequest::new("fact", &format!("Alice keeps pet number {n}")).unwrap();
+        b.remember(&alice, &request).await.unwrap();
+    }
+    b.index_all_vectors(64).await.unwrap();
+    let mut query = memgate_core::SearchQuery::new("pets");
+    query.kind = Some("fact".to_owned());
+    let hits = b.search(&alice, &query).await.unwrap();
+    assert_eq!(hits.len(), 3, "{hits:?}");
+
+    let c = connect(&dsn).await;
+    c.batch_execute(&format!(
+        "SET search_path = {schema}; SET plan_cache_mode = force_generic_plan;
+         SET enable_seqscan = off; SET enable_bitmapscan = off"
+    ))
+    .await
+    .unwrap();
+    let key = memgate_recall::vectors::vector_key("seeded/32");
+    let sql = memgate_postgres::vectors::exact_nearest_sql(true);
+    let statement = c.prepare(&format!("EXPLAIN {sql}")).await.unwrap();
+    let query = SeededEmbedder.embed(&["pets"]).unwrap().remove(0);
+    let peer: String = c
+        .query_one("SELECT peer FROM scopes WHERE user_id = 'alice'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let plan: Vec<String> = c
+        .query(
+            &statement,
+            &[
+                &"alice",
+                &peer,
+                &memgate_postgres::vectors::VectorParam(&query),
+                &key,
+                &50_i64,
+            ],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        plan.iter()
+            .any(|l| l.contains("Index Scan using vectors_of_memories")),
+        "{plan:#?}"
+    );
+}

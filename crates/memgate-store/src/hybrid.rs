@@ -23,7 +23,7 @@
 
 use crate::facts::fact_sources;
 use crate::ranking::{load_item, rank, TermCounts};
-use crate::vectors::{stored_model, Vectorizer, PREFILTER_FACTOR};
+use crate::vectors::{stored_model, Vectorizer, Wanted, PREFILTER_FACTOR};
 use memgate_core::{Redactor, Result};
 use memgate_embed::Embedder;
 use memgate_recall::fusion::{fuse, Fusion, DEFAULT_DENSE_POOL, DEFAULT_FUSION};
@@ -336,14 +336,12 @@ impl Ranker<'_> {
         };
         let lexical_items: Vec<i64> = lexical.iter().filter_map(|r| r.item()).collect();
         let dense_limit = pool * ranking.dense_pool.max(1);
-        let (dense, similarity) = v.nearest_items(
-            conn,
-            scope,
-            q,
-            dense_limit,
-            &lexical_items,
-            ranking.prefilter,
-        )?;
+        let wanted = Wanted {
+            limit: dense_limit,
+            prefilter: ranking.prefilter,
+            among: category,
+        };
+        let (dense, similarity) = v.nearest_items(conn, scope, q, wanted, &lexical_items)?;
         let mut fused = fuse(lexical, &dense, &similarity, ranking.fusion);
         for (item, score) in std::mem::take(&mut fused.missing) {
             if let Some(r) = load_item(conn, scope, item, category)? {

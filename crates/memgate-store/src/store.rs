@@ -739,9 +739,14 @@ impl MemoryStore {
         let key = ScopeKey::of(caller);
         self.db
             .read(|conn| match (key.find(conn)?, &self.vectorizer) {
-                (Some(scope), Some(v)) => Ok(v
-                    .nearest_items(conn, scope, query, limit, &[], prefilter)?
-                    .0),
+                (Some(scope), Some(v)) => {
+                    let wanted = vectors::Wanted {
+                        limit,
+                        prefilter,
+                        among: Among::All,
+                    };
+                    Ok(v.nearest_items(conn, scope, query, wanted, &[])?.0)
+                }
                 _ => Ok(Vec::new()),
             })
     }

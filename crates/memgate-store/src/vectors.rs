@@ -26,6 +26,7 @@ use crate::error::db_error;
 use crate::quantized::Quantized;
 use memgate_core::{MemoryError, Result};
 use memgate_embed::Embedder;
+use memgate_recall::ranked::Among;
 use memgate_recall::vectors::{
     turn_text, vector_key, RetrievalCounts, RetrievalStats, VectorProgress,
 };
@@ -53,9 +54,41 @@ pub enum ModelState {
 /// One scope's vectors in memory, as int8 codes ([`Quantized`]).
 #[derive(Default)]
 struct ScopeVectors {
+    /// Every item's.
     codes: Quantized,
+    /// The memories' again: a search among memories alone (the facts a new
+    /// turn may change, a search of one memory kind) must not have a
+    /// heavy user's turns crowd them out of the nearest. Memories are
+    /// few beside turns, so the copy is small.
+    memories: Quantized,
     /// Highest `seq` loaded.
     seen: i64,
+}
+
+impl ScopeVectors {
+    /// The codes a search among `among` scans: memories alone when no turn
+    /// competes. Among turns alone every item is scanned; the memories
+    /// that could crowd turns are few, and the caller drops them.
+    fn among(&self, among: Among<'_>) -> &Quantized {
+        if among.admits_turns() {
+            &self.codes
+        } else {
+            &self.memories
+        }
+    }
+}
+
+/// What a nearest-items search is asked for.
+#[derive(Clone, Copy)]
+pub(crate) struct Wanted<'a> {
+    /// Items returned, at most.
+    pub limit: usize,
+    /// Items the sign prefilter keeps per int8 candidate (recall:
+    /// [`PREFILTER_FACTOR`]; `usize::MAX`: every item is int8-scanned,
+    /// the search before the prefilter; evaluations compare them).
+    pub prefilter: usize,
+    /// Which items compete.
+    pub among: Among<'a>,
 }
 
 /// Candidates the int8 scan passes on per neighbour wanted; they are
@@ -291,21 +324,22 @@ impl Vectorizer {
         }
     }
 
-    /// The `limit` items of `scope` nearest to `query` (a unit vector of
-    /// the current model), best first, with their cosine similarity; and
-    /// the similarity of each of `also` that has a vector. The sign
-    /// prefilter keeps `prefilter` items per int8 candidate (recall:
-    /// [`PREFILTER_FACTOR`]; `usize::MAX`: every item is int8-scanned, the
-    /// search before the prefilter; evaluations compare them).
+    /// The items of `scope` nearest to `query` (a unit vector of the
+    /// current model) as `wanted` says, best first, with their cosine
+    /// similarity; and the similarity of each of `also` that has a vector.
     pub(crate) fn nearest_items(
         &self,
         conn: &Connection,
         scope: i64,
         query: &[f32],
-        limit: usize,
+        wanted: Wanted<'_>,
         also: &[i64],
-        prefilter: usize,
     ) -> Result<Neighbours> {
+        let Wanted {
+            limit,
+            prefilter,
+            among,
+        } = wanted;
         let model = self.key();
         let started = std::time::Instant::now();
         let shared = self.cache.scope(scope);
@@ -326,15 +360,19 @@ impl Vectorizer {
             buf.clear();
             from_blob(vector_blob(row.get_ref(2))?, &mut buf);
             vectors.codes.upsert(item, &buf);
+            if item < 0 {
+                vectors.memories.upsert(item, &buf);
+            }
             vectors.seen = seq;
         }
         if vectors.codes.dims() != query.len() {
             return Ok(Default::default());
         }
         let wanted = limit * RESCORE_FACTOR;
-        let candidates = vectors
-            .codes
-            .candidates(query, wanted, wanted.saturating_mul(prefilter));
+        let candidates =
+            vectors
+                .among(among)
+                .candidates(query, wanted, wanted.saturating_mul(prefilter));
         let wanted: HashSet<i64> = candidates
             .iter()
             .copied()
