@@ -58,6 +58,10 @@ const MIGRATIONS: &[Migration] = &[
         name: "facts with provenance, time and confidence; the distillation queue",
         apply: create_fact_provenance,
     },
+    Migration {
+        name: "a memory's vector goes when it stops being current",
+        apply: drop_vectors_of_retired_memories,
+    },
 ];
 
 /// The schema version this code writes and understands.
@@ -296,6 +300,26 @@ fn create_fact_provenance(conn: &Connection) -> Result<()> {
              prompt_tokens     INTEGER NOT NULL,
              completion_tokens INTEGER NOT NULL
          );",
+    )
+    .map_err(db_error)
+}
+
+/// A retired or superseded memory is never recalled, so its vector is
+/// dead weight, and worse among memories alone: a fact superseded week
+/// after week leaves versions nearer to the next change than the current
+/// facts, and they would take the nearest places. A trigger drops the
+/// vector whichever write path retires the memory (as `postgres`'s does);
+/// a memory made current again is embedded again like any other without
+/// one.
+fn drop_vectors_of_retired_memories(conn: &Connection) -> Result<()> {
+    conn.execute_batch(
+        "CREATE TRIGGER memory_vector_retired AFTER UPDATE OF state ON memories
+         WHEN NEW.state <> 'active'
+         BEGIN
+             DELETE FROM vectors WHERE item = -NEW.id;
+         END;
+         DELETE FROM vectors
+         WHERE item < 0 AND -item IN (SELECT id FROM memories WHERE state <> 'active');",
     )
     .map_err(db_error)
 }

@@ -4,7 +4,8 @@
 //!
 //! - Table `vectors`: one unit vector per (model, item), `item` being the
 //!   recall-index rowid (turn `n`, memory `-n`), with the item's scope and,
-//!   for memories, the version embedded (a revision is embedded again).
+//!   for memories, the version embedded (a revision is embedded again; a
+//!   memory that stops being current loses its vector by a trigger).
 //!   `vector_model` records the one key the file's vectors belong to: the
 //!   model and the [`RECIPE`] of the text embedded ([`vector_key`]).
 //! - Writing: [`crate::MemoryStore::index_vectors`] embeds up to `batch` rows that
@@ -20,7 +21,9 @@
 //!   query is compared with all of them, and the best [`RESCORE_FACTOR`] ×
 //!   wanted are re-scored exactly from their stored float32 vectors (dot
 //!   products of unit vectors: the cosine). Erasure deletes rows with
-//!   [`erase_vectors`] and then drops the in-memory copies.
+//!   [`erase_vectors`] and then drops the in-memory copies. A retired
+//!   memory's code may stay in a copy, but with no stored vector to be
+//!   re-scored from it is never returned.
 
 use crate::error::db_error;
 use crate::quantized::Quantized;

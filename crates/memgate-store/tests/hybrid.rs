@@ -152,6 +152,11 @@ fn memories_are_embedded_again_when_revised_and_dropped_when_retired() {
     assert_eq!(texts(&store, &alice(), "music"), ["Plays piano"]);
     store.retire_fact(&alice(), &id).unwrap();
     assert!(texts(&store, &alice(), "music").is_empty());
+    assert_eq!(
+        vector_rows(&dir.path().join("memgate.sqlite3")),
+        0,
+        "a retired memory keeps no vector"
+    );
 }
 
 #[test]

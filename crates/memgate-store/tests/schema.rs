@@ -311,6 +311,43 @@ fn a_version_4_file_is_migrated_to_few_index_segments_and_indexed_turn_places() 
     assert_eq!(common::cited(&recall), ["turn_7"]);
 }
 
+/// A file from before retired memories lost their vectors: migrated, the
+/// retired memory's vector is gone and the current one's is kept; from then
+/// on retiring a memory drops its vector in the same write.
+#[test]
+fn a_version_7_file_is_migrated_and_no_memory_that_stopped_being_current_keeps_a_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v7.sqlite3");
+    let vectors = |path: &std::path::Path| -> Vec<i64> {
+        let conn = Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT item FROM vectors ORDER BY item")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    {
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn, 7).unwrap();
+        conn.execute_batch(
+            "INSERT INTO scopes (id, user_id, peer) VALUES (1, 'alice', '');
+             INSERT INTO memories (id, scope_id, kind, text, state, version, created_at, updated_at)
+             VALUES (1, 1, 'fact', 'lives in Lisbon', 'retired', 2, 'x', 'x'),
+                    (2, 1, 'fact', 'lives in Porto', 'active', 1, 'x', 'x');
+             INSERT INTO vectors (item, scope_id, model, version, vector)
+             VALUES (-1, 1, 'm', 1, x'0000803f'), (-2, 1, 'm', 1, x'0000803f');",
+        )
+        .unwrap();
+    }
+    let store = MemoryStore::open(&path, LocalConfig::default()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(vectors(&path), [-2]);
+    store.retire_fact(&alice(), "mem_2").unwrap();
+    assert!(vectors(&path).is_empty());
+}
+
 /// Many small captures (a host captures after every turn) leave the recall
 /// index in few segments: each term lookup of a recall visits every
 /// segment. With incremental merging alone, 300 one-turn captures left 16.
