@@ -756,6 +756,28 @@ async fn a_related_fact_is_found_however_many_turns_share_its_words(place: Place
     }
 }
 
+/// The job of the turn `news` in `thread` is shown `fact` alone as a related
+/// fact, and a search of kind `fact` for `news` finds it alone.
+async fn only_related_fact_is(backend: &dyn Subject, thread: &str, news: &str, fact: &str) {
+    let jobs = backend.next_jobs(1_000, &[]).await.unwrap();
+    let job = jobs
+        .iter()
+        .find(|j| j.caller.thread.as_deref() == Some(thread))
+        .expect("the new turn's job");
+    let related = backend.related_facts(job, 5).await.unwrap();
+    assert_eq!(
+        related.iter().map(|f| f.text.as_str()).collect::<Vec<_>>(),
+        [fact]
+    );
+    let mut query = SearchQuery::new(news);
+    query.kind = Some("fact".to_owned());
+    let hits = backend.search(&dana(thread), &query).await.unwrap();
+    assert_eq!(
+        hits.iter().map(|h| h.content.as_str()).collect::<Vec<_>>(),
+        [fact]
+    );
+}
+
 /// A fact's words can be common in the scope only because its turns say
 /// them (here in more documents than a lexical ranking walks, 2,000): the
 /// rare words of a new turn are then turns' words alone, and a walk chosen
@@ -775,23 +797,7 @@ async fn a_fact_whose_words_the_turns_made_common_is_still_found(place: Place) {
     }
     let news = "Marta moved my violin lesson to Friday.";
     capture(backend.as_ref(), "news", &[news]).await;
-    let jobs = backend.next_jobs(1_000, &[]).await.unwrap();
-    let job = jobs
-        .iter()
-        .find(|j| j.caller.thread.as_deref() == Some("news"))
-        .expect("the new turn's job");
-    let related = backend.related_facts(job, 5).await.unwrap();
-    assert_eq!(
-        related.iter().map(|f| f.text.as_str()).collect::<Vec<_>>(),
-        [teacher]
-    );
-    let mut query = SearchQuery::new(news);
-    query.kind = Some("fact".to_owned());
-    let hits = backend.search(&dana("news"), &query).await.unwrap();
-    assert_eq!(
-        hits.iter().map(|h| h.content.as_str()).collect::<Vec<_>>(),
-        [teacher]
-    );
+    only_related_fact_is(backend.as_ref(), "news", news, teacher).await;
 }
 
 /// "We moved to Porto" names nothing of "Dana lives in Lisbon", so recall
@@ -1230,23 +1236,7 @@ async fn a_related_fact_is_found_by_meaning_however_many_turns_are_nearer(
     let news = "We moved to Porto last week.";
     capture(backend.as_ref(), "news", &[news]).await;
     index_all().await;
-    let jobs = backend.next_jobs(1_000, &[]).await.unwrap();
-    let job = jobs
-        .iter()
-        .find(|j| j.caller.thread.as_deref() == Some("news"))
-        .expect("the new turn's job");
-    let related = backend.related_facts(job, 5).await.unwrap();
-    assert_eq!(
-        related.iter().map(|f| f.text.as_str()).collect::<Vec<_>>(),
-        [home]
-    );
-    let mut query = SearchQuery::new(news);
-    query.kind = Some("fact".to_owned());
-    let hits = backend.search(&dana("news"), &query).await.unwrap();
-    assert_eq!(
-        hits.iter().map(|h| h.content.as_str()).collect::<Vec<_>>(),
-        [home]
-    );
+    only_related_fact_is(backend.as_ref(), "news", news, home).await;
 }
 
 #[tokio::test]

@@ -229,6 +229,44 @@ impl Embedder for SeededEmbedder {
     }
 }
 
+/// The plan of nearest-items statement `sql` for alice's scope and
+/// [`SeededEmbedder`]'s vector of `query`, with scans priced out (and
+/// `more` settings): small scopes are cheaper to scan, so the planner
+/// rightly scans them, and a test of which index serves a statement must
+/// take that choice away (under generic plans, as memgate runs them).
+async fn seeded_plan(dsn: &str, schema: &str, sql: &str, query: &str, more: &str) -> Vec<String> {
+    let c = connect(dsn).await;
+    c.batch_execute(&format!(
+        "SET search_path = {schema}; SET plan_cache_mode = force_generic_plan;
+         SET enable_seqscan = off; SET enable_bitmapscan = off{more}"
+    ))
+    .await
+    .unwrap();
+    let statement = c.prepare(&format!("EXPLAIN {sql}")).await.unwrap();
+    let query = SeededEmbedder.embed(&[query]).unwrap().remove(0);
+    let peer: String = c
+        .query_one("SELECT peer FROM scopes WHERE user_id = 'alice'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let key = memgate_recall::vectors::vector_key("seeded/32");
+    c.query(
+        &statement,
+        &[
+            &"alice",
+            &peer,
+            &memgate_postgres::vectors::VectorParam(&query),
+            &key,
+            &50_i64,
+        ],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
 /// The HNSW index of [`SeededEmbedder`]'s vectors.
 fn seeded_index() -> String {
     memgate_postgres::hnsw::index_name(&memgate_recall::vectors::vector_key("seeded/32"), 32)
@@ -312,46 +350,18 @@ async fn the_hnsw_index_is_built_once_serves_the_nearest_statement_and_recall_ma
         assert_eq!(a.items, e.items, "{query}");
         assert!(!a.text.contains("bob"));
     }
-    // Small scopes are cheaper to scan, so the planner rightly scans them;
-    // with scans priced out, the statement must be one the index serves
-    // (its expression and partial predicate, under generic plans).
-    let c = connect(&dsn).await;
-    c.batch_execute(&format!(
-        "SET search_path = {schema}; SET plan_cache_mode = force_generic_plan;
-         SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off"
-    ))
-    .await
-    .unwrap();
+    // The statement must be one the index serves (its expression and
+    // partial predicate).
     let key = memgate_recall::vectors::vector_key("seeded/32");
     let sql = memgate_postgres::vectors::hnsw_nearest_sql(&key, 32);
-    let statement = c.prepare(&format!("EXPLAIN {sql}")).await.unwrap();
-    let query = SeededEmbedder.embed(&["note number 7"]).unwrap().remove(0);
-    let (user, peer): (String, String) = {
-        let r = c
-            .query_one(
-                "SELECT user_id, peer FROM scopes WHERE user_id = 'alice'",
-                &[],
-            )
-            .await
-            .unwrap();
-        (r.get(0), r.get(1))
-    };
-    let plan: Vec<String> = c
-        .query(
-            &statement,
-            &[
-                &user,
-                &peer,
-                &memgate_postgres::vectors::VectorParam(&query),
-                &key,
-                &50_i64,
-            ],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let plan = seeded_plan(
+        &dsn,
+        &schema,
+        &sql,
+        "note number 7",
+        "; SET enable_sort = off",
+    )
+    .await;
     assert!(
         plan.iter()
             .any(|l| l.contains(&format!("Index Scan using {name}"))),
@@ -669,38 +679,8 @@ async fn a_search_among_memories_reads_their_vectors_alone() {
     let hits = b.search(&alice, &query).await.unwrap();
     assert_eq!(hits.len(), 3, "{hits:?}");
 
-    let c = connect(&dsn).await;
-    c.batch_execute(&format!(
-        "SET search_path = {schema}; SET plan_cache_mode = force_generic_plan;
-         SET enable_seqscan = off; SET enable_bitmapscan = off"
-    ))
-    .await
-    .unwrap();
-    let key = memgate_recall::vectors::vector_key("seeded/32");
     let sql = memgate_postgres::vectors::exact_nearest_sql(true);
-    let statement = c.prepare(&format!("EXPLAIN {sql}")).await.unwrap();
-    let query = SeededEmbedder.embed(&["pets"]).unwrap().remove(0);
-    let peer: String = c
-        .query_one("SELECT peer FROM scopes WHERE user_id = 'alice'", &[])
-        .await
-        .unwrap()
-        .get(0);
-    let plan: Vec<String> = c
-        .query(
-            &statement,
-            &[
-                &"alice",
-                &peer,
-                &memgate_postgres::vectors::VectorParam(&query),
-                &key,
-                &50_i64,
-            ],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let plan = seeded_plan(&dsn, &schema, &sql, "pets", "").await;
     assert!(
         plan.iter()
             .any(|l| l.contains("Index Scan using vectors_of_memories")),
