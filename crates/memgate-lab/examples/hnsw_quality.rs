@@ -213,7 +213,10 @@ async fn main() {
     let (user, peer): (String, String) = (scope.get(0), scope.get(1));
     let key = memgate_recall::vectors::vector_key(embedder.model());
     let dims = embedder.embed_query("dimension").unwrap().len() as i32;
-    let statement = client.prepare(&hnsw_nearest_sql(&key, dims)).await.unwrap();
+    let statement = client
+        .prepare(&hnsw_nearest_sql(&key, dims, 0))
+        .await
+        .unwrap();
     let queries: Vec<Vec<f32>> = questions
         .iter()
         .map(|q| embedder.embed_query(q).unwrap())
@@ -260,10 +263,11 @@ async fn main() {
         backend.vector_progress().await.unwrap().embedded
     );
     // Which index serves the approximate run (the scope's btree would
-    // also avoid the scan, and then nothing approximate would be measured).
+    // also avoid the scan, and then nothing approximate would be measured);
+    // `hnsw_min_items` 0: the index's branch for any scope.
     let plan = client
         .query(
-            &format!("EXPLAIN {}", hnsw_nearest_sql(&key, dims)),
+            &format!("EXPLAIN {}", hnsw_nearest_sql(&key, dims, 0)),
             &[&user, &peer, &VectorParam(&queries[0]), &key, &50_i64],
         )
         .await

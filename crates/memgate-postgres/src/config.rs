@@ -17,6 +17,7 @@
 //! | `embedder` | none | as `local`: turns on hybrid recall, with vectors in pgvector (the server must have the `vector` extension) |
 //! | `vector_index` | `hnsw` | `hnsw` (an approximate index per model, built in the background; [`crate::hnsw`]) or `exact` (every recall scans the scope's vectors) |
 //! | `hnsw_ef_search` | 50 | integer 10–1000: the HNSW search's candidate list; larger is closer to exact and slower |
+//! | `hnsw_min_items` | 20000 | integer 0–100000000: a scope holding fewer items is searched exactly, a larger one through the index |
 //! | `max_turn_age_days` | none (kept until forgotten) | as `local`: integer 1–36500; captured turns older than this are erased by a background sweep, with the distilled facts resting only on them ([`crate::retention`]) |
 //!
 //! TLS: a host that is not loopback (`localhost`, `127.0.0.0/8`, `::1`, a
@@ -41,11 +42,17 @@ const POOL_SIZE: RangeInclusive<u64> = 1..=64;
 const STATEMENT_TIMEOUT_MS: RangeInclusive<u64> = 100..=600_000;
 const CONNECT_TIMEOUT_MS: RangeInclusive<u64> = 100..=60_000;
 const HNSW_EF_SEARCH: RangeInclusive<u64> = 10..=1_000;
+const HNSW_MIN_ITEMS: RangeInclusive<u64> = 0..=100_000_000;
 /// `hnsw_ef_search` unless set: the nearest-items statement asks the index
 /// for hybrid recall's dense pool (50 at the default `recall_top_k`), which
 /// one graph search of this size then yields; a search's cost follows it
 /// (`docs/design/hnsw.md`).
 pub const DEFAULT_EF_SEARCH: u64 = 50;
+/// `hnsw_min_items` unless set: below it, comparing the query with each of
+/// a scope's vectors costs less than the graph search (an exact scan of
+/// 10,000 384-dimension vectors ranks in about 3 ms; a search of the index
+/// at a million items took 8.8–9.0 ms p50, `docs/design/hnsw.md`).
+pub const DEFAULT_HNSW_MIN_ITEMS: u64 = 20_000;
 const REPLICA_MAX_LAG_MS: RangeInclusive<u64> = 100..=600_000;
 const REPLICA_WAIT_MS: RangeInclusive<u64> = 0..=10_000;
 /// Hybrid recall's embedder: `local`'s key and rules.
@@ -61,6 +68,7 @@ const OWN_KEYS: &[&str] = &[
     "handoff_lifetime_secs",
     "vector_index",
     "hnsw_ef_search",
+    "hnsw_min_items",
     "replica_dsn",
     "replica_dsn_env",
     "replica_max_lag_ms",
@@ -103,8 +111,9 @@ pub struct PostgresConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VectorIndex {
     /// An HNSW index per model and dimension ([`crate::hnsw`]), searched
-    /// with this `ef_search`; the exact scan answers while it builds.
-    Hnsw { ef_search: u64 },
+    /// with this `ef_search` for scopes of at least `min_items` items; the
+    /// exact scan answers smaller scopes, and every scope while it builds.
+    Hnsw { ef_search: u64, min_items: u64 },
     /// Every recall compares the query with each of the scope's vectors.
     Exact,
 }
@@ -113,6 +122,7 @@ impl Default for VectorIndex {
     fn default() -> Self {
         Self::Hnsw {
             ef_search: DEFAULT_EF_SEARCH,
+            min_items: DEFAULT_HNSW_MIN_ITEMS,
         }
     }
 }
@@ -311,13 +321,22 @@ impl PostgresConfig {
                     None => DEFAULT_EF_SEARCH,
                     Some(_) => integer_in(config, "hnsw_ef_search", HNSW_EF_SEARCH)?,
                 },
+                min_items: match config.get("hnsw_min_items") {
+                    None => DEFAULT_HNSW_MIN_ITEMS,
+                    Some(_) => integer_in(config, "hnsw_min_items", HNSW_MIN_ITEMS)?,
+                },
             },
-            Some("exact") if config.contains_key("hnsw_ef_search") => {
-                return Err(config_error(
-                    "backend_config.hnsw_ef_search applies only with vector_index: hnsw",
-                ))
+            Some("exact") => {
+                if let Some(key) = ["hnsw_ef_search", "hnsw_min_items"]
+                    .into_iter()
+                    .find(|k| config.contains_key(*k))
+                {
+                    return Err(config_error(format!(
+                        "backend_config.{key} applies only with vector_index: hnsw"
+                    )));
+                }
+                VectorIndex::Exact
             }
-            Some("exact") => VectorIndex::Exact,
             Some(_) => {
                 return Err(config_error(
                     "backend_config.vector_index must be hnsw or exact",
@@ -600,9 +619,22 @@ mod tests {
     #[test]
     fn vector_index_settings_are_checked_and_named() {
         let c = parse(json!({"dsn_env": "PG_DSN"})).unwrap();
-        assert_eq!(c.vector_index, VectorIndex::Hnsw { ef_search: 50 });
-        let c = parse(json!({"dsn_env": "PG_DSN", "hnsw_ef_search": 200})).unwrap();
-        assert_eq!(c.vector_index, VectorIndex::Hnsw { ef_search: 200 });
+        assert_eq!(
+            c.vector_index,
+            VectorIndex::Hnsw {
+                ef_search: 50,
+                min_items: 20_000
+            }
+        );
+        let c = parse(json!({"dsn_env": "PG_DSN", "hnsw_ef_search": 200, "hnsw_min_items": 0}))
+            .unwrap();
+        assert_eq!(
+            c.vector_index,
+            VectorIndex::Hnsw {
+                ef_search: 200,
+                min_items: 0
+            }
+        );
         let c = parse(json!({"dsn_env": "PG_DSN", "vector_index": "exact"})).unwrap();
         assert_eq!(c.vector_index, VectorIndex::Exact);
         for (bad, named) in [
@@ -621,6 +653,14 @@ mod tests {
             (
                 json!({"vector_index": "exact", "hnsw_ef_search": 100}),
                 "backend_config.hnsw_ef_search applies only with vector_index: hnsw",
+            ),
+            (
+                json!({"hnsw_min_items": -1}),
+                "backend_config.hnsw_min_items must be an integer between 0 and 100000000",
+            ),
+            (
+                json!({"vector_index": "exact", "hnsw_min_items": 100}),
+                "backend_config.hnsw_min_items applies only with vector_index: hnsw",
             ),
         ] {
             let mut config = bad.as_object().unwrap().clone();

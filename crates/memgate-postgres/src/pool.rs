@@ -30,7 +30,7 @@ pub(crate) fn build(config: &PostgresConfig) -> Result<Pool> {
     // iterative scan, so a scope's filter still finds its nearest items
     // when other scopes' vectors crowd the first candidates.
     let hnsw = match config.vector_index {
-        VectorIndex::Hnsw { ef_search } => {
+        VectorIndex::Hnsw { ef_search, .. } => {
             format!(" -c hnsw.ef_search={ef_search} -c hnsw.iterative_scan=relaxed_order")
         }
         VectorIndex::Exact => String::new(),

@@ -338,24 +338,50 @@ pub fn exact_nearest_sql(memories_only: bool) -> String {
     )
 }
 
-/// The nearest-items statement in the shape [`crate::hnsw`]'s index
-/// serves: ordered by the indexed expression, the model as the partial
-/// index's literal (`$4` stays a parameter so both shapes bind alike). The
-/// index's `$5` candidates (an iterative scan returns them in relaxed
-/// order) are re-ordered by their exact inner product; the graph search's
-/// cost follows the candidates it keeps, so it keeps no more than recall
-/// fuses (`docs/design/hnsw.md`). Parameters:
-/// `$1` user, `$2` peer, `$3` query vector, `$4` model, `$5` limit.
-pub fn hnsw_nearest_sql(model: &str, dims: i32) -> String {
+/// The nearest-items statement of an HNSW-indexed model: through the
+/// index for a scope of at least `min_items` items (its `scope_docs`
+/// count) once the index is valid, else the exact scan
+/// ([`exact_nearest_sql`]). Both branches are in the one prepared
+/// statement and the scope's size and the index's state pick one when it
+/// runs (each is a one-time filter): under the pool's generic plans the
+/// planner sees every scope at the table's average size, so in a table of
+/// many small scopes it scanned a heavy scope's every vector exactly, and
+/// in a table of one heavy scope it sent small ones through the graph.
+/// While the index builds, the exact branch keeps the scope's btree (the
+/// index's branch, which cannot use it, would scan the whole table).
+///
+/// The index's branch orders by the indexed expression and carries the
+/// model as the partial index's literal (`$4` stays a parameter so both
+/// shapes bind alike); `scope_id + 0` keeps the `(scope_id, model)` btree
+/// from serving it. The index's `$5` candidates (an iterative scan returns
+/// them in relaxed order) are re-ordered by their exact inner product; the
+/// graph search's cost follows the candidates it keeps, so it keeps no
+/// more than recall fuses (`docs/design/hnsw.md`). Parameters: `$1` user,
+/// `$2` peer, `$3` query vector, `$4` model, `$5` limit.
+pub fn hnsw_nearest_sql(model: &str, dims: i32, min_items: u64) -> String {
+    let index = crate::hnsw::index_name(model, dims);
     let model = crate::hnsw::literal(model);
+    let large = format!(
+        "(coalesce((SELECT docs FROM scope_docs WHERE scope_id = {SCOPE_ID}) >= {min_items}, false)
+          AND coalesce((SELECT indisvalid FROM pg_catalog.pg_index
+                        WHERE indexrelid = pg_catalog.to_regclass('{index}')), false))"
+    );
     format!(
         "SELECT id, score FROM (
-             SELECT coalesce(turn_id, -memory_id) AS id,
-                    (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4 AS score
-             FROM vectors WHERE scope_id = {SCOPE_ID} AND model = {model} AND model = $4
-             ORDER BY (embedding::public.vector({dims}))
-                      OPERATOR(public.<#>) ($3::public.vector({dims}))
-             LIMIT $5) candidates
+             (SELECT coalesce(turn_id, -memory_id) AS id,
+                     (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4 AS score
+              FROM vectors WHERE scope_id + 0 = {SCOPE_ID} AND model = {model} AND model = $4
+                AND {large}
+              ORDER BY (embedding::public.vector({dims}))
+                       OPERATOR(public.<#>) ($3::public.vector({dims}))
+              LIMIT $5)
+             UNION ALL
+             (SELECT coalesce(turn_id, -memory_id),
+                     (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4
+              FROM vectors WHERE scope_id = {SCOPE_ID} AND model = $4 AND NOT {large}
+              ORDER BY embedding OPERATOR(public.<#>) $3::public.vector,
+                       coalesce(turn_id, -memory_id) DESC
+              LIMIT $5)) candidates
          ORDER BY score DESC, id DESC
          LIMIT $5"
     )
@@ -440,8 +466,8 @@ impl PostgresBackend {
         let limit = limit as i64;
         let sql = match (self.config.vector_index, among.admits_turns()) {
             (_, false) => exact_nearest_sql(true),
-            (VectorIndex::Hnsw { .. }, true) => match self.model_dims(c).await? {
-                Some(dims) => hnsw_nearest_sql(model, dims),
+            (VectorIndex::Hnsw { min_items, .. }, true) => match self.model_dims(c).await? {
+                Some(dims) => hnsw_nearest_sql(model, dims, min_items),
                 None => exact_nearest_sql(false),
             },
             (VectorIndex::Exact, true) => exact_nearest_sql(false),

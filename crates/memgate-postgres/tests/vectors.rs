@@ -229,12 +229,20 @@ impl Embedder for SeededEmbedder {
     }
 }
 
-/// The plan of nearest-items statement `sql` for alice's scope and
-/// [`SeededEmbedder`]'s vector of `query`, with scans priced out (and
-/// `more` settings): small scopes are cheaper to scan, so the planner
+/// The plan of nearest-items statement `sql` as it ran for `user`'s scope
+/// and [`SeededEmbedder`]'s vector of `query` (`EXPLAIN ANALYZE`: a branch
+/// that did not run says "never executed"), with scans priced out (and
+/// `more` settings): small tables are cheaper to scan, so the planner
 /// rightly scans them, and a test of which index serves a statement must
 /// take that choice away (under generic plans, as memgate runs them).
-async fn seeded_plan(dsn: &str, schema: &str, sql: &str, query: &str, more: &str) -> Vec<String> {
+async fn seeded_plan(
+    dsn: &str,
+    schema: &str,
+    sql: &str,
+    user: &str,
+    query: &str,
+    more: &str,
+) -> Vec<String> {
     let c = connect(dsn).await;
     c.batch_execute(&format!(
         "SET search_path = {schema}; SET plan_cache_mode = force_generic_plan;
@@ -242,10 +250,15 @@ async fn seeded_plan(dsn: &str, schema: &str, sql: &str, query: &str, more: &str
     ))
     .await
     .unwrap();
-    let statement = c.prepare(&format!("EXPLAIN {sql}")).await.unwrap();
+    let statement = c
+        .prepare(&format!(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {sql}"
+        ))
+        .await
+        .unwrap();
     let query = SeededEmbedder.embed(&[query]).unwrap().remove(0);
     let peer: String = c
-        .query_one("SELECT peer FROM scopes WHERE user_id = 'alice'", &[])
+        .query_one("SELECT peer FROM scopes WHERE user_id = $1", &[&user])
         .await
         .unwrap()
         .get(0);
@@ -253,7 +266,7 @@ async fn seeded_plan(dsn: &str, schema: &str, sql: &str, query: &str, more: &str
     c.query(
         &statement,
         &[
-            &"alice",
+            &user,
             &peer,
             &memgate_postgres::vectors::VectorParam(&query),
             &key,
@@ -265,6 +278,13 @@ async fn seeded_plan(dsn: &str, schema: &str, sql: &str, query: &str, more: &str
     .iter()
     .map(|r| r.get(0))
     .collect()
+}
+
+/// Whether a node of the plan naming `node` ran (`None`: no such node).
+fn ran(plan: &[String], node: &str) -> Option<bool> {
+    let mut nodes = plan.iter().filter(|l| l.contains(node)).peekable();
+    nodes.peek()?;
+    Some(nodes.any(|l| !l.contains("never executed")))
 }
 
 /// The HNSW index of [`SeededEmbedder`]'s vectors.
@@ -285,7 +305,15 @@ fn vector_index_line(lines: &[memgate_core::Diagnostic]) -> String {
 async fn the_hnsw_index_is_built_once_serves_the_nearest_statement_and_recall_matches_exact() {
     let dsn = common::pgvector_dsn();
     let schema = common::unique_schema("pghnsw");
-    let approximate = common::backend(&dsn, &schema).with_embedder(Arc::new(SeededEmbedder));
+    // A scope of 400 items goes through the index from 100 on.
+    let approximate = PostgresBackend::new(common::config(&dsn, &schema).with_vector_index(
+        memgate_postgres::VectorIndex::Hnsw {
+            ef_search: 50,
+            min_items: 100,
+        },
+    ))
+    .unwrap()
+    .with_embedder(Arc::new(SeededEmbedder));
     let exact = PostgresBackend::new(
         common::config(&dsn, &schema).with_vector_index(memgate_postgres::VectorIndex::Exact),
     )
@@ -353,18 +381,11 @@ async fn the_hnsw_index_is_built_once_serves_the_nearest_statement_and_recall_ma
     // The statement must be one the index serves (its expression and
     // partial predicate).
     let key = memgate_recall::vectors::vector_key("seeded/32");
-    let sql = memgate_postgres::vectors::hnsw_nearest_sql(&key, 32);
-    let plan = seeded_plan(
-        &dsn,
-        &schema,
-        &sql,
-        "note number 7",
-        "; SET enable_sort = off",
-    )
-    .await;
-    assert!(
-        plan.iter()
-            .any(|l| l.contains(&format!("Index Scan using {name}"))),
+    let sql = memgate_postgres::vectors::hnsw_nearest_sql(&key, 32, 100);
+    let plan = seeded_plan(&dsn, &schema, &sql, "alice", "note number 7", "").await;
+    assert_eq!(
+        ran(&plan, &format!("Index Scan using {name}")),
+        Some(true),
         "{plan:#?}"
     );
 }
@@ -680,10 +701,87 @@ async fn a_search_among_memories_reads_their_vectors_alone() {
     assert_eq!(hits.len(), 3, "{hits:?}");
 
     let sql = memgate_postgres::vectors::exact_nearest_sql(true);
-    let plan = seeded_plan(&dsn, &schema, &sql, "pets", "").await;
-    assert!(
-        plan.iter()
-            .any(|l| l.contains("Index Scan using vectors_of_memories")),
+    let plan = seeded_plan(&dsn, &schema, &sql, "alice", "pets", "").await;
+    assert_eq!(
+        ran(&plan, "Index Scan using vectors_of_memories"),
+        Some(true),
         "{plan:#?}"
     );
+}
+
+/// One statement serves a heavy scope through the index and a small one
+/// exactly, in the same table: the scope's size picks the branch when the
+/// statement runs. A generic plan (memgate's) sees every scope at the
+/// table's average size, so with many small scopes beside it a heavy
+/// user's every vector was compared with the query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "real server: PostgreSQL with pgvector (testkit/postgres-up --pgvector)"]
+async fn a_heavy_scope_is_searched_through_the_index_and_a_small_one_exactly() {
+    let dsn = common::pgvector_dsn();
+    let schema = common::unique_schema("pgtenants");
+    let min_items = 300;
+    let b = PostgresBackend::new(common::config(&dsn, &schema).with_vector_index(
+        memgate_postgres::VectorIndex::Hnsw {
+            ef_search: 50,
+            min_items,
+        },
+    ))
+    .unwrap()
+    .with_embedder(Arc::new(SeededEmbedder));
+    let texts = |n: usize| -> Vec<String> {
+        (0..n)
+            .map(|i| format!("note number {i} about pets"))
+            .collect()
+    };
+    b.capture(&turns(&Caller::new("alice"), "t", &texts(400)))
+        .await
+        .unwrap();
+    for user in 0..20 {
+        let caller = Caller::new(format!("light{user}"));
+        b.capture(&turns(&caller, "t", &texts(20))).await.unwrap();
+    }
+    b.index_all_vectors(256).await.unwrap();
+    let key = memgate_recall::vectors::vector_key("seeded/32");
+    let sql = memgate_postgres::vectors::hnsw_nearest_sql(&key, 32, min_items);
+    let index = format!("Index Scan using {}", seeded_index());
+    // Before the index is built, the heavy scope is scanned exactly through
+    // its btree, not through a scan of the whole table.
+    let before = seeded_plan(&dsn, &schema, &sql, "alice", "note number 7", "").await;
+    assert_eq!(
+        ran(&before, "Index Scan using vectors_by_scope"),
+        Some(true),
+        "{before:#?}"
+    );
+    assert!(
+        !before
+            .iter()
+            .any(|l| l.contains("Seq Scan on vectors") && !l.contains("never executed")),
+        "{before:#?}"
+    );
+    assert!(b.build_vector_index().await.unwrap());
+    let heavy = seeded_plan(&dsn, &schema, &sql, "alice", "note number 7", "").await;
+    assert_eq!(ran(&heavy, &index), Some(true), "{heavy:#?}");
+    assert_eq!(
+        ran(&heavy, "Index Scan using vectors_by_scope"),
+        Some(false),
+        "{heavy:#?}"
+    );
+    let light = seeded_plan(&dsn, &schema, &sql, "light3", "note number 7", "").await;
+    assert_eq!(ran(&light, &index), Some(false), "{light:#?}");
+    assert_eq!(
+        ran(&light, "Index Scan using vectors_by_scope"),
+        Some(true),
+        "{light:#?}"
+    );
+    // Both answer with their own scope's nearest items.
+    for user in ["alice", "light3"] {
+        let hits = b
+            .search(
+                &Caller::new(user),
+                &memgate_core::SearchQuery::new("note number 7"),
+            )
+            .await
+            .unwrap();
+        assert!(!hits.is_empty(), "{user}");
+    }
 }
