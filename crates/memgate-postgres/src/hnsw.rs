@@ -16,7 +16,9 @@
 //! - Building: `CREATE INDEX CONCURRENTLY` once the indexer has caught up
 //!   ([`BUILD_WHEN_QUEUED_AT_MOST`]), on one connection without a statement
 //!   timeout, under an advisory lock so one replica builds. Until the index
-//!   is valid the planner cannot use it, so recall scans exactly. A build
+//!   is valid the nearest-items statement takes its exact branch
+//!   ([`crate::vectors::hnsw_nearest_sql`]), as it does for a scope under
+//!   `hnsw_min_items`. A build
 //!   that died (an invalid index left behind) is dropped and started again;
 //!   indexes of a model no longer stored are dropped.
 //! - Progress: `pg_stat_progress_create_index`, shown by `doctor`.
