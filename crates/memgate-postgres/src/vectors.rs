@@ -323,15 +323,19 @@ pub(crate) fn spawn_indexer(pool: Pool, config: PostgresConfig, vectors: Weak<Ve
 /// vector, `$4` the model, `$5` the limit), over every item's vector, or
 /// over the memories' alone through `vectors_of_memories`.
 pub fn exact_nearest_sql(memories_only: bool) -> String {
-    let items = if memories_only {
+    exact_scan(if memories_only {
         " AND memory_id IS NOT NULL"
     } else {
         ""
-    };
+    })
+}
+
+/// [`exact_nearest_sql`]'s statement with `filter` added to its `WHERE`.
+fn exact_scan(filter: &str) -> String {
     format!(
         "SELECT coalesce(turn_id, -memory_id),
                 (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4
-         FROM vectors WHERE scope_id = {SCOPE_ID} AND model = $4{items}
+         FROM vectors WHERE scope_id = {SCOPE_ID} AND model = $4{filter}
          ORDER BY embedding OPERATOR(public.<#>) $3::public.vector,
                   coalesce(turn_id, -memory_id) DESC
          LIMIT $5"
@@ -366,6 +370,7 @@ pub fn hnsw_nearest_sql(model: &str, dims: i32, min_items: u64) -> String {
           AND coalesce((SELECT indisvalid FROM pg_catalog.pg_index
                         WHERE indexrelid = pg_catalog.to_regclass('{index}')), false))"
     );
+    let exact = exact_scan(&format!(" AND NOT {large}"));
     format!(
         "SELECT id, score FROM (
              (SELECT coalesce(turn_id, -memory_id) AS id,
@@ -376,12 +381,7 @@ pub fn hnsw_nearest_sql(model: &str, dims: i32, min_items: u64) -> String {
                        OPERATOR(public.<#>) ($3::public.vector({dims}))
               LIMIT $5)
              UNION ALL
-             (SELECT coalesce(turn_id, -memory_id),
-                     (-(embedding OPERATOR(public.<#>) $3::public.vector))::float4
-              FROM vectors WHERE scope_id = {SCOPE_ID} AND model = $4 AND NOT {large}
-              ORDER BY embedding OPERATOR(public.<#>) $3::public.vector,
-                       coalesce(turn_id, -memory_id) DESC
-              LIMIT $5)) candidates
+             ({exact})) candidates
          ORDER BY score DESC, id DESC
          LIMIT $5"
     )

@@ -328,21 +328,21 @@ impl Vectorizer {
     }
 
     /// The items of `scope` nearest to `query` (a unit vector of the
-    /// current model) as `wanted` says, best first, with their cosine
+    /// current model) as `asked` says, best first, with their cosine
     /// similarity; and the similarity of each of `also` that has a vector.
     pub(crate) fn nearest_items(
         &self,
         conn: &Connection,
         scope: i64,
         query: &[f32],
-        wanted: Wanted<'_>,
+        asked: Wanted<'_>,
         also: &[i64],
     ) -> Result<Neighbours> {
         let Wanted {
             limit,
             prefilter,
             among,
-        } = wanted;
+        } = asked;
         let model = self.key();
         let started = std::time::Instant::now();
         let shared = self.cache.scope(scope);
