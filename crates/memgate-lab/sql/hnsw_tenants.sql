@@ -10,7 +10,11 @@
 -- Prints each search's time in ms, ten random queries per statement and
 -- scope, the two statements alternated twice. Random vectors: this
 -- measures which path runs and what it costs, not the index's quality.
+-- Then 10,000 memories' 384-dimension vectors join scope 1, and the
+-- search among memories alone (`vectors::exact_nearest_sql(true)`,
+-- through `vectors_of_memories`) is timed the same way.
 \set ON_ERROR_STOP on
+CREATE EXTENSION IF NOT EXISTS vector SCHEMA public;
 DROP SCHEMA IF EXISTS hnsw_tenants CASCADE;
 CREATE SCHEMA hnsw_tenants;
 SET search_path = hnsw_tenants, public;
@@ -93,6 +97,41 @@ BEGIN
             END LOOP;
         END LOOP;
     END LOOP;
+END
+$$;
+-- Among memories alone: 10,000 memories' vectors of 384 dimensions in the
+-- heavy scope, beside its 100,000 turns' (the HNSW index, which holds
+-- 128-dimension vectors of model 'm', is dropped first).
+DROP INDEX vectors_hnsw;
+INSERT INTO vectors
+SELECT 1, NULL, g, 'm',
+       (SELECT array_agg(random() - 0.5)::vector FROM generate_series(1, 384) WHERE g > 0)
+FROM generate_series(1, 10000) g;
+CREATE INDEX vectors_of_memories ON vectors (scope_id, model) WHERE memory_id IS NOT NULL;
+ANALYZE vectors;
+CREATE TABLE memory_queries AS
+SELECT g AS n, (SELECT array_agg(random() - 0.5)::vector FROM generate_series(1, 384) WHERE g > 0) AS q
+FROM generate_series(1, 10) g;
+PREPARE among_memories(text, text, vector, text, bigint) AS
+SELECT coalesce(turn_id, -memory_id), (-(embedding <#> $3::vector))::float4
+FROM vectors
+WHERE scope_id = (SELECT id FROM scopes WHERE user_id = $1 AND peer = $2) AND model = $4
+  AND memory_id IS NOT NULL
+ORDER BY embedding <#> $3::vector, coalesce(turn_id, -memory_id) DESC
+LIMIT $5;
+
+DO $$
+DECLARE
+    query vector;
+    started timestamptz;
+    took text := '';
+BEGIN
+    FOR query IN SELECT q FROM memory_queries ORDER BY n LOOP
+        started := clock_timestamp();
+        EXECUTE format('EXECUTE among_memories(%L, %L, %L::vector, %L, 100)', 'u1', '', query, 'm');
+        took := took || ' ' || round(extract(epoch FROM clock_timestamp() - started)::numeric * 1000, 2);
+    END LOOP;
+    RAISE NOTICE 'among 10000 memories of scope u1 (beside 100000 turns) ms:%', took;
 END
 $$;
 DROP SCHEMA hnsw_tenants CASCADE;

@@ -50,7 +50,7 @@ const HNSW_MIN_ITEMS: RangeInclusive<u64> = 0..=100_000_000;
 pub const DEFAULT_EF_SEARCH: u64 = 50;
 /// `hnsw_min_items` unless set: below it, comparing the query with each of
 /// a scope's vectors costs less than the graph search (an exact scan of
-/// 10,000 384-dimension vectors ranks in about 3 ms; a search of the index
+/// 10,000 384-dimension vectors ranks in 2.5–5.2 ms; a search of the index
 /// at a million items took 8.8–9.0 ms p50, `docs/design/hnsw.md`).
 pub const DEFAULT_HNSW_MIN_ITEMS: u64 = 20_000;
 const REPLICA_MAX_LAG_MS: RangeInclusive<u64> = 100..=600_000;
