@@ -307,6 +307,8 @@ pub struct RecallPhases {
     pub plan_n: f64,
     /// Of those, scored by a bound without their length read.
     pub lengths_skipped: f64,
+    /// Of those, scored with a length remembered from an earlier query.
+    pub lengths_remembered: f64,
     pub wall_ms: f64,
     pub cpu_ms: Option<f64>,
     pub plan_ms: f64,
@@ -330,6 +332,7 @@ impl RecallPhases {
             counted: p.counted as f64,
             plan_n: p.plan_n as f64,
             lengths_skipped: p.lengths_skipped as f64,
+            lengths_remembered: p.lengths_remembered as f64,
             wall_ms: ms(wall),
             cpu_ms: cpu.map(ms),
             plan_ms: ms(p.plan),
@@ -354,6 +357,7 @@ impl RecallPhases {
             counted: avg(|r| r.counted),
             plan_n: avg(|r| r.plan_n),
             lengths_skipped: avg(|r| r.lengths_skipped),
+            lengths_remembered: avg(|r| r.lengths_remembered),
             wall_ms: avg(|r| r.wall_ms),
             cpu_ms: cpu.filter(|_| !all.is_empty()).map(|c| c / n),
             plan_ms: avg(|r| r.plan_ms),
@@ -372,7 +376,7 @@ impl RecallPhases {
             .map_or_else(|| "n/a".to_owned(), |c| format!("{c:.3}"));
         format!(
             "{} recalls ({:.0}% without a query, {:.0}% newest-first): {:.1} terms, {:.1} \
-             counted, plan n {:.0} ({:.0} without a length read); ms wall {:.3} / cpu {cpu}: plan {:.3}, candidates {:.3}, \
+             counted, plan n {:.0} ({:.0} without a length read, {:.0} remembered); ms wall {:.3} / cpu {cpu}: plan {:.3}, candidates {:.3}, \
              places {:.3}, neighbours {:.3}, rows {:.3}, rest {:.3}",
             self.recalls,
             100.0 * self.no_query,
@@ -381,6 +385,7 @@ impl RecallPhases {
             self.counted,
             self.plan_n,
             self.lengths_skipped,
+            self.lengths_remembered,
             self.wall_ms,
             self.plan_ms,
             self.candidates_ms,

@@ -9,7 +9,7 @@
 //! it needs their frequencies known in advance, and the ranking counts
 //! them once per write generation of the scope.
 //!
-//! `memgate_bm25(recall_index, dfs [, pool])`: `dfs` is a blob of
+//! `memgate_bm25(recall_index, dfs [, pool [, removals]])`: `dfs` is a blob of
 //! little-endian `i64`, one per phrase of the MATCH expression in order; a
 //! phrase given 0 adds nothing (the expression may repeat phrases to reach
 //! a document). The result is FTS5's formula exactly (`k1` 1.2, `b` 0.75,
@@ -22,7 +22,13 @@
 //! that bound without its length being read (a `%_docsize` lookup per
 //! row, the largest part of scoring one). Rows in the pool always carry
 //! their exact score.
+//!
+//! With `removals` (the snapshot's `index_removals.n`, read in the same
+//! statement), a turn's length is taken from the lengths its database
+//! remembers under that count ([`crate::lengths`]) and added to them when
+//! read.
 
+use crate::lengths::{DocLengths, Known};
 use memgate_recall::maxscore::{idf, B, K1};
 use rusqlite::{ffi, Connection};
 use std::cell::Cell;
@@ -30,6 +36,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 use std::ffi::{c_int, c_void};
 use std::ptr;
+use std::sync::Arc;
 
 /// The function's name in SQL.
 pub const FUNCTION: &str = "memgate_bm25";
@@ -43,25 +50,39 @@ pub fn frequencies_blob(dfs: &[i64]) -> Vec<u8> {
     dfs.iter().flat_map(|d| d.to_le_bytes()).collect()
 }
 
-/// Registers `memgate_bm25` on `conn` (every connection of the store).
-pub fn register(conn: &Connection) -> rusqlite::Result<()> {
+/// Registers `memgate_bm25` on `conn` (every connection of the store),
+/// with the lengths its database's connections share.
+pub fn register(conn: &Connection, lengths: Arc<DocLengths>) -> rusqlite::Result<()> {
     let api = fts5_api(conn)?;
+    let user_data = Arc::into_raw(lengths).cast_mut().cast::<c_void>();
     // SAFETY: `api` is the connection's live fts5_api (checked non-null by
-    // `fts5_api`); the name is a NUL-terminated literal, FTS5 copies it; no
-    // user data, so nothing to destroy.
+    // `fts5_api`); the name is a NUL-terminated literal, FTS5 copies it; the
+    // user data is one strong count of the `Arc`, released by
+    // `drop_lengths` when the connection closes.
     let rc = unsafe {
         match (*api).xCreateFunction {
             Some(create) => create(
                 api,
                 c"memgate_bm25".as_ptr(),
-                ptr::null_mut(),
+                user_data,
                 Some(bm25),
-                None,
+                Some(drop_lengths),
             ),
             None => ffi::SQLITE_ERROR,
         }
     };
+    if rc != ffi::SQLITE_OK {
+        // FTS5 keeps neither the data nor its destructor when it fails.
+        // SAFETY: the count leaked above, not handed over.
+        unsafe { drop_lengths(user_data) };
+    }
     check(rc, "cannot register memgate_bm25")
+}
+
+unsafe extern "C" fn drop_lengths(lengths: *mut c_void) {
+    // SAFETY: the pointer `register` made with `Arc::into_raw`, released
+    // once (by FTS5 at close, or by `register` when FTS5 refused it).
+    drop(unsafe { Arc::from_raw(lengths.cast_const().cast::<DocLengths>()) });
 }
 
 fn check(rc: c_int, what: &str) -> rusqlite::Result<()> {
@@ -143,6 +164,8 @@ unsafe extern "C" fn bm25(
 thread_local! {
     /// Length lookups skipped on this thread (see [`skipped_lengths`]).
     static SKIPPED: Cell<u64> = const { Cell::new(0) };
+    /// Lengths taken from the remembered ones (see [`remembered_lengths`]).
+    static REMEMBERED: Cell<u64> = const { Cell::new(0) };
 }
 
 /// How many rows this thread's `memgate_bm25` calls have answered with a
@@ -150,6 +173,13 @@ thread_local! {
 /// pool. A running total; the ranking's profile reads differences.
 pub fn skipped_lengths() -> u64 {
     SKIPPED.get()
+}
+
+/// How many lengths this thread's `memgate_bm25` calls have taken from
+/// the ones their database remembers instead of reading them. A running
+/// total, like [`skipped_lengths`].
+pub fn remembered_lengths() -> u64 {
+    REMEMBERED.get()
 }
 
 /// A score ordered by `total_cmp`, for the pool's heap.
@@ -183,6 +213,8 @@ struct Query {
     best: BinaryHeap<Reverse<Score>>,
     /// The last row scored and its score: a row asked twice counts once.
     last: Option<(i64, f64)>,
+    /// Turns' lengths remembered under this query's removal count.
+    lengths: Option<Arc<Known>>,
 }
 
 impl Query {
@@ -229,7 +261,7 @@ fn call(rc: c_int) -> Result<(), c_int> {
 }
 
 /// The query's shared state: made on the first row from the arguments
-/// (`dfs`, and `pool` when given) and the table's totals.
+/// (`dfs`, and `pool` and `removals` when given) and the table's totals.
 ///
 /// # Safety
 /// `api`, `fts` and `values` as FTS5 passes them to an auxiliary function.
@@ -249,13 +281,16 @@ unsafe fn query_state<'q>(
         // alive until the query ends; calls of one query do not overlap.
         return Ok(unsafe { &mut *known.cast::<Query>() });
     }
-    let (Some(phrase_count), Some(row_count), Some(total_size)) =
-        (api.xPhraseCount, api.xRowCount, api.xColumnTotalSize)
-    else {
+    let (Some(phrase_count), Some(row_count), Some(total_size), Some(user_data)) = (
+        api.xPhraseCount,
+        api.xRowCount,
+        api.xColumnTotalSize,
+        api.xUserData,
+    ) else {
         return Err(ffi::SQLITE_MISUSE);
     };
     // FTS5 passes the arguments after the table's.
-    if !(1..=2).contains(&n_val) {
+    if !(1..=3).contains(&n_val) {
         return Err(ffi::SQLITE_MISUSE);
     }
     // SAFETY: at least one argument, checked above; the blob stays valid
@@ -270,11 +305,22 @@ unsafe fn query_state<'q>(
             std::slice::from_raw_parts(data, len)
         }
     };
-    let pool = if n_val == 2 {
-        // SAFETY: the second argument exists (n_val is 2).
+    let pool = if n_val >= 2 {
+        // SAFETY: the second argument exists (n_val is at least 2).
         unsafe { ffi::sqlite3_value_int64(*values.add(1)) }.max(0) as usize
     } else {
         0
+    };
+    let lengths = if n_val == 3 {
+        // SAFETY: the third argument exists; the user data is the
+        // `DocLengths` `register` gave, alive while the connection is.
+        unsafe {
+            let removals = ffi::sqlite3_value_int64(*values.add(2));
+            let shared = user_data(fts).cast_const().cast::<DocLengths>();
+            shared.as_ref().and_then(|l| l.at(removals))
+        }
+    } else {
+        None
     };
     // SAFETY: FTS5's own functions on the live context it passed, with
     // out-pointers to locals.
@@ -302,6 +348,7 @@ unsafe fn query_state<'q>(
         pool,
         best: BinaryHeap::with_capacity(pool + 1),
         last: None,
+        lengths,
     }));
     // SAFETY: as above; FTS5 owns the box from here and frees it with
     // `drop_query` (also when this call fails).
@@ -362,9 +409,21 @@ unsafe fn score(
             return Ok(bound);
         }
     }
-    let mut len: c_int = 0;
-    // SAFETY: as above.
-    call(unsafe { column_size(fts, -1, &mut len) })?;
+    let len = match query.lengths.as_ref().and_then(|known| known.get(row)) {
+        Some(len) => {
+            REMEMBERED.set(REMEMBERED.get() + 1);
+            len
+        }
+        None => {
+            let mut len: c_int = 0;
+            // SAFETY: as above.
+            call(unsafe { column_size(fts, -1, &mut len) })?;
+            if let Some(known) = &query.lengths {
+                known.put(row, len);
+            }
+            len
+        }
+    };
     let norm = K1 * (1.0 - B + B * f64::from(len) / query.avgdl);
     let score = query.bm25(&freq, norm);
     query.keep(score);

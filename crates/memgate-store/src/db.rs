@@ -13,12 +13,13 @@
 
 use crate::error::db_error;
 use crate::index::IndexWrites;
+use crate::lengths::DocLengths;
 use crate::schema;
 use memgate_core::{MemoryError, Result};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Idle reader connections kept for reuse: as many as can be busy at once
@@ -32,6 +33,8 @@ pub(crate) struct Db {
     writer: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
     closed: AtomicBool,
+    /// Turns' index lengths, shared by every connection's ranking.
+    lengths: Arc<DocLengths>,
 }
 
 fn truncate_wal(conn: &Connection) -> Result<()> {
@@ -67,13 +70,15 @@ impl Db {
     /// Opens (or creates) the file at `path`: its writer connection now
     /// (recognising the file and migrating it), readers when first needed.
     pub fn open(path: PathBuf, busy_timeout: Duration) -> Result<Self> {
-        let writer = schema::open_writer(&path, busy_timeout)?;
+        let lengths = Arc::new(DocLengths::default());
+        let writer = schema::open_writer(&path, busy_timeout, &lengths)?;
         Ok(Self {
             path,
             busy_timeout,
             writer: Mutex::new(Some(writer)),
             readers: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            lengths,
         })
     }
 
@@ -132,7 +137,7 @@ impl Db {
 
     fn open_reader(&self) -> Result<Connection> {
         let conn = Connection::open(&self.path).map_err(db_error)?;
-        schema::configure(&conn, self.busy_timeout).map_err(db_error)?;
+        schema::configure(&conn, self.busy_timeout, &self.lengths).map_err(db_error)?;
         conn.execute_batch("PRAGMA query_only = ON")
             .map_err(db_error)?;
         Ok(conn)

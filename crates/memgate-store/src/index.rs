@@ -86,8 +86,19 @@ impl IndexWrites {
         self.add(id, scope_id, text, &context);
     }
 
-    /// Writes everything collected, in order.
+    /// Writes everything collected, in order; a removal of a turn is
+    /// counted in `index_removals` in the same transaction, so lengths
+    /// remembered from before it are not used after it ([`crate::lengths`]).
     pub fn apply(self, conn: &Connection) -> Result<()> {
+        if self
+            .0
+            .iter()
+            .any(|op| matches!(op, Op::Remove { rowid } if *rowid > 0))
+        {
+            conn.prepare_cached("UPDATE index_removals SET n = n + 1 WHERE id = 1")
+                .and_then(|mut s| s.execute([]))
+                .map_err(db_error)?;
+        }
         let mut insert = conn
             .prepare_cached("INSERT INTO recall_index (rowid, body, context) VALUES (?1, ?2, ?3)")
             .map_err(db_error)?;

@@ -46,6 +46,7 @@ pub mod forget;
 pub mod handoff;
 pub mod hybrid;
 pub mod index;
+mod lengths;
 mod quantized;
 pub mod ranking;
 pub mod recall;

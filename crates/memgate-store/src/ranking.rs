@@ -34,7 +34,9 @@
 //! per scope (terms carry the scope tag); the total row count and average
 //! length that BM25 also uses are those of the whole file.
 
-use crate::bm25::{frequencies_blob, skipped_lengths, FUNCTION as BM25_FUNCTION};
+use crate::bm25::{
+    frequencies_blob, remembered_lengths, skipped_lengths, FUNCTION as BM25_FUNCTION,
+};
 use crate::error::db_error;
 use crate::scope::write_generation;
 use memgate_core::Result;
@@ -146,6 +148,9 @@ pub struct RankProfile {
     /// Walked documents scored by a bound without their length read: they
     /// could not enter the pool.
     pub lengths_skipped: usize,
+    /// Walked documents whose length was remembered from an earlier query,
+    /// not read from the index.
+    pub lengths_remembered: usize,
     /// BM25 rankings the budget stopped before MaxScore proved their pool
     /// exact (near-exact rankings).
     pub inexact: usize,
@@ -165,6 +170,7 @@ impl RankProfile {
         self.counted += other.counted;
         self.plan_n += other.plan_n;
         self.lengths_skipped += other.lengths_skipped;
+        self.lengths_remembered += other.lengths_remembered;
         self.inexact += other.inexact;
         self.newest += other.newest;
         self.plan += other.plan;
@@ -290,9 +296,10 @@ pub(crate) fn rank_within(
     let pool = candidate_pool(top_k);
     let candidates = match &plan {
         Plan::Scored(terms) => {
-            let skipped = skipped_lengths();
+            let (skipped, remembered) = (skipped_lengths(), remembered_lengths());
             let top = pruned_top(conn, scope, terms, budget, category, pool)?;
             clock.profile.lengths_skipped = (skipped_lengths() - skipped) as usize;
+            clock.profile.lengths_remembered = (remembered_lengths() - remembered) as usize;
             clock.profile.plan_n = top.walked;
             clock.profile.inexact = usize::from(!top.exact);
             top.hits
@@ -491,8 +498,12 @@ fn candidates(
     pool: usize,
 ) -> Result<Vec<(i64, f64)>> {
     let score = match rows {
-        // The pool lets the function skip rows that cannot enter it.
-        Rows::Scored(_) => format!("{BM25_FUNCTION}(recall_index, ?2, {pool})"),
+        // The pool lets the function skip rows that cannot enter it; the
+        // removal count, read in this statement's snapshot, says which
+        // remembered lengths hold in it.
+        Rows::Scored(_) => format!(
+            "{BM25_FUNCTION}(recall_index, ?2, {pool}, (SELECT n FROM index_removals WHERE id = 1))"
+        ),
         Rows::NewestTurns | Rows::NewestMemories => "0.0".to_owned(),
     };
     let mut sql =
@@ -913,8 +924,9 @@ mod tests {
     use crate::capture::{store_turns, Intake};
     use crate::config::LocalConfig;
     use crate::db::Db;
+    use crate::forget::erase_target;
     use crate::scope::ScopeRow;
-    use memgate_core::{Caller, CaptureReport, Message, Redactor};
+    use memgate_core::{Caller, CaptureReport, ForgetTarget, Message, Redactor};
     use memgate_recall::ranked::MAXSCORE_BUDGET;
     use memgate_recall::scope::ScopeKey;
     use memgate_testsupport::SplitMix;
@@ -1279,6 +1291,51 @@ mod tests {
             Ok(())
         })
         .unwrap();
+    }
+
+    /// A turn's length is taken from the ones remembered by an earlier
+    /// query, and never from before a turn left the index: after a thread
+    /// is forgotten its turn ids come back with other texts, and every
+    /// score is still FTS5's own `bm25()`.
+    #[test]
+    fn remembered_lengths_hold_until_a_turn_leaves_the_index() {
+        let (_dir, db, user) = empty_store();
+        capture_texts(&db, &user, "a", &["zebra one", "zebra two words here"]);
+        let long = "zebra and a great many other words besides it, to be long";
+        capture_texts(&db, &user, "b", &[long, long]);
+        let rank = |db: &Db| {
+            db.read(|conn| {
+                let scope = scope_of(conn, &user)?;
+                let terms = scored_terms(conn, scope, "zebra").unwrap();
+                let (expr, dfs) = walk_expression(&terms, terms.len());
+                let before = remembered_lengths();
+                let got = scored_candidates(conn, scope, &expr, &dfs, 50)?;
+                let remembered = remembered_lengths() - before;
+                assert_same_top(&got, &fts5_top(conn, &terms, 50), "zebra");
+                Ok((got, remembered))
+            })
+            .unwrap()
+        };
+        let (first, remembered) = rank(&db);
+        assert_eq!((first.len(), remembered), (4, 0));
+        let (again, remembered) = rank(&db);
+        assert_eq!((again, remembered), (first.clone(), 4));
+        let newest: Vec<i64> = first.iter().map(|h| h.0).filter(|&id| id > 2).collect();
+        assert_eq!(newest.len(), 2, "{first:?}");
+
+        let key = ScopeKey::of(&user);
+        db.write(|tx, index| erase_target(tx, index, &key, &ForgetTarget::Thread, None, Some("b")))
+            .unwrap();
+        capture_texts(&db, &user, "c", &["zebra", "zebra"]);
+        let (after, remembered) = rank(&db);
+        assert_eq!(remembered, 0, "no length from before the removal");
+        let ids: Vec<i64> = after.iter().map(|h| h.0).collect();
+        assert!(
+            newest.iter().all(|id| ids.contains(id)),
+            "ids not reused: {ids:?}"
+        );
+        let (_, remembered) = rank(&db);
+        assert_eq!(remembered, 4);
     }
 
     /// The lines of `sql`'s query plan (its two parameters bound).

@@ -10,12 +10,14 @@
 
 use crate::first_turn::cache_all_excerpts;
 use crate::index::IndexWrites;
+use crate::lengths::DocLengths;
 use memgate_core::{MemoryError, Result};
 
 pub use crate::error::db_error;
 pub use crate::scope::write_generation;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `MGAT` in ASCII: marks the file as a memgate store.
@@ -61,6 +63,11 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         name: "a memory's vector goes when it stops being current",
         apply: drop_vectors_of_retired_memories,
+    },
+    Migration {
+        name: "removals of turns from the recall index counted \
+               (what remembered turn lengths are checked against)",
+        apply: count_index_removals,
     },
 ];
 
@@ -324,6 +331,20 @@ fn drop_vectors_of_retired_memories(conn: &Connection) -> Result<()> {
     .map_err(db_error)
 }
 
+/// One count of the transactions that removed a turn from the recall
+/// index ([`crate::lengths`]: a turn's length in the index holds while it
+/// is unchanged).
+fn count_index_removals(conn: &Connection) -> Result<()> {
+    conn.execute_batch(
+        "CREATE TABLE index_removals (
+             id INTEGER PRIMARY KEY CHECK (id = 1),
+             n  INTEGER NOT NULL
+         );
+         INSERT INTO index_removals (id, n) VALUES (1, 0);",
+    )
+    .map_err(db_error)
+}
+
 /// Indexes every active memory and every turn (used when the index is created
 /// over existing rows).
 fn reindex_all(conn: &Connection) -> Result<()> {
@@ -397,8 +418,13 @@ fn inspect_existing(path: &Path) -> Result<()> {
 }
 
 /// Applies connection settings every connection of the store uses.
-pub fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
+pub fn configure(
+    conn: &Connection,
+    busy_timeout: Duration,
+    lengths: &Arc<DocLengths>,
+) -> rusqlite::Result<()> {
     conn.busy_timeout(busy_timeout)?;
+    crate::bm25::register(conn, Arc::clone(lengths))?;
     conn.set_prepared_statement_cache_capacity(64);
     // Plans never depend on bound values (the query planner stability
     // guarantee). Without it, a statement whose planning looked at a bound
@@ -419,7 +445,6 @@ pub fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<
     // a cached page is a hash lookup. Measured at 100k items: on-CPU recall
     // p50 1.61 ms and peak RSS 45 MB, against 2.03 ms and 113 MB with a map
     // (docs/design/lexical-recall.md).
-    crate::bm25::register(conn)?;
     conn.execute_batch(
         "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA mmap_size = 0;
          PRAGMA cache_size = -16384; PRAGMA wal_autocheckpoint = 4000;",
@@ -428,7 +453,11 @@ pub fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<
 
 /// Opens (creating if needed) the writer connection of the database at
 /// `path`, refusing foreign or newer files, and applies pending migrations.
-pub fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connection> {
+pub fn open_writer(
+    path: &Path,
+    busy_timeout: Duration,
+    lengths: &Arc<DocLengths>,
+) -> Result<Connection> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
             MemoryError::Backend(format!("cannot create directory {}: {e}", dir.display()))
@@ -438,7 +467,7 @@ pub fn open_writer(path: &Path, busy_timeout: Duration) -> Result<Connection> {
         inspect_existing(path)?;
     }
     let mut conn = Connection::open(path).map_err(db_error)?;
-    configure(&conn, busy_timeout).map_err(db_error)?;
+    configure(&conn, busy_timeout, lengths).map_err(db_error)?;
     // Deleted content is overwritten with zeros (cells, freed pages), so an
     // erased memory leaves no copy in free space of the file.
     conn.execute_batch("PRAGMA secure_delete = ON")

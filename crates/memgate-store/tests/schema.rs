@@ -348,6 +348,41 @@ fn a_version_7_file_is_migrated_and_no_memory_that_stopped_being_current_keeps_a
     assert!(vectors(&path).is_empty());
 }
 
+/// A file from before removals from the recall index were counted:
+/// migrated, it counts from 0; a capture counts nothing, and forgetting a
+/// thread counts one removal (what remembered turn lengths are checked
+/// against).
+#[test]
+fn a_version_8_file_is_migrated_and_counts_the_removals_of_turns_from_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v8.sqlite3");
+    let removals = |path: &std::path::Path| -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row("SELECT n FROM index_removals", [], |r| r.get(0))
+            .unwrap()
+    };
+    {
+        let mut conn = Connection::open(&path).unwrap();
+        migrate(&mut conn, 8).unwrap();
+    }
+    let store = MemoryStore::open(&path, LocalConfig::default()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(removals(&path), 0);
+    let hello = vec![memgate_core::Message::human("hello, I am Alice")];
+    store
+        .capture(&common::capture(&alice(), "t1", hello))
+        .unwrap();
+    assert_eq!(removals(&path), 0);
+    store
+        .forget(
+            &alice().with_thread("t1"),
+            &memgate_core::ForgetTarget::Thread,
+        )
+        .unwrap();
+    assert_eq!(removals(&path), 1);
+}
+
 /// Many small captures (a host captures after every turn) leave the recall
 /// index in few segments: each term lookup of a recall visits every
 /// segment. With incremental merging alone, 300 one-turn captures left 16.
