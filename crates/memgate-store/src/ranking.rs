@@ -1338,6 +1338,56 @@ mod tests {
         assert_eq!(remembered, 4);
     }
 
+    /// Readers ranking while a writer captures a thread and forgets it,
+    /// again and again, its turns taking the same ids with other lengths
+    /// each time: every ranking's scores are FTS5's own `bm25()` in that
+    /// ranking's snapshot, and remembered lengths were used.
+    #[test]
+    fn remembered_lengths_hold_while_turn_ids_come_back_under_concurrent_reads() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let (_dir, db, user) = empty_store();
+        capture_texts(&db, &user, "base", &["zebra one", "zebra two words here"]);
+        let stop = AtomicBool::new(false);
+        let (rankings, remembered) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        db.read(|conn| {
+                            let scope = scope_of(conn, &user)?;
+                            let terms = scored_terms(conn, scope, "zebra").unwrap();
+                            let (expr, dfs) = walk_expression(&terms, terms.len());
+                            let before = remembered_lengths();
+                            let got = scored_candidates(conn, scope, &expr, &dfs, 50)?;
+                            remembered.fetch_add(remembered_lengths() - before, Ordering::Relaxed);
+                            assert_same_top(&got, &fts5_top(conn, &terms, 50), "zebra");
+                            rankings.fetch_add(1, Ordering::Relaxed);
+                            Ok(())
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+            let key = ScopeKey::of(&user);
+            for round in 0..60 {
+                let text = format!("zebra{}", " word".repeat(round % 7 * 5));
+                capture_texts(&db, &user, "t", &[&text, &text]);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                db.write(|tx, index| {
+                    erase_target(tx, index, &key, &ForgetTarget::Thread, None, Some("t"))
+                })
+                .unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let (rankings, remembered) = (rankings.into_inner(), remembered.into_inner());
+        assert!(
+            rankings > 60,
+            "only {rankings} rankings ran beside the writes"
+        );
+        assert!(remembered > 0, "no remembered length was used");
+    }
+
     /// The lines of `sql`'s query plan (its two parameters bound).
     fn query_plan(conn: &Connection, sql: &str) -> Result<Vec<String>> {
         conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
