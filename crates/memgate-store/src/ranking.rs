@@ -1293,6 +1293,20 @@ mod tests {
         .unwrap();
     }
 
+    /// `user`'s candidates for "zebra" by `memgate_bm25`, checked against
+    /// FTS5's own `bm25()` in the same snapshot, and how many lengths the
+    /// ranking took from the remembered ones.
+    fn zebra_as_fts5_scores_it(conn: &Connection, user: &Caller) -> Result<(Vec<(i64, f64)>, u64)> {
+        let scope = scope_of(conn, user)?;
+        let terms = scored_terms(conn, scope, "zebra").unwrap();
+        let (expr, dfs) = walk_expression(&terms, terms.len());
+        let before = remembered_lengths();
+        let got = scored_candidates(conn, scope, &expr, &dfs, 50)?;
+        let remembered = remembered_lengths() - before;
+        assert_same_top(&got, &fts5_top(conn, &terms, 50), "zebra");
+        Ok((got, remembered))
+    }
+
     /// A turn's length is taken from the ones remembered by an earlier
     /// query, and never from before a turn left the index: after a thread
     /// is forgotten its turn ids come back with other texts, and every
@@ -1304,17 +1318,8 @@ mod tests {
         let long = "zebra and a great many other words besides it, to be long";
         capture_texts(&db, &user, "b", &[long, long]);
         let rank = |db: &Db| {
-            db.read(|conn| {
-                let scope = scope_of(conn, &user)?;
-                let terms = scored_terms(conn, scope, "zebra").unwrap();
-                let (expr, dfs) = walk_expression(&terms, terms.len());
-                let before = remembered_lengths();
-                let got = scored_candidates(conn, scope, &expr, &dfs, 50)?;
-                let remembered = remembered_lengths() - before;
-                assert_same_top(&got, &fts5_top(conn, &terms, 50), "zebra");
-                Ok((got, remembered))
-            })
-            .unwrap()
+            db.read(|conn| zebra_as_fts5_scores_it(conn, &user))
+                .unwrap()
         };
         let (first, remembered) = rank(&db);
         assert_eq!((first.len(), remembered), (4, 0));
@@ -1353,18 +1358,11 @@ mod tests {
             for _ in 0..2 {
                 s.spawn(|| {
                     while !stop.load(Ordering::Relaxed) {
-                        db.read(|conn| {
-                            let scope = scope_of(conn, &user)?;
-                            let terms = scored_terms(conn, scope, "zebra").unwrap();
-                            let (expr, dfs) = walk_expression(&terms, terms.len());
-                            let before = remembered_lengths();
-                            let got = scored_candidates(conn, scope, &expr, &dfs, 50)?;
-                            remembered.fetch_add(remembered_lengths() - before, Ordering::Relaxed);
-                            assert_same_top(&got, &fts5_top(conn, &terms, 50), "zebra");
-                            rankings.fetch_add(1, Ordering::Relaxed);
-                            Ok(())
-                        })
-                        .unwrap();
+                        let (_, used) = db
+                            .read(|conn| zebra_as_fts5_scores_it(conn, &user))
+                            .unwrap();
+                        remembered.fetch_add(used, Ordering::Relaxed);
+                        rankings.fetch_add(1, Ordering::Relaxed);
                     }
                 });
             }
