@@ -86,15 +86,41 @@ impl IndexWrites {
         self.add(id, scope_id, text, &context);
     }
 
-    /// Writes everything collected, in order; a removal of a turn is
-    /// counted in `index_removals` in the same transaction, so lengths
-    /// remembered from before it are not used after it ([`crate::lengths`]).
-    pub fn apply(self, conn: &Connection) -> Result<()> {
+    /// Whether an id of a turn these writes remove may be given to another
+    /// turn. SQLite gives a new turn the largest id in the table plus one,
+    /// so an id below a remaining turn's never comes back while that turn
+    /// stays, and the removal that takes the last turn above it is counted
+    /// itself: a retention sweep (the oldest turns) or a forgotten older
+    /// thread keeps every remembered length. Writes that also add turns
+    /// are counted whenever they remove one.
+    fn turn_ids_may_return(&self, conn: &Connection) -> Result<bool> {
+        let removed = self.0.iter().filter_map(|op| match op {
+            Op::Remove { rowid } if *rowid > 0 => Some(*rowid),
+            _ => None,
+        });
+        let Some(highest) = removed.max() else {
+            return Ok(false);
+        };
         if self
             .0
             .iter()
-            .any(|op| matches!(op, Op::Remove { rowid } if *rowid > 0))
+            .any(|op| matches!(op, Op::Add { rowid, .. } if *rowid > 0))
         {
+            return Ok(true);
+        }
+        let remaining: Option<i64> = conn
+            .prepare_cached("SELECT max(id) FROM turns")
+            .and_then(|mut s| s.query_row([], |r| r.get(0)))
+            .map_err(db_error)?;
+        Ok(remaining.is_none_or(|top| highest > top))
+    }
+
+    /// Writes everything collected, in order. A removal of a turn whose id
+    /// may come back is counted in `index_removals` in the same
+    /// transaction, so lengths remembered from before it are not used
+    /// after it ([`crate::lengths`]).
+    pub fn apply(self, conn: &Connection) -> Result<()> {
+        if self.turn_ids_may_return(conn)? {
             conn.prepare_cached("UPDATE index_removals SET n = n + 1 WHERE id = 1")
                 .and_then(|mut s| s.execute([]))
                 .map_err(db_error)?;

@@ -4,11 +4,13 @@
 //! `recall_index_docsize`: a b-tree lookup per row, about 30% of a large
 //! scope's candidate query (a recall at 100k items walks up to 2,000 rows).
 //! A turn's row never changes while it is in the index: turns are never
-//! edited, and a turn id comes back only after its turn was removed. So a
-//! length read once holds until a turn leaves the index.
+//! edited, and a turn id comes back only after its turn was removed, and
+//! only once no turn above it remains (SQLite gives a new turn the largest
+//! id plus one). So a length read once holds until such a removal.
 //!
-//! Every transaction that removes a turn from the index adds one to
-//! `index_removals.n` ([`crate::index::IndexWrites::apply`]). A query reads
+//! Every transaction that removes a turn whose id may come back adds one to
+//! `index_removals.n` ([`crate::index::IndexWrites::apply`]); a retention
+//! sweep, which takes the oldest turns, does not. A query reads
 //! that count in its own snapshot and uses only the lengths remembered
 //! under the same count ([`DocLengths::at`]); any two snapshots with the
 //! same count agree on the length of every turn both hold. A write

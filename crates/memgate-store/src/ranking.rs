@@ -1343,6 +1343,37 @@ mod tests {
         assert_eq!(remembered, 4);
     }
 
+    /// Forgetting turns below a remaining turn's id (a retention sweep
+    /// takes the oldest) keeps the remembered lengths: SQLite gives new
+    /// turns ids above every remaining one, so those ids never come back.
+    #[test]
+    fn forgetting_older_turns_keeps_the_remembered_lengths() {
+        let (_dir, db, user) = empty_store();
+        capture_texts(&db, &user, "old", &["zebra one", "zebra two words here"]);
+        capture_texts(
+            &db,
+            &user,
+            "new",
+            &["zebra three", "zebra and four more words"],
+        );
+        let rank = |db: &Db| {
+            db.read(|conn| zebra_as_fts5_scores_it(conn, &user))
+                .unwrap()
+        };
+        assert_eq!(rank(&db).1, 0);
+        let key = ScopeKey::of(&user);
+        db.write(|tx, index| {
+            erase_target(tx, index, &key, &ForgetTarget::Thread, None, Some("old"))
+        })
+        .unwrap();
+        capture_texts(&db, &user, "newer", &["zebra five is here"]);
+        let (after, remembered) = rank(&db);
+        let ids: Vec<i64> = after.iter().map(|h| h.0).collect();
+        assert_eq!(ids.len(), 3);
+        assert!(ids.iter().all(|&id| id > 2), "an old id came back: {ids:?}");
+        assert_eq!(remembered, 2, "the remaining turns' lengths were kept");
+    }
+
     /// Readers ranking while a writer captures a thread and forgets it,
     /// again and again, its turns taking the same ids with other lengths
     /// each time: every ranking's scores are FTS5's own `bm25()` in that

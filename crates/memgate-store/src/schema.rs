@@ -65,7 +65,7 @@ const MIGRATIONS: &[Migration] = &[
         apply: drop_vectors_of_retired_memories,
     },
     Migration {
-        name: "removals of turns from the recall index counted \
+        name: "removals of turns whose ids may come back counted \
                (what remembered turn lengths are checked against)",
         apply: count_index_removals,
     },
@@ -331,9 +331,9 @@ fn drop_vectors_of_retired_memories(conn: &Connection) -> Result<()> {
     .map_err(db_error)
 }
 
-/// One count of the transactions that removed a turn from the recall
-/// index ([`crate::lengths`]: a turn's length in the index holds while it
-/// is unchanged).
+/// One count of the transactions that removed a turn whose id may be
+/// given out again from the recall index ([`crate::lengths`]: a turn's
+/// length in the index holds while it is unchanged).
 fn count_index_removals(conn: &Connection) -> Result<()> {
     conn.execute_batch(
         "CREATE TABLE index_removals (

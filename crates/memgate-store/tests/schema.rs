@@ -349,9 +349,10 @@ fn a_version_7_file_is_migrated_and_no_memory_that_stopped_being_current_keeps_a
 }
 
 /// A file from before removals from the recall index were counted:
-/// migrated, it counts from 0; a capture counts nothing, and forgetting a
-/// thread counts one removal (what remembered turn lengths are checked
-/// against).
+/// migrated, it counts from 0. A capture counts nothing, nor does
+/// forgetting a thread older than a remaining turn (its ids never come
+/// back); forgetting the newest thread counts one removal (what
+/// remembered turn lengths are checked against).
 #[test]
 fn a_version_8_file_is_migrated_and_counts_the_removals_of_turns_from_the_index() {
     let dir = tempfile::tempdir().unwrap();
@@ -369,17 +370,24 @@ fn a_version_8_file_is_migrated_and_counts_the_removals_of_turns_from_the_index(
     let store = MemoryStore::open(&path, LocalConfig::default()).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     assert_eq!(removals(&path), 0);
-    let hello = vec![memgate_core::Message::human("hello, I am Alice")];
-    store
-        .capture(&common::capture(&alice(), "t1", hello))
-        .unwrap();
+    for thread in ["t1", "t2"] {
+        let hello = vec![memgate_core::Message::human(format!("hello in {thread}"))];
+        store
+            .capture(&common::capture(&alice(), thread, hello))
+            .unwrap();
+    }
     assert_eq!(removals(&path), 0);
-    store
-        .forget(
-            &alice().with_thread("t1"),
-            &memgate_core::ForgetTarget::Thread,
-        )
-        .unwrap();
+    let forget = |thread: &str| {
+        store
+            .forget(
+                &alice().with_thread(thread),
+                &memgate_core::ForgetTarget::Thread,
+            )
+            .unwrap()
+    };
+    assert_eq!(forget("t1").turns, 1);
+    assert_eq!(removals(&path), 0);
+    assert_eq!(forget("t2").turns, 1);
     assert_eq!(removals(&path), 1);
 }
 
