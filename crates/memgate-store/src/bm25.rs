@@ -369,9 +369,12 @@ unsafe fn score(
     n_val: c_int,
     values: *mut *mut ffi::sqlite3_value,
 ) -> Result<f64, c_int> {
-    let (Some(rowid), Some(inst_count), Some(inst), Some(column_size)) =
-        (api.xRowid, api.xInstCount, api.xInst, api.xColumnSize)
-    else {
+    let (Some(rowid), Some(phrase_first), Some(phrase_next), Some(column_size)) = (
+        api.xRowid,
+        api.xPhraseFirst,
+        api.xPhraseNext,
+        api.xColumnSize,
+    ) else {
         return Err(ffi::SQLITE_MISUSE);
     };
     // SAFETY: as this function's contract.
@@ -384,19 +387,27 @@ unsafe fn score(
             return Ok(score);
         }
     }
+    // Each scored phrase's instances, read phrase by phrase: a phrase given
+    // 0 (a walked term repeated to reach the document) is not read at all,
+    // and FTS5 does not merge every phrase's instances into one list.
     let mut freq = vec![0.0f64; query.idfs.len()];
-    let mut n: c_int = 0;
-    // SAFETY: as above.
-    call(unsafe { inst_count(fts, &mut n) })?;
-    for i in 0..n {
-        let (mut phrase, mut column, mut offset) = (0, 0, 0);
-        // SAFETY: as above; `i` is below the instance count.
-        call(unsafe { inst(fts, i, &mut phrase, &mut column, &mut offset) })?;
-        if let (Some(f), Some(w)) = (
-            freq.get_mut(phrase as usize),
-            COLUMN_WEIGHTS.get(column as usize),
-        ) {
-            *f += w;
+    for (phrase, f) in freq.iter_mut().enumerate() {
+        if query.idfs[phrase].is_none() {
+            continue;
+        }
+        let mut iter = ffi::Fts5PhraseIter {
+            a: ptr::null(),
+            b: ptr::null(),
+        };
+        let (mut column, mut offset): (c_int, c_int) = (0, 0);
+        // SAFETY: as above; `phrase` is below the phrase count (`idfs` has
+        // one entry per phrase), and `iter` is read only by FTS5 while
+        // this row is current.
+        call(unsafe { phrase_first(fts, phrase as c_int, &mut iter, &mut column, &mut offset) })?;
+        while column >= 0 {
+            *f += COLUMN_WEIGHTS.get(column as usize).copied().unwrap_or(0.0);
+            // SAFETY: as above.
+            unsafe { phrase_next(fts, &mut iter, &mut column, &mut offset) };
         }
     }
     // Length 0 gives each part its largest value (the norm only grows
