@@ -55,7 +55,7 @@ const OVERLAP_QUERIES: usize = 200;
 const UNPRUNED: usize = 10_000_000;
 /// The postings budgets whose rankings are compared (the shipped one is
 /// added when it is not among them).
-const COMPARED_BUDGETS: [usize; 5] = [600, 2_000, 5_000, 20_000, UNPRUNED];
+const COMPARED_BUDGETS: [usize; 6] = [600, 1_500, 2_000, 5_000, 20_000, UNPRUNED];
 /// Items embedded by the real embedder when benchmarking hybrid recall.
 pub const EMBED_SAMPLE: usize = 1_000;
 

@@ -1,8 +1,9 @@
 //! Turns' lengths in the recall index, remembered across queries.
 //!
 //! Scoring a row with BM25 needs its length, which FTS5 reads from
-//! `recall_index_docsize`: a b-tree lookup per row, about 30% of a large
-//! scope's candidate query (a recall at 100k items walks up to 2,000 rows).
+//! `recall_index_docsize`: a b-tree lookup per row, the largest part of a
+//! large scope's candidate query (a recall at 100k items walks up to 2,000
+//! rows).
 //! A turn's row never changes while it is in the index: turns are never
 //! edited, and a turn id comes back only after its turn was removed, and
 //! only once no turn above it remains (SQLite gives a new turn the largest
@@ -16,9 +17,8 @@
 //! same count agree on the length of every turn both hold. A write
 //! transaction applies its index writes and the count last, just before
 //! it commits, so no ranking sees a count or a length that may be rolled
-//! back. Memories are
-//! revised in place (same rowid, new text) and are few, so they are not
-//! remembered.
+//! back. Memories are revised in place (same rowid, new text) and are
+//! few, so they are not remembered.
 
 use std::cmp::Ordering;
 use std::sync::atomic::{AtomicU16, Ordering as Atomic};
