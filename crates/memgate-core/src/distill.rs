@@ -266,6 +266,13 @@ pub struct QueueFigures {
     pub tokens_today: u64,
 }
 
+/// Jobs waiting: queued, and parked with a reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    pub queued: u64,
+    pub parked: u64,
+}
+
 /// The `distill` line of `doctor` for `queue`: the queue, parked jobs (a
 /// problem: each waits for an operator), tokens used today.
 pub async fn doctor_line(queue: &dyn DistillQueue) -> crate::Diagnostic {
@@ -324,7 +331,13 @@ pub trait DistillQueue: Send + Sync {
     /// Queues parked jobs again (all, or the one named); how many.
     async fn retry_parked(&self, job: Option<i64>) -> Result<usize>;
 
+    /// Every figure of the queue (`doctor`): counting the done jobs reads
+    /// the whole history.
     async fn queue_figures(&self, day: &str) -> Result<QueueFigures>;
+
+    /// The jobs still waiting, in one read that does not grow with the done
+    /// history: what the serving worker re-reads for `/metrics`.
+    async fn queue_depth(&self) -> Result<QueueDepth>;
 
     /// Queues every captured turn no job covers yet (threads captured
     /// before distillation was turned on); how many threads got work.

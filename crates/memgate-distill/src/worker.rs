@@ -375,7 +375,7 @@ impl Distiller {
     }
 
     async fn refresh_queue_figures(&self) {
-        if let Ok(f) = self.queue.queue_figures(&today()).await {
+        if let Ok(f) = self.queue.queue_depth().await {
             self.stats.queued.store(f.queued, Ordering::Relaxed);
             self.stats.parked_now.store(f.parked, Ordering::Relaxed);
         }

@@ -6,7 +6,7 @@
 //! request body). Each behaviour runs as `local::<name>` and
 //! `postgres::<name>` (ignored without the cluster).
 
-use memgate_core::distill::{DistillQueue, QueueLimits};
+use memgate_core::distill::{DistillQueue, Operation, ProposedFact, QueueDepth, QueueLimits};
 use memgate_core::setup::EnvSource;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, Fact, FactOrigin, FactState, ForgetTarget, MemoryBackend,
@@ -999,6 +999,86 @@ async fn a_ranking_shows_a_fact_or_the_turn_it_rests_on_never_both(place: Place)
     );
 }
 
+/// Turns captured while a job runs join it; applying the job ends what
+/// it read, with operations or without (one statement on postgres), and
+/// the joined turns are the next job.
+async fn turns_that_join_a_running_job_stay_queued_after_it(place: Place) {
+    let backend = place.open().await;
+    for thread in ["quiet", "chatty"] {
+        capture(backend.as_ref(), thread, &["I play chess."]).await;
+    }
+    let jobs = backend.next_jobs(2, &[]).await.unwrap();
+    assert_eq!(jobs.len(), 2);
+    for thread in ["quiet", "chatty"] {
+        capture(backend.as_ref(), thread, &["I play chess.", "And I swim."]).await;
+    }
+    for job in &jobs {
+        let operations = match job.thread() {
+            "chatty" => vec![Operation::Add(ProposedFact {
+                kind: "fact".into(),
+                text: "Dana plays chess".into(),
+                confidence: 0.9,
+                sources: vec![job.turns[0].id.clone()],
+            })],
+            _ => Vec::new(),
+        };
+        assert!(!backend.apply(job, &operations).await.unwrap().replayed);
+        assert!(backend.apply(job, &operations).await.unwrap().replayed);
+    }
+    let waiting = QueueDepth {
+        queued: 2,
+        parked: 0,
+    };
+    assert_eq!(backend.queue_depth().await.unwrap(), waiting);
+    let next = backend.next_jobs(2, &[]).await.unwrap();
+    assert_eq!(next.len(), 2);
+    for job in &next {
+        let texts: Vec<&str> = job.turns.iter().map(|t| t.text.as_str()).collect();
+        assert_eq!(texts, ["And I swim."], "{}", job.thread());
+        assert!(!backend.apply(job, &[]).await.unwrap().replayed);
+    }
+    assert_eq!(backend.queue_depth().await.unwrap(), QueueDepth::default());
+    assert_eq!(backend.queue_figures("x").await.unwrap().done, 2);
+    assert_eq!(
+        backend
+            .list_facts(&dana("chatty"), false)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// What the serving worker re-reads for `/metrics`: queued and parked
+/// jobs, the same counts `doctor`'s figures give, without the done ones.
+async fn the_queue_depth_counts_the_jobs_still_waiting(place: Place) {
+    let backend = place.open().await;
+    for thread in ["a", "b", "c"] {
+        capture(
+            backend.as_ref(),
+            thread,
+            &[&format!("A note in thread {thread}.")],
+        )
+        .await;
+    }
+    let jobs = backend.next_jobs(3, &[]).await.unwrap();
+    backend.park(jobs[0].id, "a test parked it").await.unwrap();
+    backend.apply(&jobs[1], &[]).await.unwrap();
+    let depth = backend.queue_depth().await.unwrap();
+    assert_eq!(
+        depth,
+        QueueDepth {
+            queued: 1,
+            parked: 1
+        }
+    );
+    let figures = backend.queue_figures("x").await.unwrap();
+    assert_eq!(
+        (figures.queued, figures.parked, figures.done),
+        (depth.queued, depth.parked, 1)
+    );
+}
+
 on_both_stores!(
     a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance,
     supersede_closes_the_old_version_and_keeps_it_in_history,
@@ -1015,6 +1095,8 @@ on_both_stores!(
     a_change_that_does_not_name_the_old_value_supersedes_it,
     the_token_budgets_park_an_oversized_job_and_hold_the_rest_for_another_day,
     a_ranking_shows_a_fact_or_the_turn_it_rests_on_never_both,
+    turns_that_join_a_running_job_stay_queued_after_it,
+    the_queue_depth_counts_the_jobs_still_waiting,
 );
 
 /// Two replicas (two handles, each its own lease holder) running workers

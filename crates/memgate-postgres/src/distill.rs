@@ -10,10 +10,13 @@
 //! start new jobs. A worker takes a thread's oldest job with a lease
 //! (`claimed_by`, `claimed_until`, migration 7; `SKIP LOCKED`), so
 //! replicas sharing the queue call the model once per job; a lease that
-//! ran out (its worker was killed) lets another take the job.
-//! [`DistillQueue::apply`] locks the job's row first (`FOR UPDATE`): of
-//! two workers that ran the same job after a lease ran out, the second
-//! finds it done and writes nothing.
+//! ran out (its worker was killed) lets another take the job. Taking jobs
+//! is one statement (the claim, and the turns it reads), and so is ending
+//! a job the model gave no operations: an idle worker polls, and most
+//! turns change no fact.
+//! [`DistillQueue::apply`] locks the job's row first (`FOR UPDATE`, or the
+//! ending `UPDATE` itself): of two workers that ran the same job after a
+//! lease ran out, the second finds it done and writes nothing.
 
 use crate::backend::{PostgresBackend, Scope};
 use crate::facts::{fact_from_row, FACT_COLUMNS};
@@ -21,7 +24,7 @@ use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use memgate_core::distill::{
     check_proposal, check_supersedable, Applied, CheckedProposal, DistillJob, DistillQueue,
-    JobTurn, Operation, ParkedJob, QueueFigures, QueueLimits, SupersedeTarget,
+    JobTurn, Operation, ParkedJob, QueueDepth, QueueFigures, QueueLimits, SupersedeTarget,
 };
 use memgate_core::facts::{ChangedBy, FactOrigin, NewFact};
 use memgate_core::time::now_rfc3339;
@@ -31,6 +34,7 @@ use memgate_recall::citation::{parse_memory_citation, turn_citation};
 use memgate_recall::ranked::{Among, Origin, Ranked};
 use memgate_recall::scope::ScopeKey;
 use std::collections::HashMap;
+use tokio_postgres::types::ToSql;
 
 /// A job's lease when the handle was opened without `memory.distill`'s
 /// limits (`memgate distill` on a store opened for it always has them).
@@ -171,33 +175,6 @@ impl PostgresBackend {
         }
         tx.commit().await.map_err(|e| self.err(e))?;
         Ok(queued)
-    }
-
-    async fn job_turns(
-        &self,
-        c: &impl GenericClient,
-        scope_id: i64,
-        thread: &str,
-        first: i64,
-        last: i64,
-    ) -> Result<Vec<JobTurn>> {
-        Ok(self
-            .rows(
-                c,
-                "SELECT id, role, speaker, coalesce(occurred_at, captured_at), text FROM turns
-                 WHERE scope_id = $1 AND thread = $2 AND id BETWEEN $3 AND $4 ORDER BY seq",
-                &[&scope_id, &thread, &first, &last],
-            )
-            .await?
-            .iter()
-            .map(|r| JobTurn {
-                id: turn_citation(r.get(0)),
-                role: r.get(1),
-                speaker: r.get(2),
-                said_at: r.get(3),
-                text: r.get(4),
-            })
-            .collect())
     }
 
     /// Inserts a distilled fact resting on `checked.sources`, or finds the
@@ -356,76 +333,111 @@ impl PostgresBackend {
             .collect())
     }
 
-    async fn count_jobs(&self, c: &impl GenericClient, state: &str) -> Result<u64> {
-        let n: i64 = self
-            .row(
-                c,
-                "SELECT count(*) FROM distill_jobs WHERE state = $1",
-                &[&state],
-            )
-            .await?
-            .get(0);
-        Ok(n as u64)
+    /// Ends `job` as read: done, or, when turns joined it while it ran,
+    /// queued again from the first turn it did not cover. Only while it is
+    /// not done and still starts within what was read; 0 rows otherwise
+    /// (a replay).
+    async fn finish_job(&self, c: &impl GenericClient, job: &DistillJob) -> Result<u64> {
+        self.exec(
+            c,
+            "UPDATE distill_jobs SET
+                 state = CASE WHEN last_turn > $2 THEN state ELSE 'done' END,
+                 first_turn = CASE WHEN last_turn > $2 THEN $2 + 1 ELSE first_turn END,
+                 attempts = CASE WHEN last_turn > $2 THEN 0 ELSE attempts END,
+                 reason = CASE WHEN last_turn > $2 THEN reason END,
+                 updated_at = $3, claimed_by = NULL, claimed_until = NULL
+             WHERE id = $1 AND state <> 'done' AND first_turn <= $2",
+            &[&job.id, &job.through, &now_rfc3339()],
+        )
+        .await
     }
 }
 
 #[async_trait]
 impl DistillQueue for PostgresBackend {
     async fn next_jobs(&self, limit: usize, running: &[i64]) -> Result<Vec<DistillJob>> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| self.err(e))?;
-        // Each thread's oldest queued job only (a thread runs in order, on
-        // whichever replica holds it), not held by another live worker;
-        // rows another worker is taking right now are skipped, not waited
-        // for. A job this handle holds stays its own (a job backing off
-        // is taken again by the same worker).
+        let client = self.client().await?;
+        let lease = self.distill.map_or(DEFAULT_LEASE, |l| l.lease);
+        // One statement (one round trip; an idle worker runs it every
+        // poll): each thread's oldest queued job only (a thread runs in
+        // order, on whichever replica holds it), not held by another live
+        // worker, rows another worker is taking right now skipped, not
+        // waited for; a job this handle holds stays its own (a job backing
+        // off is taken again by the same worker). The claim commits with
+        // the statement, and the job's turns are read with it.
         let rows = self
             .rows(
-                &tx,
+                &client,
                 "WITH heads AS (
                      SELECT DISTINCT ON (scope_id, thread) id FROM distill_jobs
-                     WHERE state = 'queued' ORDER BY scope_id, thread, id)
-                 SELECT j.id, j.scope_id, j.thread, j.first_turn, j.last_turn, j.attempts,
-                        s.user_id, s.peer
-                 FROM distill_jobs j JOIN scopes s ON s.id = j.scope_id
-                 WHERE j.id IN (SELECT id FROM heads) AND j.state = 'queued'
-                   AND NOT (j.id = ANY($1))
-                   AND (j.claimed_until IS NULL OR j.claimed_until < now() OR j.claimed_by = $2)
-                 ORDER BY j.id LIMIT $3
-                 FOR UPDATE OF j SKIP LOCKED",
-                &[&running, &self.claimer, &(limit as i64)],
+                     WHERE state = 'queued' ORDER BY scope_id, thread, id),
+                 picked AS (
+                     SELECT j.id FROM distill_jobs j
+                     WHERE j.id IN (SELECT id FROM heads) AND j.state = 'queued'
+                       AND NOT (j.id = ANY($1))
+                       AND (j.claimed_until IS NULL OR j.claimed_until < now()
+                            OR j.claimed_by = $2)
+                     ORDER BY j.id LIMIT $3
+                     FOR UPDATE SKIP LOCKED),
+                 claimed AS (
+                     UPDATE distill_jobs j SET claimed_by = $2,
+                            claimed_until = now() + make_interval(secs => $4)
+                     FROM picked WHERE j.id = picked.id
+                     RETURNING j.id, j.scope_id, j.thread, j.first_turn, j.last_turn, j.attempts)
+                 SELECT c.id, c.scope_id, c.thread, c.last_turn, c.attempts, s.user_id, s.peer,
+                        t.id, t.role, t.speaker, coalesce(t.occurred_at, t.captured_at), t.text
+                 FROM claimed c JOIN scopes s ON s.id = c.scope_id
+                 LEFT JOIN turns t ON t.scope_id = c.scope_id AND t.thread = c.thread
+                                  AND t.id BETWEEN c.first_turn AND c.last_turn
+                 ORDER BY c.id, t.seq",
+                &[
+                    &running,
+                    &self.claimer,
+                    &(limit as i64),
+                    &lease.as_secs_f64(),
+                ],
             )
             .await?;
-        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-        let lease = self.distill.map_or(DEFAULT_LEASE, |l| l.lease);
-        self.exec(
-            &tx,
-            "UPDATE distill_jobs SET claimed_by = $2,
-                    claimed_until = now() + make_interval(secs => $3)
-             WHERE id = ANY($1)",
-            &[&ids, &self.claimer, &lease.as_secs_f64()],
-        )
-        .await?;
-        let mut jobs = Vec::with_capacity(rows.len());
+        let mut jobs: Vec<DistillJob> = Vec::new();
         for r in &rows {
-            let (scope_id, thread): (i64, String) = (r.get(1), r.get(2));
-            let (first, last): (i64, i64) = (r.get(3), r.get(4));
-            let turns = self.job_turns(&tx, scope_id, &thread, first, last).await?;
-            let caller = ScopeKey {
-                user: r.get(6),
-                peer: r.get(7),
+            let id: i64 = r.get(0);
+            if jobs.last().is_none_or(|j| j.id != id) {
+                let thread: String = r.get(2);
+                let caller = ScopeKey {
+                    user: r.get(5),
+                    peer: r.get(6),
+                }
+                .caller()
+                .with_thread(thread.as_str());
+                jobs.push(DistillJob {
+                    id,
+                    caller,
+                    turns: Vec::new(),
+                    attempts: r.get::<_, i32>(4) as u32,
+                    through: r.get(3),
+                });
             }
-            .caller()
-            .with_thread(thread.as_str());
-            jobs.push(DistillJob {
-                id: r.get(0),
-                caller,
-                turns,
-                attempts: r.get::<_, i32>(5) as u32,
-                through: last,
+            let Some(turn) = r.get::<_, Option<i64>>(7) else {
+                continue;
+            };
+            let job = jobs.last_mut().expect("pushed above");
+            // The claim sees the job's row as last committed (with the
+            // turns a capture joined a moment ago); the turns are read in
+            // the statement's snapshot, which may not hold those yet. The
+            // job covers the turns read: the rest stays queued.
+            job.through = if job.turns.is_empty() {
+                turn
+            } else {
+                job.through.max(turn)
+            };
+            job.turns.push(JobTurn {
+                id: turn_citation(turn),
+                role: r.get(8),
+                speaker: r.get(9),
+                said_at: r.get(10),
+                text: r.get(11),
             });
         }
-        tx.commit().await.map_err(|e| self.err(e))?;
         Ok(jobs)
     }
 
@@ -452,27 +464,26 @@ impl DistillQueue for PostgresBackend {
         let client = self.client().await?;
         let current = "scope_id = (SELECT id FROM scopes WHERE user_id = $2 AND peer = $3)
              AND state = 'active' AND superseded_by IS NULL";
-        let sql = format!("SELECT {FACT_COLUMNS} FROM memories WHERE id = ANY($1) AND {current}");
-        let mut ranked: Vec<Fact> = self
-            .rows(&client, &sql, &[&ids, &scope.user, &scope.peer])
-            .await?
-            .iter()
-            .map(fact_from_row)
-            .collect();
+        let by_rank =
+            format!("SELECT {FACT_COLUMNS} FROM memories WHERE id = ANY($1) AND {current}");
+        let newest = format!(
+            "SELECT {FACT_COLUMNS} FROM memories WHERE {current} AND origin = 'distilled'
+             ORDER BY id DESC LIMIT $1"
+        );
+        // Both on one connection at once: pipelined, one round trip.
+        let limit_param = limit as i64;
+        let by_rank_params: [&(dyn ToSql + Sync); 3] = [&ids, &scope.user, &scope.peer];
+        let newest_params: [&(dyn ToSql + Sync); 3] = [&limit_param, &scope.user, &scope.peer];
+        let (by_rank, newest) = tokio::try_join!(
+            self.rows(&client, &by_rank, &by_rank_params),
+            self.rows(&client, &newest, &newest_params),
+        )?;
+        let mut ranked: Vec<Fact> = by_rank.iter().map(fact_from_row).collect();
         // In the ranking's order.
         ranked.sort_by_key(|f| {
             parse_memory_citation(&f.id).and_then(|n| ids.iter().position(|i| *i == n))
         });
-        let sql = format!(
-            "SELECT {FACT_COLUMNS} FROM memories WHERE {current} AND origin = 'distilled'
-             ORDER BY id DESC LIMIT $1"
-        );
-        let newest: Vec<Fact> = self
-            .rows(&client, &sql, &[&(limit as i64), &scope.user, &scope.peer])
-            .await?
-            .iter()
-            .map(fact_from_row)
-            .collect();
+        let newest: Vec<Fact> = newest.iter().map(fact_from_row).collect();
         Ok(memgate_core::distill::with_newest_distilled(
             ranked,
             newest,
@@ -483,16 +494,20 @@ impl DistillQueue for PostgresBackend {
 
     async fn apply(&self, job: &DistillJob, operations: &[Operation]) -> Result<Applied> {
         let mut client = self.client().await?;
+        let mut applied = Applied::default();
+        if operations.is_empty() {
+            // Nothing to write but the job's end: one statement.
+            applied.replayed = self.finish_job(&client, job).await? == 0;
+            return Ok(applied);
+        }
         let tx = client.transaction().await.map_err(|e| self.err(e))?;
         let row = self
             .row_opt(
                 &tx,
-                "SELECT scope_id, state, first_turn, last_turn FROM distill_jobs
-                 WHERE id = $1 FOR UPDATE",
+                "SELECT scope_id, state, first_turn FROM distill_jobs WHERE id = $1 FOR UPDATE",
                 &[&job.id],
             )
             .await?;
-        let mut applied = Applied::default();
         // Done, gone, or moved past what was read (applied, then joined by
         // newer turns): a replay.
         let Some(row) =
@@ -501,7 +516,7 @@ impl DistillQueue for PostgresBackend {
             applied.replayed = true;
             return Ok(applied);
         };
-        let (scope_id, last_turn): (i64, i64) = (row.get(0), row.get(3));
+        let scope_id: i64 = row.get(0);
         for (i, operation) in operations.iter().enumerate() {
             match operation {
                 Operation::Add(proposal) => {
@@ -528,28 +543,7 @@ impl DistillQueue for PostgresBackend {
                 }
             }
         }
-        let now = now_rfc3339();
-        if last_turn > job.through {
-            // Turns joined the job while it ran: they stay queued.
-            let next = job.through + 1;
-            self.exec(
-                &tx,
-                "UPDATE distill_jobs SET first_turn = $2, attempts = 0, updated_at = $3,
-                                         claimed_by = NULL, claimed_until = NULL
-                 WHERE id = $1",
-                &[&job.id, &next, &now],
-            )
-            .await?;
-        } else {
-            self.exec(
-                &tx,
-                "UPDATE distill_jobs SET state = 'done', reason = NULL, updated_at = $2,
-                                         claimed_by = NULL, claimed_until = NULL
-                 WHERE id = $1",
-                &[&job.id, &now],
-            )
-            .await?;
-        }
+        self.finish_job(&tx, job).await?;
         tx.commit().await.map_err(|e| self.err(e))?;
         Ok(applied)
     }
@@ -648,11 +642,41 @@ impl DistillQueue for PostgresBackend {
 
     async fn queue_figures(&self, day: &str) -> Result<QueueFigures> {
         let client = self.client().await?;
+        let r = self
+            .row(
+                &client,
+                "SELECT count(*) FILTER (WHERE state = 'queued'),
+                        count(*) FILTER (WHERE state = 'parked'),
+                        count(*) FILTER (WHERE state = 'done'),
+                        (SELECT coalesce(sum(prompt_tokens + completion_tokens), 0)::bigint
+                         FROM distill_usage WHERE day = $1)
+                 FROM distill_jobs",
+                &[&day],
+            )
+            .await?;
+        let count = |i: usize| r.get::<_, i64>(i).max(0) as u64;
         Ok(QueueFigures {
-            queued: self.count_jobs(&client, "queued").await?,
-            parked: self.count_jobs(&client, "parked").await?,
-            done: self.count_jobs(&client, "done").await?,
-            tokens_today: self.tokens_used(day).await?,
+            queued: count(0),
+            parked: count(1),
+            done: count(2),
+            tokens_today: count(3),
+        })
+    }
+
+    async fn queue_depth(&self) -> Result<QueueDepth> {
+        let client = self.client().await?;
+        let r = self
+            .row(
+                &client,
+                "SELECT count(*) FILTER (WHERE state = 'queued'),
+                        count(*) FILTER (WHERE state = 'parked')
+                 FROM distill_jobs WHERE state IN ('queued', 'parked')",
+                &[],
+            )
+            .await?;
+        Ok(QueueDepth {
+            queued: r.get::<_, i64>(0) as u64,
+            parked: r.get::<_, i64>(1) as u64,
         })
     }
 

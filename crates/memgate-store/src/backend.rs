@@ -21,7 +21,7 @@ use crate::store::MemoryStore;
 use crate::vectors::ModelState;
 use async_trait::async_trait;
 use memgate_core::distill::{
-    Applied, DistillJob, DistillQueue, Operation, ParkedJob, QueueFigures,
+    Applied, DistillJob, DistillQueue, Operation, ParkedJob, QueueDepth, QueueFigures,
 };
 use memgate_core::handoff::MILESTONE_KIND;
 use memgate_core::intake::{CaptureStart, Intake, StreamedCapture};
@@ -520,6 +520,10 @@ impl DistillQueue for LocalBackend {
     async fn queue_figures(&self, day: &str) -> Result<QueueFigures> {
         let day = day.to_owned();
         self.run(move |s| s.distill_figures(&day)).await
+    }
+
+    async fn queue_depth(&self) -> Result<QueueDepth> {
+        self.run(|s| s.distill_depth()).await
     }
 
     async fn queue_backfill(&self) -> Result<usize> {

@@ -14,7 +14,7 @@ use crate::facts::{self, find_active, state_name};
 use crate::index::IndexWrites;
 use memgate_core::distill::{
     check_proposal, check_supersedable, Applied, CheckedProposal, DistillJob, JobTurn, Operation,
-    ParkedJob, QueueFigures, QueueLimits, SupersedeTarget,
+    ParkedJob, QueueDepth, QueueFigures, QueueLimits, SupersedeTarget,
 };
 use memgate_core::facts::{ChangedBy, FactOrigin, NewFact};
 use memgate_core::time::now_rfc3339;
@@ -509,18 +509,34 @@ pub(crate) fn retry_parked(tx: &Connection, job: Option<i64>) -> Result<usize> {
 }
 
 pub(crate) fn figures(conn: &Connection, day: &str) -> Result<QueueFigures> {
-    let count = |state: &str| -> Result<u64> {
-        conn.prepare_cached("SELECT count(*) FROM distill_jobs WHERE state = ?1")
-            .and_then(|mut s| s.query_row([state], |r| r.get::<_, i64>(0)))
-            .map(|n| n as u64)
-            .map_err(db_error)
-    };
+    let QueueDepth { queued, parked } = depth(conn)?;
+    let done = conn
+        .prepare_cached("SELECT count(*) FROM distill_jobs WHERE state = 'done'")
+        .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)))
+        .map_err(db_error)?;
     Ok(QueueFigures {
-        queued: count("queued")?,
-        parked: count("parked")?,
-        done: count("done")?,
+        queued,
+        parked,
+        done: done as u64,
         tokens_today: tokens_used(conn, day)?,
     })
+}
+
+/// Queued and parked jobs, read through `distill_jobs_by_state` alone.
+pub(crate) fn depth(conn: &Connection) -> Result<QueueDepth> {
+    conn.prepare_cached(
+        "SELECT count(*) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'parked')
+         FROM distill_jobs WHERE state IN ('queued', 'parked')",
+    )
+    .and_then(|mut s| {
+        s.query_row([], |r| {
+            Ok(QueueDepth {
+                queued: r.get::<_, i64>(0)? as u64,
+                parked: r.get::<_, i64>(1)? as u64,
+            })
+        })
+    })
+    .map_err(db_error)
 }
 
 /// The scope's current facts named by `ids` (the ranking's), in that

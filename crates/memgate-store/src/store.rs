@@ -26,7 +26,7 @@ use crate::scope::{self, ScopeRow};
 use crate::threads;
 use crate::transfer;
 use crate::vectors::{self, ModelState, Vectorizer};
-use memgate_core::distill::{Applied, DistillJob, Operation, ParkedJob, QueueFigures};
+use memgate_core::distill::{Applied, DistillJob, Operation, ParkedJob, QueueDepth, QueueFigures};
 use memgate_core::redaction::redact_remember;
 use memgate_core::time::now_rfc3339;
 use memgate_core::{
@@ -839,6 +839,10 @@ impl MemoryStore {
 
     pub fn distill_figures(&self, day: &str) -> Result<QueueFigures> {
         self.db.read(|conn| distill::figures(conn, day))
+    }
+
+    pub fn distill_depth(&self) -> Result<QueueDepth> {
+        self.db.read(distill::depth)
     }
 
     /// Captures whose new turns found the queue full since the store opened.
