@@ -146,6 +146,14 @@ impl Scope {
 }
 
 /// The scope id of (`$1` user, `$2` peer), for statements that read a scope.
+/// Planned (never run: `WHERE false`) on each connection [`warm`] opens,
+/// so it has read the catalog entries of the tables and indexes captures,
+/// recalls and distillation jobs use before its first request does.
+///
+/// [`warm`]: MemoryBackend::warm
+const WARM_STATEMENT: &str = "SELECT NULL FROM scopes, turns, memories, memory_sources, \
+     term_docs, scope_docs, distill_jobs WHERE false";
+
 pub(crate) const SCOPE_ID: &str = "(SELECT id FROM scopes WHERE user_id = $1 AND peer = $2)";
 
 impl PostgresBackend {
@@ -717,12 +725,19 @@ impl MemoryBackend for PostgresBackend {
 
     /// Ready once the server answers and the schema is current (migrating
     /// it if needed); a foreign or newer schema is an error.
+    ///
+    /// Leaves two connections open in the pool (one where `pool_size` is
+    /// 1), each having planned [`WARM_STATEMENT`]: a distillation worker's
+    /// first queue read and the first request would otherwise each open a
+    /// connection and load the tables' catalog entries in the same moment.
     async fn warm(&self) -> Result<WarmStatus> {
         let client = self.client().await?;
-        client
-            .simple_query("SELECT 1")
-            .await
-            .map_err(|e| self.err(e))?;
+        let spare = pool::spare(&self.pool).await;
+        for c in std::iter::once(&client).chain(spare.as_ref()) {
+            c.simple_query(WARM_STATEMENT)
+                .await
+                .map_err(|e| self.err(e))?;
+        }
         Ok(WarmStatus::Ready)
     }
 

@@ -58,6 +58,18 @@ async fn migrations_raced_by_eight_backends_apply_once() {
     println!("doctor: {}", serde_json::to_string(&info).unwrap());
 }
 
+/// A distillation worker's first queue read and the first request find a
+/// connection each already open, instead of opening two at once.
+#[tokio::test]
+#[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
+async fn warm_leaves_two_connections_open_for_the_first_requests() {
+    let dsn = common::dsn();
+    let b = common::backend(&dsn, &common::unique_schema("warm"));
+    assert_eq!(b.warm().await.unwrap(), memgate_core::WarmStatus::Ready);
+    let info = b.doctor().await.unwrap();
+    assert_eq!(info.pool.size, 2, "{info:?}");
+}
+
 #[tokio::test]
 #[ignore = "real server: PostgreSQL (testkit/postgres-up)"]
 async fn a_foreign_schema_is_refused_and_left_untouched() {
