@@ -16,10 +16,12 @@
 //! `related_facts` of them), and capture and recall p50 / p99 with
 //! distillation off and on in the same run.
 //!
-//! Each store's first capture and recall after it starts are timed apart
-//! and printed on their own: they open connections and prepare statements
-//! (on `postgres`, the worker's first job prepares its own too), a cost
-//! paid once per connection that would otherwise be the p99 of the run.
+//! Each store is seeded, then opened again and warmed as `memgate serve`
+//! does (the worker first, then the start-up check). Its first capture and
+//! recall after that start are timed apart and printed on their own: they
+//! prepare their statements (on `postgres`, the worker's first job
+//! prepares its own too), a cost paid once per connection that would
+//! otherwise be the p99 of the run.
 //! The "on" store's worker finishes that first job before the timed
 //! captures start, and its calls are not counted in the figures.
 //!
@@ -77,46 +79,73 @@ struct Row {
     recall_on: Vec<Duration>,
 }
 
-/// A store with its queue, and what keeps its files alive.
+/// A store with its queue.
 struct Opened {
     backend: Arc<dyn MemoryBackend>,
     queue: Arc<dyn DistillQueue>,
-    _dir: Option<tempfile::TempDir>,
 }
 
-fn open(store: &Store, limits: Option<QueueLimits>) -> Opened {
-    match store {
-        Store::Local => {
-            let dir = tempfile::tempdir().unwrap();
-            let config = LocalConfig {
-                distill: limits,
-                ..LocalConfig::default()
-            };
-            let backend =
-                Arc::new(LocalBackend::open(dir.path().join("memgate.sqlite3"), config).unwrap());
-            Opened {
-                backend: backend.clone(),
-                queue: backend,
-                _dir: Some(dir),
-            }
+/// Where one store lives (its file, or its schema), kept across a restart.
+enum Place {
+    Local(tempfile::TempDir),
+    Postgres { dsn: String, schema: String },
+}
+
+impl Place {
+    fn new(store: &Store) -> Self {
+        match store {
+            Store::Local => Self::Local(tempfile::tempdir().unwrap()),
+            Store::Postgres { dsn } => Self::Postgres {
+                dsn: dsn.clone(),
+                schema: memgate_testsupport::real::unique_schema("distill_cost"),
+            },
         }
-        Store::Postgres { dsn } => {
-            let config = PostgresConfig::for_dsn(dsn)
-                .unwrap()
-                .with_schema(&memgate_testsupport::real::unique_schema("distill_cost"))
-                .unwrap();
-            let mut backend = PostgresBackend::new(config).unwrap();
-            if let Some(limits) = limits {
-                backend = backend.with_distill(limits);
+    }
+
+    fn open(&self, limits: Option<QueueLimits>) -> Opened {
+        match self {
+            Self::Local(dir) => {
+                let config = LocalConfig {
+                    distill: limits,
+                    ..LocalConfig::default()
+                };
+                let backend = Arc::new(
+                    LocalBackend::open(dir.path().join("memgate.sqlite3"), config).unwrap(),
+                );
+                Opened {
+                    backend: backend.clone(),
+                    queue: backend,
+                }
             }
-            let backend = Arc::new(backend);
-            Opened {
-                backend: backend.clone(),
-                queue: backend,
-                _dir: None,
+            Self::Postgres { dsn, schema } => {
+                let config = PostgresConfig::for_dsn(dsn)
+                    .unwrap()
+                    .with_schema(schema)
+                    .unwrap();
+                let mut backend = PostgresBackend::new(config).unwrap();
+                if let Some(limits) = limits {
+                    backend = backend.with_distill(limits);
+                }
+                let backend = Arc::new(backend);
+                Opened {
+                    backend: backend.clone(),
+                    queue: backend,
+                }
             }
         }
     }
+}
+
+/// A store holding `facts` current facts, opened again after they were
+/// seeded, so its first capture is a freshly started process's.
+async fn seeded(store: &Store, facts: usize, limits: Option<QueueLimits>) -> (Place, Opened) {
+    let place = Place::new(store);
+    let seeding = place.open(limits);
+    seed(seeding.backend.as_ref(), &Caller::new("dana"), facts).await;
+    assert!(seeding.backend.shutdown(Duration::from_secs(10)).await);
+    drop(seeding);
+    let opened = place.open(limits);
+    (place, opened)
 }
 
 /// Serves `assembled` as `memgate serve` does, on a loopback port.
@@ -228,21 +257,20 @@ async fn measure(store: &Store, facts: usize, settings: &DistillSettings, worker
     let user = Caller::new("dana");
     let http = reqwest::Client::new();
     // Off: no queue, no worker.
-    let off = open(store, None);
-    seed(off.backend.as_ref(), &user, facts).await;
+    let (_off_place, off) = seeded(store, facts, None).await;
     let assembled = Arc::new(AssembledBackend::new(
         off.backend.clone(),
         Gates::default(),
         Deadlines::default(),
     ));
+    assembled.warm().await.unwrap();
     let base = serve(assembled).await;
     let first_off = first_use(&http, &base, &user).await;
     let capture_off = capture_turns(&http, &base, &user).await;
     let recall_off = recalls(&http, &base, &user).await;
 
     // On: the queue fills in the captures, the worker runs meanwhile.
-    let on = open(store, settings.queue_limits());
-    seed(on.backend.as_ref(), &user, facts).await;
+    let (_on_place, on) = seeded(store, facts, settings.queue_limits()).await;
     let no_env: memgate_core::setup::EnvSource = Arc::new(|_| None);
     let distiller =
         Arc::new(memgate_distill::distiller(on.queue.clone(), settings, &no_env).unwrap());
@@ -253,6 +281,8 @@ async fn measure(store: &Store, facts: usize, settings: &DistillSettings, worker
         assembled = assembled.with_distiller(Worker::start(distiller).unwrap());
     }
     let assembled = Arc::new(assembled);
+    // As `memgate serve`: the worker starts with the backend, then warm.
+    assembled.warm().await.unwrap();
     let base = serve(Arc::clone(&assembled)).await;
     let first_on = first_use(&http, &base, &user).await;
     if worker {
