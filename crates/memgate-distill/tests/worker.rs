@@ -77,6 +77,13 @@ impl Place {
         }
     }
 
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Local(_) => "local",
+            Self::Postgres { .. } => "postgres",
+        }
+    }
+
     async fn open(&self) -> Arc<dyn Subject> {
         match self {
             Self::Local(dir) => {
@@ -414,6 +421,16 @@ async fn answers_that_cannot_be_used_are_parked_with_their_reason_and_nothing_is
         "{}",
         reason("missing")
     );
+    println!(
+        "answer faults ({}): {} jobs, applied {}, parked {}",
+        place.name(),
+        report.applied + report.parked,
+        report.applied,
+        report.parked
+    );
+    for p in &parked {
+        println!("  parked {}: {}", p.thread, p.reason);
+    }
     // The first operation of a parked job was not applied either: the
     // scope holds the chatter job's fact only.
     let facts = backend.list_facts(&dana("any"), true).await.unwrap();
@@ -514,6 +531,20 @@ async fn transient_failures_are_retried_then_parked_and_a_hang_is_cut_at_the_tim
         "{}",
         reason("hang")
     );
+    println!(
+        "transient faults ({}): {} jobs, applied {}, retried {}, parked {}",
+        place.name(),
+        report.applied + report.parked,
+        report.applied,
+        report.retried,
+        report.parked
+    );
+    for p in &parked {
+        println!(
+            "  parked {} after {} attempts: {}",
+            p.thread, p.attempts, p.reason
+        );
+    }
     assert_eq!(parked.iter().map(|p| p.attempts).max(), Some(2));
     assert_eq!(
         backend.list_facts(&dana("rate"), false).await.unwrap()[0].text,
