@@ -104,10 +104,13 @@ impl AssembledBackend {
         }
     }
 
-    /// Runs `worker` for as long as this backend (see [`Self::drain`]).
-    pub fn with_distiller(self, worker: memgate_distill::Worker) -> Self {
+    /// Runs `distiller` in the background for as long as this backend (see
+    /// [`Self::drain`]), yielding to the operations this backend serves.
+    pub fn with_distiller(self, distiller: memgate_distill::Distiller) -> Result<Self> {
+        let distiller = distiller.yielding_to(Arc::clone(&self.work), memgate_distill::MAX_YIELD);
+        let worker = memgate_distill::Worker::start(Arc::new(distiller))?;
         *self.distiller.lock().unwrap_or_else(|p| p.into_inner()) = Some(worker);
-        self
+        Ok(self)
     }
 
     /// Stops the distillation worker within `budget` (off the runtime: it

@@ -80,8 +80,8 @@ pub fn open_backend(memory: &MemoryConfig, setup: &BackendSetup) -> Result<Arc<A
     let (backend, distiller) = build(memory, setup)?;
     memory.deadlines.validate()?;
     let mut assembled = assembled(backend, memory);
-    if let Some(worker) = distiller {
-        assembled = assembled.with_distiller(worker);
+    if let Some(distiller) = distiller {
+        assembled = assembled.with_distiller(distiller)?;
     }
     Ok(Arc::new(assembled))
 }
@@ -131,12 +131,12 @@ fn not_distilling(memory: &MemoryConfig) -> MemoryError {
     ))
 }
 
-/// The backend, and the distillation worker over it when `memory.distill`
-/// is on (the stores memgate owns: `local` and `postgres`).
+/// The backend, and the distiller to run over it when `memory.distill` is
+/// on (the stores memgate owns: `local` and `postgres`).
 fn build(
     memory: &MemoryConfig,
     setup: &BackendSetup,
-) -> Result<(Arc<dyn MemoryBackend>, Option<memgate_distill::Worker>)> {
+) -> Result<(Arc<dyn MemoryBackend>, Option<memgate_distill::Distiller>)> {
     let distill = memory.distill_settings()?;
     let (backend, queue) = build_store(memory, setup, &distill)?;
     if distill.enabled && queue.is_none() {
@@ -150,8 +150,7 @@ fn build(
     }
     let distiller = match queue {
         Some(queue) if distill.enabled && setup.runs_distiller => {
-            let run = memgate_distill::distiller(queue, &distill, &setup.env)?;
-            Some(memgate_distill::Worker::start(Arc::new(run))?)
+            Some(memgate_distill::distiller(queue, &distill, &setup.env)?)
         }
         _ => None,
     };

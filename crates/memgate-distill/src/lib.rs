@@ -25,7 +25,7 @@ pub mod worker;
 
 pub use client::ChatClient;
 pub use settings::DistillSettings;
-pub use worker::{DistillStats, Distiller, JobEnd, RunReport, Worker};
+pub use worker::{DistillStats, Distiller, JobEnd, RunReport, Worker, MAX_YIELD};
 
 use memgate_core::distill::DistillQueue;
 use memgate_core::setup::EnvSource;

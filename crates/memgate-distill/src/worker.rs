@@ -16,6 +16,7 @@ use crate::prompt;
 use crate::settings::DistillSettings;
 use memgate_core::distill::{Applied, DistillJob, DistillQueue, Operation};
 use memgate_core::time::now_rfc3339;
+use memgate_core::work::WorkTracker;
 use memgate_core::{Fact, Figure, MemoryError, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +34,12 @@ const POLL: Duration = Duration::from_millis(500);
 /// How often the serving worker re-reads the queue's figures (counts over
 /// the job table: not on every poll).
 const FIGURES_EVERY: Duration = Duration::from_secs(5);
+/// The pause in requests a serving worker waits for before it works the
+/// store (see [`Distiller::yielding_to`]).
+const QUIET: Duration = Duration::from_millis(20);
+/// The longest a serving worker waits for that pause before each step that
+/// works the store: under steady load distillation falls behind, never stops.
+pub const MAX_YIELD: Duration = Duration::from_secs(1);
 
 /// How one job ended this time.
 #[derive(Clone, Debug, PartialEq)]
@@ -150,6 +157,8 @@ pub struct Distiller {
     stats: Arc<DistillStats>,
     backoff: Duration,
     not_before: Mutex<HashMap<i64, Instant>>,
+    /// The requests this worker yields to, and its longest wait for them.
+    yields_to: Option<(Arc<WorkTracker>, Duration)>,
 }
 
 fn today() -> String {
@@ -169,6 +178,25 @@ impl Distiller {
             stats: Arc::new(DistillStats::default()),
             backoff: Duration::from_secs(2),
             not_before: Mutex::new(HashMap::new()),
+            yields_to: None,
+        }
+    }
+
+    /// Starts each step that works the store (taking jobs, finding the
+    /// related facts, applying) only once the operations `requests` counts
+    /// have paused for [`QUIET`], or after waiting `at_most`: on a shared
+    /// machine the worker's queries, and the database serving them, would
+    /// otherwise land beside the requests being served and lengthen their
+    /// tails. The model call itself is not held back (it waits on the
+    /// endpoint, not on this machine's store).
+    pub fn yielding_to(mut self, requests: Arc<WorkTracker>, at_most: Duration) -> Self {
+        self.yields_to = Some((requests, at_most));
+        self
+    }
+
+    async fn yield_to_requests(&self) {
+        if let Some((requests, at_most)) = &self.yields_to {
+            requests.wait_quiet(QUIET, *at_most).await;
         }
     }
 
@@ -342,6 +370,7 @@ impl Distiller {
         let operations = if job.turns.is_empty() {
             Vec::new()
         } else {
+            self.yield_to_requests().await;
             let facts = self
                 .queue
                 .related_facts(job, self.settings.related_facts)
@@ -351,6 +380,7 @@ impl Distiller {
                 Err(end) => return Ok(end),
             }
         };
+        self.yield_to_requests().await;
         match self.queue.apply(job, &operations).await {
             Ok(applied) => {
                 self.stats.applied.fetch_add(1, Ordering::Relaxed);
@@ -454,6 +484,10 @@ impl Distiller {
             let free = self.settings.concurrency.saturating_sub(ids.len());
             if free > 0 && pause_until.is_none_or(|t| t <= Instant::now()) {
                 pause_until = None;
+                tokio::select! {
+                    _ = self.yield_to_requests() => {}
+                    _ = stop.changed() => break,
+                }
                 match self.ready_jobs(free, &ids).await {
                     Ok(jobs) => {
                         for job in jobs {

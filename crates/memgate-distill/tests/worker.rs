@@ -8,6 +8,7 @@
 
 use memgate_core::distill::{DistillQueue, Operation, ProposedFact, QueueDepth, QueueLimits};
 use memgate_core::setup::EnvSource;
+use memgate_core::work::WorkTracker;
 use memgate_core::{
     Caller, CaptureKind, CaptureRequest, Fact, FactOrigin, FactState, ForgetTarget, MemoryBackend,
     Message, RecallRequest, RememberOutcome, RememberRequest, SearchQuery,
@@ -159,6 +160,15 @@ async fn capture(backend: &dyn Subject, thread: &str, said: &[&str]) {
         trace_id: None,
     };
     backend.capture(&request).await.unwrap();
+}
+
+/// True once Dana's `thread` lists a current fact.
+async fn lists_facts(backend: &dyn Subject, thread: &str) -> bool {
+    !backend
+        .list_facts(&dana(thread), false)
+        .await
+        .unwrap()
+        .is_empty()
 }
 
 /// The block Dana's recall of `query` injects, from a thread of its own.
@@ -622,13 +632,7 @@ async fn a_store_reopened_with_jobs_queued_runs_them_in_the_background(place: Pl
     // counts the job right after, so the count is waited for too (a stop
     // in between would cut the job's task before it counts).
     let deadline = Instant::now() + Duration::from_secs(20);
-    while backend
-        .list_facts(&dana("t1"), false)
-        .await
-        .unwrap()
-        .is_empty()
-        || applied(&worker) == 0
-    {
+    while !lists_facts(backend.as_ref(), "t1").await || applied(&worker) == 0 {
         assert!(Instant::now() < deadline, "the queued job did not run");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -1110,6 +1114,62 @@ async fn the_queue_depth_counts_the_jobs_still_waiting(place: Place) {
     );
 }
 
+/// A serving worker yields to the requests its backend serves: it takes
+/// no job while one is in flight, runs it once they pause, and under
+/// requests that never pause still runs, one step per `at_most`.
+async fn a_serving_worker_waits_for_a_pause_in_requests_but_not_forever(place: Place) {
+    let model = ScriptedModel::start(
+        json!([
+            rule("tea", answer(vec![add("Dana prefers tea", &["turn_1"])])),
+            rule("coffee", answer(vec![])),
+        ]),
+        &[],
+    );
+    let backend = place.open().await;
+    capture(backend.as_ref(), "t1", &["I prefer tea."]).await;
+    let requests = WorkTracker::new();
+    let in_flight = requests.admit().unwrap();
+    let queue: Arc<dyn DistillQueue> = backend.clone();
+    let at_most = Duration::from_secs(2);
+    let run = memgate_distill::distiller(queue, &settings(&model), &no_env())
+        .unwrap()
+        .yielding_to(Arc::clone(&requests), at_most);
+    let mut worker = Worker::start(Arc::new(run)).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        model.requests().is_empty(),
+        "the worker asked the model while a request was in flight"
+    );
+    assert_eq!(backend.queue_depth().await.unwrap().queued, 1);
+
+    drop(in_flight);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !lists_facts(backend.as_ref(), "t1").await {
+        assert!(
+            Instant::now() < deadline,
+            "the job did not run in the pause"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let _steady = requests.admit().unwrap();
+    capture(backend.as_ref(), "t2", &["I drink coffee."]).await;
+    let started = Instant::now();
+    while backend.queue_depth().await.unwrap().queued > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the worker never ran under steady requests"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        started.elapsed() >= at_most,
+        "the job ran after {:?} of requests that never paused",
+        started.elapsed()
+    );
+    assert!(worker.stop(Duration::from_secs(5)));
+}
+
 on_both_stores!(
     a_capture_only_queues_and_a_good_answer_is_applied_with_its_provenance,
     supersede_closes_the_old_version_and_keeps_it_in_history,
@@ -1128,6 +1188,7 @@ on_both_stores!(
     a_ranking_shows_a_fact_or_the_turn_it_rests_on_never_both,
     turns_that_join_a_running_job_stay_queued_after_it,
     the_queue_depth_counts_the_jobs_still_waiting,
+    a_serving_worker_waits_for_a_pause_in_requests_but_not_forever,
 );
 
 /// Two replicas (two handles, each its own lease holder) running workers
