@@ -1,4 +1,4 @@
-//! `cargo run --release -p memgate-lab --example distill_cost -- [--store local|postgres] [--queue-only] [--model-pause-ms N] [FACTS...]`:
+//! `cargo run --release -p memgate-lab --example distill_cost -- [--store local|postgres] [--queue-only] [--model-pause-ms N] [--pace-ms N] [FACTS...]`:
 //! what distillation costs, against testkit's scripted model standing in
 //! for the model (a real HTTP endpoint on loopback that answers every job
 //! with no operations and reports `usage` estimated from the request,
@@ -31,12 +31,18 @@
 //! jobs and nothing takes them, which tells the write path's own cost
 //! from the load of the worker running beside it. `--model-pause-ms N`
 //! makes the model answer after N ms, as a remote model does, so the
-//! worker waits on it rather than running job after job.
+//! worker waits on it rather than running job after job. `--pace-ms N`
+//! leaves N ms between timed requests (an agent host's requests come
+//! with pauses between them; by default they come back to back).
+//!
+//! The worker yields to requests as in `memgate serve` (a store step
+//! waits for a 20 ms pause, at most 1 s): "catch-up" is the time from the
+//! last timed request until the queue is empty, what that costs the facts.
 
 use memgate_assembly::{AssembledBackend, Deadlines, Gates};
 use memgate_core::distill::{DistillQueue, QueueLimits};
 use memgate_core::{Caller, CaptureKind, CaptureRequest, MemoryBackend, MemoryExport, Message};
-use memgate_distill::{DistillSettings, DistillStats, Worker};
+use memgate_distill::{DistillSettings, DistillStats};
 use memgate_lab::process::percentile_ms;
 use memgate_postgres::{PostgresBackend, PostgresConfig};
 use memgate_server::{router, ServerState};
@@ -77,6 +83,15 @@ struct Row {
     capture_on: Vec<Duration>,
     recall_off: Vec<Duration>,
     recall_on: Vec<Duration>,
+    /// From the last timed request until the worker emptied the queue.
+    catch_up: Duration,
+}
+
+/// How the "on" store is run and the requests are sent.
+struct Options {
+    worker: bool,
+    /// The pause before each timed request.
+    pace: Duration,
 }
 
 /// A store with its queue.
@@ -189,7 +204,12 @@ async fn post(http: &reqwest::Client, url: &str, body: &impl serde::Serialize) -
 }
 
 /// 100 captured turns over HTTP; each capture's latency.
-async fn capture_turns(http: &reqwest::Client, base: &str, user: &Caller) -> Vec<Duration> {
+async fn capture_turns(
+    http: &reqwest::Client,
+    base: &str,
+    user: &Caller,
+    pace: Duration,
+) -> Vec<Duration> {
     let mut history: Vec<Vec<Message>> = vec![Vec::new(); THREADS];
     let mut took = Vec::new();
     for round in 0..ROUNDS {
@@ -205,19 +225,26 @@ async fn capture_turns(http: &reqwest::Client, base: &str, user: &Caller) -> Vec
                 kind: CaptureKind::AfterTurn,
                 trace_id: None,
             };
+            tokio::time::sleep(pace).await;
             took.push(post(http, &format!("{base}/v1/capture"), &request).await);
         }
     }
     took
 }
 
-async fn recalls(http: &reqwest::Client, base: &str, user: &Caller) -> Vec<Duration> {
+async fn recalls(
+    http: &reqwest::Client,
+    base: &str,
+    user: &Caller,
+    pace: Duration,
+) -> Vec<Duration> {
     let mut took = Vec::new();
     for i in 0..RECALLS {
         let request = memgate_core::RecallRequest {
             caller: user.clone().with_thread("recall"),
             query: Some(format!("what about my {}", TOPICS[i % TOPICS.len()])),
         };
+        tokio::time::sleep(pace).await;
         took.push(post(http, &format!("{base}/v1/recall"), &request).await);
     }
     took
@@ -253,7 +280,13 @@ async fn drained(queue: &dyn DistillQueue) {
     }
 }
 
-async fn measure(store: &Store, facts: usize, settings: &DistillSettings, worker: bool) -> Row {
+async fn measure(
+    store: &Store,
+    facts: usize,
+    settings: &DistillSettings,
+    options: &Options,
+) -> Row {
+    let Options { worker, pace } = *options;
     let user = Caller::new("dana");
     let http = reqwest::Client::new();
     // Off: no queue, no worker.
@@ -266,19 +299,18 @@ async fn measure(store: &Store, facts: usize, settings: &DistillSettings, worker
     assembled.warm().await.unwrap();
     let base = serve(assembled).await;
     let first_off = first_use(&http, &base, &user).await;
-    let capture_off = capture_turns(&http, &base, &user).await;
-    let recall_off = recalls(&http, &base, &user).await;
+    let capture_off = capture_turns(&http, &base, &user, pace).await;
+    let recall_off = recalls(&http, &base, &user, pace).await;
 
     // On: the queue fills in the captures, the worker runs meanwhile.
     let (_on_place, on) = seeded(store, facts, settings.queue_limits()).await;
     let no_env: memgate_core::setup::EnvSource = Arc::new(|_| None);
-    let distiller =
-        Arc::new(memgate_distill::distiller(on.queue.clone(), settings, &no_env).unwrap());
+    let distiller = memgate_distill::distiller(on.queue.clone(), settings, &no_env).unwrap();
     let stats: Arc<DistillStats> = Arc::clone(distiller.stats());
     let mut assembled =
         AssembledBackend::new(on.backend.clone(), Gates::default(), Deadlines::default());
     if worker {
-        assembled = assembled.with_distiller(Worker::start(distiller).unwrap());
+        assembled = assembled.with_distiller(distiller).unwrap();
     }
     let assembled = Arc::new(assembled);
     // As `memgate serve`: the worker starts with the backend, then warm.
@@ -296,11 +328,13 @@ async fn measure(store: &Store, facts: usize, settings: &DistillSettings, worker
         counted(&stats.latency_ms_total),
         counted(&stats.jobs_timed),
     );
-    let capture_on = capture_turns(&http, &base, &user).await;
-    let recall_on = recalls(&http, &base, &user).await;
+    let capture_on = capture_turns(&http, &base, &user, pace).await;
+    let recall_on = recalls(&http, &base, &user, pace).await;
+    let load_ended = Instant::now();
     if worker {
         drained(on.queue.as_ref()).await;
     }
+    let catch_up = load_ended.elapsed();
     let figures = on.queue.queue_figures("-").await.unwrap();
     assert_eq!(figures.parked, 0, "a job was parked");
     assembled.drain(Duration::from_secs(10)).await;
@@ -318,6 +352,7 @@ async fn measure(store: &Store, facts: usize, settings: &DistillSettings, worker
         capture_on,
         recall_off,
         recall_on,
+        catch_up,
     }
 }
 
@@ -343,18 +378,21 @@ async fn main() {
     // `--queue-only`: "on" queues jobs with each capture but runs no
     // worker, to tell the write path's own cost from the worker's load.
     let worker = !args.iter().any(|a| a == "--queue-only");
+    let number_after = |flag: &str| {
+        args.iter().position(|a| a == flag).map(|i| {
+            args.get(i + 1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{flag} takes a number of milliseconds"))
+        })
+    };
     // `--model-pause-ms N`: the model answers after N ms, as a remote one
     // takes its time, instead of at once (the worker then waits on it).
-    let pause_at = args.iter().position(|a| a == "--model-pause-ms");
-    let pause_ms: u64 = pause_at.map_or(0, |i| {
-        args.get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .expect("--model-pause-ms takes a number of milliseconds")
-    });
+    let pause_ms = number_after("--model-pause-ms").unwrap_or(0);
+    let pace = Duration::from_millis(number_after("--pace-ms").unwrap_or(0));
     let mut sizes: Vec<usize> = args
         .iter()
         .enumerate()
-        .filter(|(i, _)| pause_at.is_none_or(|p| *i != p + 1))
+        .filter(|(i, _)| *i == 0 || !args[i - 1].ends_with("-ms"))
         .filter_map(|(_, a)| a.parse().ok())
         .collect();
     if sizes.is_empty() {
@@ -376,8 +414,10 @@ async fn main() {
     };
     println!(
         "distillation cost on {name} per 100 captured turns over HTTP ({THREADS} threads x \
-         {ROUNDS} captures of 2 messages; related_facts {}; tokens = request chars / 4){}",
+         {ROUNDS} captures of 2 messages; related_facts {}; tokens = request chars / 4; \
+         {} ms between requests){}",
         settings.related_facts,
+        pace.as_millis(),
         if worker {
             format!("; the model answers after {pause_ms} ms")
         } else {
@@ -385,13 +425,14 @@ async fn main() {
         }
     );
     println!(
-        "{:>7} {:>6} {:>10} {:>10} {:>6} | capture p50/p99 ms off -> on | recall p50/p99 ms off -> on | first capture ms off -> on",
+        "{:>7} {:>6} {:>10} {:>10} {:>6} | capture p50/p99 ms off -> on | recall p50/p99 ms off -> on | first capture ms off -> on | catch-up s",
         "facts", "calls", "prompt_tok", "compl_tok", "job_ms"
     );
+    let options = Options { worker, pace };
     for facts in sizes {
-        let r = measure(&store, facts, &settings, worker).await;
+        let r = measure(&store, facts, &settings, &options).await;
         println!(
-            "{:>7} {:>6} {:>10} {:>10} {:>6.1} | {:.2}/{:.2} -> {:.2}/{:.2} | {:.2}/{:.2} -> {:.2}/{:.2} | {:.2} -> {:.2}",
+            "{:>7} {:>6} {:>10} {:>10} {:>6.1} | {:.2}/{:.2} -> {:.2}/{:.2} | {:.2}/{:.2} -> {:.2}/{:.2} | {:.2} -> {:.2} | {:.2}",
             r.facts,
             r.calls,
             r.prompt_tokens,
@@ -407,6 +448,7 @@ async fn main() {
             p(&r.recall_on, 0.99),
             r.first_capture.0.as_secs_f64() * 1e3,
             r.first_capture.1.as_secs_f64() * 1e3,
+            r.catch_up.as_secs_f64(),
         );
     }
 }
